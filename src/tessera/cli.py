@@ -1,0 +1,128 @@
+"""The `tessera` command. Thin: parses flags, calls the library, renders tables; errors are one clear line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tessera.hardware import cluster_presets, get_gpu, gpu_catalog
+
+app = typer.Typer(
+    name="tessera",
+    help="Train large models on heterogeneous GPU clusters: memory, Cells, scheduling, balanced plans.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+GiB = 2**30
+
+
+def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected user errors into one red line and exit code 2, never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (KeyError, ValueError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _tflops(x: float | None) -> str:
+    return f"{x / 1e12:.1f}" if x else "-"
+
+
+@app.command()
+@_clean_errors
+def gpus(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """List the GPU catalog."""
+    cat = gpu_catalog()
+    if as_json:
+        rows = [
+            {
+                "name": g.name,
+                "memory_bytes": g.memory_bytes,
+                "flops": g.flops,
+                "memory_bandwidth_Bps": g.memory_bandwidth_Bps,
+                "link": g.link.kind,
+                "link_bandwidth_Bps": g.link.bandwidth_Bps,
+            }
+            for g in cat.values()
+        ]
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table(title="GPU catalog (dense peak TFLOP/s)")
+    for col in ("GPU", "arch", "memory GiB", "FP32", "TF32", "FP16", "BF16", "HBM GB/s", "intra-node link"):
+        t.add_column(col, justify="right" if col not in ("GPU", "arch", "intra-node link") else "left")
+    for g in cat.values():
+        t.add_row(
+            g.name,
+            g.arch,
+            f"{g.memory_gib:.0f}",
+            _tflops(g.flops.get("fp32")),
+            _tflops(g.flops.get("tf32")),
+            _tflops(g.flops.get("fp16")),
+            _tflops(g.flops.get("bf16")),
+            f"{g.memory_bandwidth_Bps / 1e9:.0f}",
+            f"{g.link.kind} {g.link.bandwidth_Bps / 1e9:.0f} GB/s",
+        )
+    console.print(t)
+
+
+@app.command()
+@_clean_errors
+def clusters(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """List the shipped cluster presets."""
+    presets = cluster_presets()
+    if as_json:
+        print(json.dumps({n: c.model_dump(mode="json") for n, c in presets.items()}, indent=2))
+        return
+    t = Table(title="Cluster presets")
+    for col in ("name", "GPUs", "nodes", "by type", "description"):
+        t.add_column(col)
+    for name, c in presets.items():
+        by_type = ", ".join(f"{n}×{k}" for k, n in c.gpu_counts().items())
+        t.add_row(name, str(c.total_gpus), str(sum(g.count for g in c.node_groups)), by_type, c.description)
+    console.print(t)
+
+
+@app.command()
+@_clean_errors
+def models(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """List the model zoo."""
+    from tessera.models.zoo import list_models
+
+    entries = list_models()
+    if as_json:
+        print(json.dumps([{"name": e.name, "family": e.family, "params": e.params} for e in entries], indent=2))
+        return
+    t = Table(title="Model zoo")
+    for col in ("name", "family", "params", "description"):
+        t.add_column(col, justify="right" if col == "params" else "left")
+    for e in entries:
+        t.add_row(e.name, e.family, _count(e.params), e.description)
+    console.print(t)
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

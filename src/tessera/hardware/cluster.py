@@ -1,0 +1,134 @@
+"""Cluster specs: node groups of one GPU type each, parsed from YAML with errors that name the field."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tessera.errors import UnknownNameError
+from tessera.hardware.catalog import get_gpu
+
+
+class SpecError(ValueError):
+    """Bad user input: one line naming the file, the field and the reason."""
+
+
+class NodeGroupSpec(BaseModel):
+    """``count`` identical nodes, each with ``gpus_per_node`` GPUs of one type."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    count: int = Field(ge=1)
+    gpu: str
+    gpus_per_node: int = Field(ge=1, le=64)
+    intra_node_link: str | None = None  # e.g. nvlink3, pcie4; default: the GPU's typical link
+    intra_node_bandwidth_Bps: float | None = Field(default=None, gt=0)
+    inter_node_bandwidth_Bps: float | None = Field(default=None, gt=0)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str) -> str:
+        try:
+            return get_gpu(v).name
+        except UnknownNameError as e:
+            raise ValueError(str(e)) from None
+
+
+class ClusterSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    inter_node_bandwidth_Bps: float = Field(default=12.5e9, gt=0)  # 100 Gb/s InfiniBand / RoCE
+    node_groups: tuple[NodeGroupSpec, ...] = Field(min_length=1)
+
+    def nodes(self) -> tuple[Node, ...]:
+        out: list[Node] = []
+        for gi, g in enumerate(self.node_groups):
+            gpu = get_gpu(g.gpu)
+            prefix = g.name or f"{gpu.name.lower()}-g{gi}"
+            for i in range(g.count):
+                out.append(
+                    Node(
+                        name=f"{prefix}-{i}",
+                        gpu_type=gpu.name,
+                        n_gpus=g.gpus_per_node,
+                        intra_link=g.intra_node_link or gpu.link.kind,
+                        intra_bandwidth_Bps=g.intra_node_bandwidth_Bps or gpu.link.bandwidth_Bps,
+                        inter_bandwidth_Bps=g.inter_node_bandwidth_Bps or self.inter_node_bandwidth_Bps,
+                    )
+                )
+        return tuple(out)
+
+    def gpu_counts(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for g in self.node_groups:
+            counts[get_gpu(g.gpu).name] += g.count * g.gpus_per_node
+        return dict(counts)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.gpu_counts().values())
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    gpu_type: str
+    n_gpus: int
+    intra_link: str
+    intra_bandwidth_Bps: float
+    inter_bandwidth_Bps: float
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {loc}: {msg}{more}"
+
+
+def parse_cluster(data: dict, source: str = "cluster spec") -> ClusterSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping with name and node_groups, got {type(data).__name__}")
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_format_error(source, e)) from None
+
+
+def load_cluster_file(path: str | Path) -> ClusterSpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from None
+    return parse_cluster(data, str(path))
+
+
+@cache
+def cluster_presets() -> dict[str, ClusterSpec]:
+    out = {}
+    for f in sorted(resources.files("tessera.hardware").joinpath("clusters").iterdir()):
+        if f.name.endswith(".yaml"):
+            spec = parse_cluster(yaml.safe_load(f.read_text()), f"preset {f.name}")
+            out[spec.name] = spec
+    return out
+
+
+def get_cluster(name_or_path: str) -> ClusterSpec:
+    """A shipped preset by name, or a YAML file by path."""
+    presets = cluster_presets()
+    if name_or_path in presets:
+        return presets[name_or_path]
+    if name_or_path.endswith((".yaml", ".yml")) or Path(name_or_path).is_file():
+        return load_cluster_file(name_or_path)
+    raise UnknownNameError("cluster", name_or_path, presets.keys())

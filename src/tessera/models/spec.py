@@ -1,0 +1,115 @@
+"""ModelSpec: a model as an ordered list of layers — the planner's and memory model's view of a network.
+
+A spec is built for one sequence length (tokens per sample), so per-sample figures are exact for it. The
+zoo's analytic specs and specs traced from `nn.Module`s (``models.trace``) must agree field for field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+
+class TPShard(StrEnum):
+    """How a layer shards under tensor parallelism (Megatron / Whale split patterns)."""
+
+    HEADS = "heads"  # attention split by whole heads, the block's MLP by columns
+    COLUMNS = "columns"  # MLP / conv channels split by output columns
+    VOCAB = "vocab"  # embedding or output head split along the vocabulary
+    REPLICATED = "replicated"  # every TP rank holds the whole layer
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One pipeline-cuttable block of a model.
+
+    Byte figures are for fp32 training with the model's attention as built (flash unless stated), no
+    recompute; the memory module refines them per precision, attention and recompute.
+    """
+
+    name: str
+    kind: str  # "embedding" | "transformer" | "moe" | "head" | "stem" | "conv" | "classifier"
+    params: int
+    fwd_flops_per_sample: float  # multiply-add = 2 FLOPs, at the spec's seq_len
+    act_bytes_per_sample: int  # bytes saved for backward by this layer (unique storages)
+    out_bytes_per_sample: int  # bytes of the output passed to the next layer / pipeline stage
+    tp_shard: TPShard = TPShard.REPLICATED
+    tp_units: int = 1  # indivisible units along the TP dimension (heads, columns, vocab rows)
+
+
+@dataclass(frozen=True)
+class TransformerArch:
+    """Shape of a transformer, enough for the closed-form memory and compute models."""
+
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm"
+    mlp: str = "gelu"  # "gelu" | "swiglu"
+    position: str = "learned"  # "learned" | "rope"
+    causal: bool = True
+    tied_embeddings: bool = True
+    dropout: float = 0.0
+    max_positions: int = 2048
+    n_experts: int = 0  # >0: GShard MoE FFN in every `moe_every`-th block
+    moe_every: int = 2
+    top_k: int = 2
+    bias: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_heads
+
+
+@dataclass(frozen=True)
+class ConvArch:
+    """Shape of a (Wide-)ResNet."""
+
+    depth: int
+    width: int
+    image_size: int
+    n_classes: int
+    base_channels: int = 64
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str  # "gpt" | "llama" | "bert" | "moe" | "wide_resnet" | "custom"
+    seq_len: int  # tokens per sample (1 for image models)
+    layers: tuple[Layer, ...]
+    arch: TransformerArch | ConvArch | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ValueError(f"model {self.name!r}: a spec needs at least one layer")
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def fwd_flops_per_sample(self) -> float:
+        return sum(layer.fwd_flops_per_sample for layer in self.layers)
+
+    def layer_flops_per_token(self, i: int) -> float:
+        return self.layers[i].fwd_flops_per_sample / self.seq_len
+
+    def stage(self, start: int, end: int) -> tuple[Layer, ...]:
+        if not 0 <= start < end <= self.n_layers:
+            raise ValueError(f"layer range [{start}, {end}) outside model {self.name!r} of {self.n_layers} layers")
+        return self.layers[start:end]
+
+    def with_seq_len(self, seq_len: int) -> ModelSpec:
+        """Only valid for image models, where seq_len does not change per-sample figures."""
+        if self.seq_len != 1:
+            raise ValueError("rebuild transformer specs for a new seq_len (attention cost depends on it)")
+        return replace(self, seq_len=seq_len)

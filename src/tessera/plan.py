@@ -1,0 +1,343 @@
+"""Plan: the one contract between planner, scheduler, service and runtime.
+
+A Plan is stage-centric (Whale's TaskGraphs): each pipeline stage owns a layer range and its own devices,
+with its own DP degree (per-replica batch shares, possibly uneven) and TP degree (per-rank split ratios,
+possibly uneven). Stages may differ in degree — the runtime bridges them. Devices within a stage are ordered
+replica-major: replica r holds ``devices[r * tp : (r + 1) * tp]``.
+
+This module imports nothing of Tessera but itself so that runtime workers stay light.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+PLAN_VERSION = 1
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    BF16 = "bf16"  # AMP: fp32 params, bf16 autocast
+    FP16 = "fp16"  # AMP: fp32 params, fp16 autocast (+ loss scaling)
+    BF16_MASTER = "bf16-master"  # bf16 params and activations, fp32 master weights, grads and optimizer
+
+    @property
+    def autocast_dtype_name(self) -> str | None:
+        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.value)
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention core only (Korthikanti et al.)
+    FULL = "full"  # keep only each block's input, recompute the block in backward
+
+
+class Schedule(StrEnum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+
+
+class Attention(StrEnum):
+    FLASH = "flash"  # memory-efficient kernel: saves out + logsumexp
+    MATH = "math"  # explicit softmax(QK^T)V: saves the s x s scores
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    ADAM = "adam"
+    SGD = "sgd"
+
+
+class PlanError(ValueError):
+    """A plan that cannot run; the message names the field and the reason."""
+
+    def __init__(self, field_name: str, reason: str) -> None:
+        super().__init__(f"{field_name}: {reason}")
+        self.field = field_name
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator of the job: global rank, GPU type (catalog name) and the node holding it."""
+
+    rank: int
+    gpu_type: str
+    node: str = "local"
+    local_index: int | None = None  # index of the GPU within its node (None: not pinned yet)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A pipeline stage: layers [layer_start, layer_end) on dp_degree x tp_degree devices."""
+
+    layer_start: int
+    layer_end: int
+    devices: tuple[Device, ...]
+    dp_degree: int = 1
+    tp_degree: int = 1
+    batch_shares: tuple[int, ...] = ()  # samples per step of each DP replica; empty = even split
+    tp_ratios: tuple[float, ...] = ()  # shard ratio of each TP rank; empty = even split
+
+    @property
+    def n_layers(self) -> int:
+        return self.layer_end - self.layer_start
+
+    def replica(self, r: int) -> tuple[Device, ...]:
+        return self.devices[r * self.tp_degree : (r + 1) * self.tp_degree]
+
+    def shares(self, global_batch: int) -> tuple[int, ...]:
+        """Batch shares, filled in evenly (remainder to the first replicas) when the plan leaves them out."""
+        if self.batch_shares:
+            return self.batch_shares
+        base, extra = divmod(global_batch, self.dp_degree)
+        return tuple(base + (1 if r < extra else 0) for r in range(self.dp_degree))
+
+    def ratios(self) -> tuple[float, ...]:
+        return self.tp_ratios or tuple(1.0 / self.tp_degree for _ in range(self.tp_degree))
+
+    @property
+    def even_tp(self) -> bool:
+        r = self.ratios()
+        return all(math.isclose(x, r[0], rel_tol=1e-9) for x in r)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The parallel execution plan of one job. ``validate`` is called on construction and on load."""
+
+    model: str
+    global_batch: int
+    seq_len: int
+    stages: tuple[Stage, ...]
+    micro_batches: int = 1
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    precision: Precision = Precision.FP32
+    recompute: Recompute = Recompute.NONE
+    attention: Attention = Attention.FLASH
+    optimizer: Optimizer = Optimizer.ADAMW
+    zero: int = 0
+    model_layers: int | None = None  # layer count of the model, checked against the stage ranges
+    model_heads: int | None = None  # attention heads, checked against even TP degrees
+    version: int = PLAN_VERSION
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, enum in (
+            ("schedule", Schedule),
+            ("precision", Precision),
+            ("recompute", Recompute),
+            ("attention", Attention),
+            ("optimizer", Optimizer),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, enum):
+                try:
+                    object.__setattr__(self, name, enum(value))
+                except ValueError:
+                    allowed = ", ".join(e.value for e in enum)
+                    raise PlanError(name, f"{value!r} is not one of {allowed}") from None
+        self.validate()
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(d for s in self.stages for d in s.devices)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stages)
+
+    def stage_of_rank(self, rank: int) -> tuple[int, int, int]:
+        """(stage index, dp replica, tp rank) of a global rank."""
+        for i, s in enumerate(self.stages):
+            for j, d in enumerate(s.devices):
+                if d.rank == rank:
+                    return i, j // s.tp_degree, j % s.tp_degree
+        raise KeyError(f"rank {rank} is not in the plan")
+
+    # ------------------------------------------------------------- validation
+    def validate(self) -> None:
+        if self.version != PLAN_VERSION:
+            raise PlanError("version", f"plan version {self.version} is not supported (expected {PLAN_VERSION})")
+        if self.global_batch < 1:
+            raise PlanError("global_batch", f"must be >= 1, got {self.global_batch}")
+        if self.seq_len < 1:
+            raise PlanError("seq_len", f"must be >= 1, got {self.seq_len}")
+        if not self.stages:
+            raise PlanError("stages", "a plan needs at least one stage")
+        if self.micro_batches < 1:
+            raise PlanError("micro_batches", f"must be >= 1, got {self.micro_batches}")
+        if self.micro_batches > self.global_batch:
+            raise PlanError("micro_batches", f"{self.micro_batches} micro-batches for a batch of {self.global_batch}")
+        if self.zero not in (0, 1, 2, 3):
+            raise PlanError("zero", f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
+        if self.schedule == Schedule.ONE_F_ONE_B and self.micro_batches < self.n_stages:
+            raise PlanError(
+                "micro_batches",
+                f"1F1B needs micro_batches >= stages ({self.micro_batches} < {self.n_stages})",
+            )
+        expected_start = 0
+        seen: dict[int, int] = {}
+        seen_slots: dict[tuple[str, int], int] = {}
+        for i, s in enumerate(self.stages):
+            where = f"stages[{i}]"
+            if s.layer_start != expected_start:
+                raise PlanError(
+                    f"{where}.layer_start", f"expected {expected_start} (stages must tile the layers in order)"
+                )
+            if s.layer_end <= s.layer_start:
+                raise PlanError(f"{where}.layer_end", f"must exceed layer_start {s.layer_start}")
+            expected_start = s.layer_end
+            if s.dp_degree < 1 or s.tp_degree < 1:
+                raise PlanError(f"{where}.dp_degree", "dp_degree and tp_degree must be >= 1")
+            if len(s.devices) != s.dp_degree * s.tp_degree:
+                raise PlanError(
+                    f"{where}.devices",
+                    f"{len(s.devices)} devices for dp {s.dp_degree} x tp {s.tp_degree} = {s.dp_degree * s.tp_degree}",
+                )
+            for d in s.devices:
+                if d.rank in seen:
+                    raise PlanError(f"{where}.devices", f"rank {d.rank} already used by stage {seen[d.rank]}")
+                seen[d.rank] = i
+                slot = (d.node, d.local_index)
+                if d.local_index is not None and slot in seen_slots:
+                    raise PlanError(
+                        f"{where}.devices",
+                        f"GPU {d.local_index} of node {d.node!r} already used by rank {seen_slots[slot]}",
+                    )
+                seen_slots[slot] = d.rank
+            if s.batch_shares:
+                if len(s.batch_shares) != s.dp_degree:
+                    raise PlanError(
+                        f"{where}.batch_shares", f"{len(s.batch_shares)} shares for dp_degree {s.dp_degree}"
+                    )
+                if any(b < 1 for b in s.batch_shares):
+                    raise PlanError(f"{where}.batch_shares", f"every share must be >= 1, got {list(s.batch_shares)}")
+                if sum(s.batch_shares) != self.global_batch:
+                    raise PlanError(
+                        f"{where}.batch_shares",
+                        f"shares sum to {sum(s.batch_shares)}, not the global batch {self.global_batch}",
+                    )
+            elif self.global_batch < s.dp_degree:
+                raise PlanError(f"{where}.dp_degree", f"{s.dp_degree} replicas for a global batch of {self.global_batch}")
+            if s.tp_ratios:
+                if len(s.tp_ratios) != s.tp_degree:
+                    raise PlanError(f"{where}.tp_ratios", f"{len(s.tp_ratios)} ratios for tp_degree {s.tp_degree}")
+                if any(r <= 0 for r in s.tp_ratios):
+                    raise PlanError(f"{where}.tp_ratios", f"every ratio must be > 0, got {list(s.tp_ratios)}")
+                if not math.isclose(sum(s.tp_ratios), 1.0, abs_tol=1e-6):
+                    raise PlanError(f"{where}.tp_ratios", f"ratios sum to {sum(s.tp_ratios):.6g}, not 1")
+            if self.model_heads and s.tp_degree > 1 and s.even_tp and self.model_heads % s.tp_degree:
+                raise PlanError(
+                    f"{where}.tp_degree", f"{s.tp_degree} does not divide the model's {self.model_heads} heads"
+                )
+            if self.model_heads and s.tp_degree > self.model_heads:
+                raise PlanError(f"{where}.tp_degree", f"{s.tp_degree} ranks for {self.model_heads} heads")
+        if self.model_layers is not None and expected_start != self.model_layers:
+            raise PlanError(
+                f"stages[{len(self.stages) - 1}].layer_end",
+                f"stages cover {expected_start} layers, the model has {self.model_layers}",
+            )
+        ranks = sorted(seen)
+        if ranks != list(range(len(ranks))):
+            raise PlanError("stages", f"ranks must be 0..{len(ranks) - 1}, got {ranks}")
+
+    # ------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("schedule", "precision", "recompute", "attention", "optimizer"):
+            d[k] = str(getattr(self, k).value)
+        return d
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        data = dict(data)
+        try:
+            stages = tuple(
+                Stage(
+                    **{
+                        **s,
+                        "devices": tuple(Device(**d) for d in s["devices"]),
+                        "batch_shares": tuple(s.get("batch_shares", ())),
+                        "tp_ratios": tuple(s.get("tp_ratios", ())),
+                    }
+                )
+                for s in data.pop("stages")
+            )
+        except KeyError as e:
+            raise PlanError("stages", f"missing field {e}") from None
+        except TypeError as e:
+            raise PlanError("stages", str(e)) from None
+        try:
+            return cls(stages=stages, **data)
+        except TypeError as e:
+            raise PlanError("plan", str(e)) from None
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls.from_dict(json.loads(text))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        return cls.from_json(Path(path).read_text())
+
+    def with_(self, **changes: Any) -> Plan:
+        return replace(self, **changes)
+
+
+def simple_plan(
+    model: str,
+    *,
+    n_layers: int,
+    global_batch: int,
+    seq_len: int,
+    dp: int = 1,
+    tp: int = 1,
+    pp: int = 1,
+    gpu_type: str = "cpu",
+    micro_batches: int | None = None,
+    layer_cuts: tuple[int, ...] | None = None,
+    **options: Any,
+) -> Plan:
+    """A regular dp x tp x pp plan with even shares and an even (or given) layer partition."""
+    if pp > n_layers:
+        raise PlanError("pp", f"{pp} stages for {n_layers} layers")
+    if layer_cuts is None:
+        base, extra = divmod(n_layers, pp)
+        sizes = [base + (1 if i < extra else 0) for i in range(pp)]
+        layer_cuts = tuple(sum(sizes[: i + 1]) for i in range(pp - 1))
+    bounds = (0, *layer_cuts, n_layers)
+    if len(bounds) != pp + 1:
+        raise PlanError("layer_cuts", f"{len(layer_cuts)} cuts for {pp} stages")
+    stages = []
+    rank = 0
+    for i in range(pp):
+        devs = tuple(Device(rank=rank + j, gpu_type=gpu_type, local_index=rank + j) for j in range(dp * tp))
+        rank += dp * tp
+        stages.append(Stage(bounds[i], bounds[i + 1], devs, dp_degree=dp, tp_degree=tp))
+    mb = micro_batches if micro_batches is not None else max(1, pp)
+    return Plan(
+        model=model,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        stages=tuple(stages),
+        micro_batches=mb,
+        model_layers=n_layers,
+        **options,
+    )
