@@ -126,3 +126,64 @@ def _count(n: int) -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     app()
+
+
+@app.command()
+@_clean_errors
+def memory(
+    model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
+    gpu: str = typer.Option("A100-80GB", "--gpu", help="GPU type (see `tessera gpus`)"),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="samples per step"),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="samples per micro-batch per DP rank"),
+    seq: int | None = typer.Option(None, "--seq", help="sequence length (default: the model's)"),
+    dp: int = typer.Option(1, "--dp"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    precision: str = typer.Option("bf16", "--precision", help="fp32 | bf16 | fp16 | bf16-master"),
+    recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
+    attention: str = typer.Option("flash", "--attention", help="flash | math"),
+    optimizer: str = typer.Option("adamw", "--optimizer", help="adamw | adam | sgd"),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the DP group"),
+    schedule: str = typer.Option("1f1b", "--schedule", help="1f1b | gpipe"),
+    exact: bool = typer.Option(False, "--exact", help="also run the exact fake-tensor trace per stage"),
+    fit: bool = typer.Option(False, "--fit", help="for every GPU type, the smallest layouts that fit"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Per-stage, per-device peak memory of a training layout (fast formula; --exact adds the trace)."""
+    from tessera.commands.memory import memory_command
+
+    memory_command(
+        console=console,
+        model=model,
+        gpu=gpu,
+        global_batch=global_batch,
+        micro_batch=micro_batch,
+        seq=seq,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        precision=precision,
+        recompute=recompute,
+        attention=attention,
+        optimizer=optimizer,
+        zero=zero,
+        schedule=schedule,
+        exact=exact,
+        fit=fit,
+        as_json=as_json,
+    )
+
+
+@app.command()
+def train(
+    job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
+    plan: str | None = typer.Option(None, "--plan", help="Plan JSON to execute"),
+    devices: int | None = typer.Option(None, "--devices", help="local processes (data parallel) when no plan"),
+) -> None:
+    """Train a job for real on local processes (gloo on CPU, NCCL on GPUs)."""
+    try:
+        from tessera.commands.train import train_command
+    except ImportError as e:  # the runtime is optional until it lands
+        err_console.print(f"[bold red]error:[/] the runtime is not available: {e}")
+        raise typer.Exit(2) from None
+    train_command(job=job, plan=plan, devices=devices)

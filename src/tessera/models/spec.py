@@ -58,6 +58,18 @@ class TransformerArch:
     moe_every: int = 2
     top_k: int = 2
     bias: bool = True
+    capacity_factor: float = 1.0  # MoE: expert capacity = ceil(capacity_factor * top_k * tokens / n_experts)
+    type_vocab: int = 0  # BERT token-type (segment) embeddings; 0 = none
+    rope_theta: float = 10000.0  # RoPE base (LLaMA-3: 500000); values only, never shapes
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K (or V) projection: n_kv_heads * head_dim (= hidden without GQA)."""
+        return self.n_kv_heads * self.head_dim
+
+    def is_moe_block(self, i: int) -> bool:
+        """GShard places an MoE FFN in every `moe_every`-th block: blocks moe_every-1, 2*moe_every-1, ..."""
+        return self.n_experts > 0 and i % self.moe_every == self.moe_every - 1
 
     @property
     def head_dim(self) -> int:
@@ -105,8 +117,31 @@ class ModelSpec:
 
     def stage(self, start: int, end: int) -> tuple[Layer, ...]:
         if not 0 <= start < end <= self.n_layers:
-            raise ValueError(f"layer range [{start}, {end}) outside model {self.name!r} of {self.n_layers} layers")
+            raise ValueError(
+                f"layer range [{start}, {end}) outside model {self.name!r} of {self.n_layers} layers"
+            )
         return self.layers[start:end]
+
+    def even_partition(self, n_stages: int) -> tuple[tuple[int, int], ...]:
+        """Layer ranges of ``n_stages`` stages with the repeated blocks split evenly (extra ones to the first
+        stages); embedding/stem layers join the first stage and head layers the last, as Megatron does."""
+        first = 0
+        while first < self.n_layers and self.layers[first].kind in ("embedding", "stem"):
+            first += 1
+        last = self.n_layers
+        while last > first and self.layers[last - 1].kind in ("head", "classifier"):
+            last -= 1
+        n_blocks = last - first
+        if not 1 <= n_stages <= max(1, n_blocks):
+            raise ValueError(f"pp: {n_stages} stages for the {n_blocks} blocks of {self.name!r}")
+        base, extra = divmod(n_blocks, n_stages)
+        bounds = [0]
+        pos = first
+        for i in range(n_stages):
+            pos += base + (1 if i < extra else 0)
+            bounds.append(pos)
+        bounds[-1] = self.n_layers
+        return tuple((bounds[i], bounds[i + 1]) for i in range(n_stages))
 
     def with_seq_len(self, seq_len: int) -> ModelSpec:
         """Only valid for image models, where seq_len does not change per-sample figures."""

@@ -1,0 +1,407 @@
+"""Tessera's fast memory formula: phase-aware, precision-, recompute-, attention-, TP-, PP- and ZeRO-aware.
+
+Peak = max over the moments where it can fall (notes/memory-and-time-estimation.md §6), not states +
+activations:
+
+* **forward end** — weights, optimizer state, in-flight micro-batches' saved activations, the head's
+  logits and log-softmax (and, under 1F1B's steady state, the full gradients);
+* **backward start / end** — the same plus the backward's transients: cross-entropy gradients at the head,
+  one block's recomputed activations under full recompute, gradients growing while activations shrink;
+* **optimizer step** — weights, gradients (fp32 master gradients with bf16-master), optimizer state and
+  foreach AdamW's parameter-sized ``_foreach_sqrt`` temporary.
+
+Saved activations are counted tensor by tensor from the zoo blocks' ops, with PyTorch's dtype rules per
+precision (CUDA autocast: matmuls in half precision, norms / softmax / loss in fp32, one half-precision
+copy of a linear's input per linear), every storage rounded up to the caching allocator's 512 B block.
+Parameter counts come from the zoo's own TP shards (built once on the meta device and cached), so the
+formula is exact where the model is. Everything per configuration is numpy arithmetic over arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from tessera.memory.layout import DeviceView
+from tessera.models.spec import ModelSpec, TransformerArch
+
+BLOCK = 512.0
+PHASES = ("fwd", "bwd", "opt")
+_PREC = {"fp32": 0, "bf16": 1, "fp16": 2, "bf16-master": 3}
+_RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
+_OPT = {"adamw": 0, "adam": 1, "sgd": 2}
+_FAMILY = {"gpt": 0, "llama": 1, "bert": 2, "moe": 0}
+
+
+def r(x: Any) -> Any:
+    """Round a storage up to the caching allocator's block."""
+    return np.ceil(np.asarray(x, dtype=np.float64) / BLOCK) * BLOCK
+
+
+# ---------------------------------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class ParamProfile:
+    """Per-device parameter storage of one layer (or a stage): exact, from the zoo's TP shard."""
+
+    numel: float = 0.0
+    fp32_bytes: float = 0.0  # Σ r(4n) over tensors
+    half_bytes: float = 0.0  # Σ r(2n)
+    n_tensors: float = 0.0
+    cast_bytes: float = 0.0  # Σ r(2n) of weights autocast casts for matmuls (saved until backward)
+    largest_fp32: float = 0.0  # r(4n) of the largest tensor
+    buffer_bytes: float = 0.0  # Σ r(bytes) of buffers (RoPE tables), fp32 (halved with bf16-master)
+    bias_cast_bytes: float = 0.0  # Σ r(2n) of linear biases: autocast's cache holds them during a forward
+
+    def __add__(self, o: ParamProfile) -> ParamProfile:
+        return ParamProfile(
+            self.numel + o.numel,
+            self.fp32_bytes + o.fp32_bytes,
+            self.half_bytes + o.half_bytes,
+            self.n_tensors + o.n_tensors,
+            self.cast_bytes + o.cast_bytes,
+            max(self.largest_fp32, o.largest_fp32),
+            self.buffer_bytes + o.buffer_bytes,
+            self.bias_cast_bytes + o.bias_cast_bytes,
+        )
+
+    def scale(self, k: float) -> ParamProfile:
+        return ParamProfile(*(k * x for x in (self.numel, self.fp32_bytes, self.half_bytes, self.n_tensors,
+                                              self.cast_bytes)), self.largest_fp32)  # fmt: skip
+
+
+def _arch_key(arch: TransformerArch) -> tuple:
+    return tuple(sorted(arch.__dict__.items()))
+
+
+@lru_cache(maxsize=4096)
+def _layer_profile(family: str, arch_items: tuple, layer: int, tp: int, zero_d: int) -> ParamProfile:
+    """Build one layer's TP shard on the meta device and measure its parameters."""
+    import torch
+
+    from tessera.models.nn_common import TPShare
+    from tessera.models.zoo import build_model
+
+    arch = TransformerArch(**dict(arch_items))
+    share = TPShare(tp, 0) if tp > 1 else None
+    m = build_model(arch, family=family, layer_range=(layer, layer + 1), tp=share, device="meta")
+    seen: set[int] = set()
+    numel = f32 = half = n = cast = largest = bias_cast = 0.0
+    for mod in m.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            k = p.numel()
+            if zero_d > 1:
+                k = -(-k // zero_d)
+            numel += k
+            f32 += r(4 * k)
+            half += r(2 * k)
+            largest = max(largest, float(r(4 * k)))
+            n += 1
+            if isinstance(mod, torch.nn.Linear) and name == "weight":
+                cast += r(2 * p.numel())
+            if isinstance(mod, torch.nn.Linear) and name == "bias":
+                bias_cast += r(2 * p.numel())
+    buffers = float(sum(r(bf.numel() * bf.element_size()) for bf in m.buffers()))
+    return ParamProfile(numel, float(f32), float(half), n, float(cast), largest, buffers, float(bias_cast))
+
+
+def stage_params(spec: ModelSpec, start: int, end: int, tp: int, zero_d: int = 1) -> ParamProfile:
+    """Parameters one device of a stage holds (tied embedding/head counted once when both are held)."""
+    arch = spec.arch
+    assert isinstance(arch, TransformerArch)
+    key = _arch_key(arch)
+    total = ParamProfile()
+    for j in range(start, end):
+        total = total + _layer_profile(spec.family, key, j if spec.layers[j].kind == "moe" else _canon(spec, j),
+                                       tp, zero_d)  # fmt: skip
+    n = spec.n_layers
+    if arch.tied_embeddings and start == 0 and end == n:
+        head_out = _layer_profile(spec.family, key, n - 1, tp, zero_d)
+        emb_only = _tied_weight(arch, tp, zero_d)
+        total = total + ParamProfile(-emb_only[0], -emb_only[1], -emb_only[2], -1, 0, 0) if head_out else total
+    return total
+
+
+def _canon(spec: ModelSpec, j: int) -> int:
+    """Identical blocks share one cache entry: map block j to block 1 (index 1 of the layer list)."""
+    kind = spec.layers[j].kind
+    if kind == "transformer":
+        return 1
+    return j
+
+
+def _tied_weight(arch: TransformerArch, tp: int, zero_d: int) -> tuple[float, float, float]:
+    rows = -(-arch.vocab // tp) if tp > 1 else arch.vocab
+    k = rows * arch.hidden
+    if zero_d > 1:
+        k = -(-k // zero_d)
+    return float(k), float(r(4 * k)), float(r(2 * k))
+
+
+# --------------------------------------------------------------------------------- saved activations
+def _dtype_sizes(prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(residual stream, matmul output, softmax) element sizes for each precision code."""
+    res = np.where(prec == 3, 2.0, 4.0)
+    mm = np.where(prec == 0, 4.0, 2.0)
+    sm = np.where(prec == 3, 2.0, 4.0)
+    return res, mm, sm
+
+
+def block_activation_bytes(
+    *,
+    family: np.ndarray,
+    T: np.ndarray,
+    b: np.ndarray,
+    s: np.ndarray,
+    h: np.ndarray,
+    hq: np.ndarray,
+    hkv: np.ndarray,
+    heads: np.ndarray,
+    head_dim: np.ndarray,
+    f: np.ndarray,
+    dropout: np.ndarray,
+    causal: np.ndarray,
+    prec: np.ndarray,
+    recompute: np.ndarray,
+    math: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes saved by one block for backward, bytes of one block's full activations when recomputed)."""
+    res, mm, sm = _dtype_sizes(prec)
+    amp = (prec == 1) | (prec == 2)
+    llama = family == 1
+    bert = family == 2
+    drop = dropout > 0
+    stats = np.where(llama, r(4 * T), 2 * r(4 * T))  # RMSNorm: rstd; LayerNorm: mean + rstd
+    # norm inputs (pre-LN blocks save their input and the mid residual; BERT's post-LN saves two sums)
+    norm_in = 2 * r(res * T * h)
+    rms_extra = np.where(llama, 2 * r(res * T * h), 0.0)  # x * rstd saved by the weight multiply, per norm
+    # inputs of the linears reading a norm output: fp32/bf16-master share one tensor; AMP casts per linear
+    n_attn_in = np.where(llama | ~llama, 3.0, 3.0)
+    attn_in = np.where(amp, n_attn_in * r(2 * T * h), r(res * T * h))
+    mlp_linears_in = np.where(llama, 2.0, 1.0)
+    mlp_in = np.where(amp, mlp_linears_in * r(2 * T * h), r(res * T * h))
+    # q, k, v as attention sees them (GQA expands k, v to the q width)
+    rep = hq / np.maximum(hkv, 1)
+    kv_width = np.where(rep > 1, hq, hkv)
+    qkv = r(mm * T * hq) + 2 * r(mm * T * kv_width)
+    rope_tabs = np.where(llama & amp, 4 * r(2 * s * head_dim), 0.0)
+    # attention core
+    flash_core = r(4 * b * heads * s) + 2 * BLOCK  # logsumexp + philox seed/offset
+    scores = b * heads * s * s
+    amp_f = amp.astype(np.float64)
+    math_core = np.where(
+        drop,
+        r(sm * scores) + r(scores) + np.where(amp, r(4 * scores) * 0 + r(2 * scores), r(sm * scores)),
+        np.where(amp, r(4 * scores) + r(2 * scores), r(sm * scores)),
+    )
+    math_core = math_core + np.where(causal, r(s * s), 0.0)
+    core = np.where(math, math_core, flash_core)
+    core = np.where(recompute == 1, 0.0, core)
+    out = r(mm * T * hq)  # attention output = proj input
+    resid_masks = np.where(drop, 2 * r(T * h), 0.0)
+    if_bert_res = np.where(bert, 0.0, 0.0)
+    # MLP internals
+    gelu_mlp = 2 * r(mm * T * f)
+    swiglu = 4 * r(mm * T * f)
+    mlp = np.where(llama, swiglu, gelu_mlp)
+    del amp_f
+    full = norm_in + stats * 2 + rms_extra + attn_in + qkv + rope_tabs + core + out + resid_masks + mlp_in + mlp
+    full = full + if_bert_res
+    saved = np.where(recompute == 2, r(res * T * h), full)
+    return saved, full
+
+
+# ------------------------------------------------------------------------------------------ the formula
+@dataclass(frozen=True)
+class FormulaOut:
+    peak_bytes: np.ndarray
+    phase: np.ndarray  # index into PHASES
+    phase_bytes: np.ndarray  # [n, 3]
+    breakdown: dict[str, np.ndarray]
+
+    @property
+    def phase_names(self) -> list[str]:
+        return [PHASES[i] for i in self.phase]
+
+
+def evaluate(spec: ModelSpec, views: list[DeviceView]) -> FormulaOut:
+    """Peak bytes of each device view of one model (see :func:`peak_arrays` for the vectorized core)."""
+    return peak_arrays(inputs_for(spec, views))
+
+
+def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[str, np.ndarray]:
+    """Arrays the vectorized formula reads, one entry per view."""
+    arch = spec.arch
+    if not isinstance(arch, TransformerArch):
+        raise ValueError(f"model {spec.name!r}: the memory formula covers transformer models")
+    rows: dict[str, list[float]] = {}
+
+    def put(k: str, v: float) -> None:
+        rows.setdefault(k, []).append(float(v))
+
+    n = spec.n_layers
+    for v in views:
+        zd = v.dp if v.zero >= 1 else 1
+        full = stage_params(spec, v.layer_start, v.layer_end, v.tp)
+        shard = stage_params(spec, v.layer_start, v.layer_end, v.tp, zd) if zd > 1 else full
+        tp = v.tp
+        put("family", _FAMILY.get(spec.family, 0))
+        put("b", v.micro_batch)
+        put("s", spec.seq_len)
+        put("h", arch.hidden)
+        put("heads", arch.n_heads // tp)
+        put("hq", arch.n_heads // tp * arch.head_dim)
+        put("hkv", max(1, arch.n_kv_heads // tp) * arch.head_dim)
+        put("head_dim", arch.head_dim)
+        put("f", -(-arch.ffn_hidden // tp))
+        put("V", -(-arch.vocab // tp))
+        put("dropout", arch.dropout)
+        put("causal", arch.causal)
+        put("tied", arch.tied_embeddings)
+        put("n_blocks", sum(1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")))
+        put("has_embed", v.layer_start == 0)
+        put("has_head", v.layer_end == n)
+        put("in_flight", v.in_flight)
+        put("micro_batches", v.micro_batches)
+        put("prec", _PREC[v.precision])
+        put("recompute", _RECOMPUTE[v.recompute])
+        put("math", v.attention == "math")
+        put("opt", _OPT[v.optimizer])
+        put("zero", v.zero)
+        put("dp", v.dp)
+        put("tp", tp)
+        put("P4", full.fp32_bytes)
+        put("P2", full.half_bytes)
+        put("Pn", full.n_tensors)
+        put("Pcast", full.cast_bytes)
+        put("S4", shard.fp32_bytes)
+        put("S2", shard.half_bytes)
+        put("Sn", shard.n_tensors)
+        put("Plarge", full.largest_fp32)
+        put("buffers", full.buffer_bytes)
+        put("Pbias_cast", full.bias_cast_bytes)
+        head = _layer_profile(spec.family, _arch_key(arch), n - 1, v.tp, 1) if v.layer_end == n else None
+        put("head_cast", head.cast_bytes if head else 0.0)
+    out = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
+    for k, v in extra.items():
+        out[k] = np.asarray(v, dtype=np.float64)
+    return out
+
+
+def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
+    """The vectorized core: every argument an array over configurations."""
+    prec = x["prec"].astype(int)
+    rec = x["recompute"].astype(int)
+    fam = x["family"].astype(int)
+    b, s, h, V, f = x["b"], x["s"], x["h"], x["V"], x["f"]
+    T = b * s
+    res, mm, sm = _dtype_sizes(prec)
+    amp = (prec == 1) | (prec == 2)
+    master = prec == 3
+    m = x["in_flight"]
+    has_head = x["has_head"] > 0
+    has_embed = x["has_embed"] > 0
+    zero = x["zero"]
+    opt = x["opt"].astype(int)
+    nb = x["n_blocks"]
+    has_blocks = nb > 0
+
+    saved, full = block_activation_bytes(
+        family=fam, T=T, b=b, s=s, h=h, hq=x["hq"], hkv=x["hkv"], heads=x["heads"], head_dim=x["head_dim"],
+        f=f, dropout=x["dropout"], causal=x["causal"] > 0, prec=prec, recompute=rec, math=x["math"] > 0,
+    )  # fmt: skip
+    # BERT's post-LN blocks under autocast keep one more fp32 h-wide tensor each (measured on the trace)
+    bert_amp = np.where((fam == 2) & amp & (rec != 2), r(4 * T * h), 0.0)
+    saved = saved + bert_amp
+    full = full + np.where((fam == 2) & amp, r(4 * T * h), 0.0)
+    hidden = r(res * T * h)
+    # embedding: dropout mask (GPT/BERT), BERT's embedding LayerNorm, the vocab-shard masks under TP
+    emb_act = np.where(x["dropout"] > 0, r(T * h), 0.0) + np.where(fam == 2, hidden + 2 * r(4 * T), 0.0)
+    emb_act = emb_act + np.where(x["tp"] > 1, r(8 * T) + r(T), 0.0)
+    emb_act = np.where(has_embed, emb_act, 0.0)
+    # head: final norm input + stats + linear input (+ AMP cast), logits, log-softmax output
+    head_norm = hidden + np.where(fam == 1, r(4 * T) + hidden, 2 * r(4 * T))
+    head_lin_in = np.where(amp, r(2 * T * h), hidden)
+    logits = r(mm * T * V)
+    lsm = r(4 * T * V)
+    head_act = np.where(has_head, head_norm + head_lin_in + logits + lsm, 0.0)
+    # what a non-last stage holds until the backward: its output, per in-flight micro-batch
+    held_out = np.where(has_head, 0.0, hidden)
+    weights_cast = np.where(amp, x["Pcast"], 0.0)
+    # casts saved by the graph: every layer outside full recompute; checkpointed blocks only in the cache
+    blocks_cast_share = np.where(rec == 2, 0.0, 1.0)
+    cast_saved = np.where(amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0)
+    cast_cache = np.where(amp, weights_cast - cast_saved + x["Pbias_cast"], 0.0)
+    del blocks_cast_share
+    per_mb = nb * saved + emb_act + head_act + held_out + cast_saved
+
+    # ---- states
+    P4, P2, S4 = x["P4"], x["P2"], x["S4"]
+    weights = np.where(master, P2 + x["buffers"] / 2, P4 + x["buffers"])
+    master_w = np.where(master, np.where(zero >= 1, S4, P4), 0.0)
+    n_state = np.where(opt == 2, 1.0, 2.0)
+    opt_state = n_state * np.where(zero >= 1, S4, P4) + np.where(opt == 2, 0.0, 4.0 * x["Sn"])
+    grads_model = np.where(master, P2, P4)  # grads of the model's own params at the end of backward
+    grads_opt = np.where(zero >= 1, S4, P4)  # grads the optimizer reads (fp32)
+    states = weights + master_w + opt_state
+    stage_in = np.where(has_embed, r(8 * T), hidden)  # token ids, or a received activation
+    inputs = m * stage_in + np.where(has_head, m * r(8 * T), 0.0)
+
+    # ---- forward end (the last forward's cross-entropy moment: fp32 copy of half-precision logits)
+    steady = x["micro_batches"] > m  # 1F1B steady state: full grads already exist during later forwards
+    g0 = np.where(steady, grads_model, 0.0)
+    ce_copy = np.where(has_head & (prec != 0), r(4 * T * V), 0.0)
+    base = states + inputs + g0 + m * per_mb
+    fwd = base + cast_cache + ce_copy
+    # ---- backward: top of the stage (cross-entropy grads or the received grad + top block's transient),
+    # bottom of the stage (grads of everything above, only the bottom block's activations left)
+    x_block = _block_backward_transient(fam, prec, rec, T, h, f, mm, res)
+    ce_grads = 2 * r(4 * T * V)
+    top = np.where(has_head, ce_grads, hidden + np.where(has_blocks, x_block, 0.0))
+    bwd_top = base + top + np.where(has_blocks & (rec == 2) & ~has_head, full, 0.0)
+    g_blocks_above = grads_model * np.where(nb > 0, (nb - 1) / np.maximum(nb, 1), 0.0)
+    bottom_acts = np.where(rec == 2, full, saved) + emb_act + hidden
+    bwd_bottom = (
+        states + inputs + g0 + (m - 1) * per_mb + np.where(g0 > 0, 0.0, g_blocks_above)
+        + bottom_acts + x_block + np.where(amp & (rec == 2), x["Pcast"] / np.maximum(nb, 1), 0.0)
+    )  # fmt: skip
+    bwd_bottom = np.where(has_blocks, bwd_bottom, 0.0)
+    bwd = np.maximum(bwd_top, bwd_bottom)
+    # ---- optimizer step: fp32 grads, foreach AdamW's param-sized temporary
+    foreach_tmp = np.where(opt == 2, 0.0, np.where(zero >= 1, S4, P4))
+    loader = m * (np.where(has_embed, r(8 * T), 0.0) + np.where(has_head, r(8 * T), 0.0))
+    opt_phase = weights + master_w + opt_state + loader + np.maximum(
+        grads_opt + foreach_tmp,
+        # ZeRO-1 / bf16-master: the model's full grads are still there when the first fp32 slice is made
+        np.where((zero >= 1) | master, grads_model + x["Plarge"] / np.where(zero >= 1, x["dp"], 1.0), 0.0),
+    )
+    phase_bytes = np.stack([fwd, bwd, opt_phase], axis=1)
+    phase = np.argmax(phase_bytes, axis=1)
+    peak = phase_bytes[np.arange(len(phase)), phase]
+    breakdown = {
+        "weights": weights,
+        "master_weights": master_w,
+        "gradients": np.where(phase == 2, grads_opt, g0),
+        "optimizer_state": opt_state,
+        "activations": m * per_mb + inputs,
+        "temporaries": np.where(phase == 2, foreach_tmp, np.where(phase == 1, bwd - base, fwd - base)),
+    }
+    return FormulaOut(peak_bytes=peak, phase=phase, phase_bytes=phase_bytes, breakdown=breakdown)
+
+
+def _non_block_share(x: dict[str, np.ndarray]) -> np.ndarray:
+    """Fraction of matmul weights outside the transformer blocks (the head's projection)."""
+    return np.where(x["has_head"] > 0, x["head_cast"] / np.maximum(x["Pcast"], 1.0), 0.0)
+
+
+def _block_backward_transient(
+    fam: np.ndarray, prec: np.ndarray, rec: np.ndarray, T: np.ndarray, h: np.ndarray, f: np.ndarray,
+    mm: np.ndarray, res: np.ndarray,
+) -> np.ndarray:
+    """Bytes a block's backward allocates on top of what it frees, at its worst moment (measured)."""
+    return 8 * r(mm * T * h)
