@@ -42,7 +42,14 @@ def test_json_round_trip_of_mixed_degree_plan():
     ],
 )
 def test_invalid_plans_name_the_field(kwargs, field):
-    base = {"model": "m", "global_batch": 8, "seq_len": 16, "micro_batches": 2, "model_layers": 6, "model_heads": 4}
+    base = {
+        "model": "m",
+        "global_batch": 8,
+        "seq_len": 16,
+        "micro_batches": 2,
+        "model_layers": 6,
+        "model_heads": 4,
+    }
     with pytest.raises(PlanError, match=field):
         Plan(**{**base, **kwargs})
 

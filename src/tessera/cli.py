@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tessera.hardware import cluster_presets, get_gpu, gpu_catalog
+from tessera.hardware import cluster_presets, gpu_catalog
 
 app = typer.Typer(
     name="tessera",
@@ -21,6 +21,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+if not console.is_terminal:  # piped or captured: wide tables instead of ellipses
+    console = Console(width=200)
 err_console = Console(stderr=True)
 
 GiB = 2**30
@@ -107,7 +109,9 @@ def models(as_json: bool = typer.Option(False, "--json", help="machine-readable 
 
     entries = list_models()
     if as_json:
-        print(json.dumps([{"name": e.name, "family": e.family, "params": e.params} for e in entries], indent=2))
+        print(
+            json.dumps([{"name": e.name, "family": e.family, "params": e.params} for e in entries], indent=2)
+        )
         return
     t = Table(title="Model zoo")
     for col in ("name", "family", "params", "description"):
@@ -178,7 +182,9 @@ def memory(
 def train(
     job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
     plan: str | None = typer.Option(None, "--plan", help="Plan JSON to execute"),
-    devices: int | None = typer.Option(None, "--devices", help="local processes (data parallel) when no plan"),
+    devices: int | None = typer.Option(
+        None, "--devices", help="local processes (data parallel) when no plan"
+    ),
 ) -> None:
     """Train a job for real on local processes (gloo on CPU, NCCL on GPUs)."""
     try:

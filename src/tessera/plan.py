@@ -168,7 +168,9 @@ class Plan:
     # ------------------------------------------------------------- validation
     def validate(self) -> None:
         if self.version != PLAN_VERSION:
-            raise PlanError("version", f"plan version {self.version} is not supported (expected {PLAN_VERSION})")
+            raise PlanError(
+                "version", f"plan version {self.version} is not supported (expected {PLAN_VERSION})"
+            )
         if self.global_batch < 1:
             raise PlanError("global_batch", f"must be >= 1, got {self.global_batch}")
         if self.seq_len < 1:
@@ -178,7 +180,9 @@ class Plan:
         if self.micro_batches < 1:
             raise PlanError("micro_batches", f"must be >= 1, got {self.micro_batches}")
         if self.micro_batches > self.global_batch:
-            raise PlanError("micro_batches", f"{self.micro_batches} micro-batches for a batch of {self.global_batch}")
+            raise PlanError(
+                "micro_batches", f"{self.micro_batches} micro-batches for a batch of {self.global_batch}"
+            )
         if self.zero not in (0, 1, 2, 3):
             raise PlanError("zero", f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
         if self.schedule == Schedule.ONE_F_ONE_B and self.micro_batches < self.n_stages:
@@ -193,7 +197,8 @@ class Plan:
             where = f"stages[{i}]"
             if s.layer_start != expected_start:
                 raise PlanError(
-                    f"{where}.layer_start", f"expected {expected_start} (stages must tile the layers in order)"
+                    f"{where}.layer_start",
+                    f"expected {expected_start} (stages must tile the layers in order)",
                 )
             if s.layer_end <= s.layer_start:
                 raise PlanError(f"{where}.layer_end", f"must exceed layer_start {s.layer_start}")
@@ -222,24 +227,31 @@ class Plan:
                         f"{where}.batch_shares", f"{len(s.batch_shares)} shares for dp_degree {s.dp_degree}"
                     )
                 if any(b < 1 for b in s.batch_shares):
-                    raise PlanError(f"{where}.batch_shares", f"every share must be >= 1, got {list(s.batch_shares)}")
+                    raise PlanError(
+                        f"{where}.batch_shares", f"every share must be >= 1, got {list(s.batch_shares)}"
+                    )
                 if sum(s.batch_shares) != self.global_batch:
                     raise PlanError(
                         f"{where}.batch_shares",
                         f"shares sum to {sum(s.batch_shares)}, not the global batch {self.global_batch}",
                     )
             elif self.global_batch < s.dp_degree:
-                raise PlanError(f"{where}.dp_degree", f"{s.dp_degree} replicas for a global batch of {self.global_batch}")
+                raise PlanError(
+                    f"{where}.dp_degree", f"{s.dp_degree} replicas for a global batch of {self.global_batch}"
+                )
             if s.tp_ratios:
                 if len(s.tp_ratios) != s.tp_degree:
-                    raise PlanError(f"{where}.tp_ratios", f"{len(s.tp_ratios)} ratios for tp_degree {s.tp_degree}")
+                    raise PlanError(
+                        f"{where}.tp_ratios", f"{len(s.tp_ratios)} ratios for tp_degree {s.tp_degree}"
+                    )
                 if any(r <= 0 for r in s.tp_ratios):
                     raise PlanError(f"{where}.tp_ratios", f"every ratio must be > 0, got {list(s.tp_ratios)}")
                 if not math.isclose(sum(s.tp_ratios), 1.0, abs_tol=1e-6):
                     raise PlanError(f"{where}.tp_ratios", f"ratios sum to {sum(s.tp_ratios):.6g}, not 1")
             if self.model_heads and s.tp_degree > 1 and s.even_tp and self.model_heads % s.tp_degree:
                 raise PlanError(
-                    f"{where}.tp_degree", f"{s.tp_degree} does not divide the model's {self.model_heads} heads"
+                    f"{where}.tp_degree",
+                    f"{s.tp_degree} does not divide the model's {self.model_heads} heads",
                 )
             if self.model_heads and s.tp_degree > self.model_heads:
                 raise PlanError(f"{where}.tp_degree", f"{s.tp_degree} ranks for {self.model_heads} heads")

@@ -74,7 +74,9 @@ def memory_command(
     if exact:
         cols += ["exact GiB", "exact phase"]
     for c in cols:
-        t.add_column(c, justify="left" if c in ("stage", "layers", "phase", "fits", "exact phase") else "right")
+        t.add_column(
+            c, justify="left" if c in ("stage", "layers", "phase", "fits", "exact phase") else "right"
+        )
     for s in stages:
         b = s.breakdown
         row = [

@@ -73,7 +73,9 @@ def estimate_layout(
             from tessera.memory.trace import trace_view
 
             r = trace_view(spec, v)
-            s = replace(s, exact_peak_bytes=float(r.peak_bytes), exact_phase=r.peak_phase, exact_breakdown=r.breakdown)
+            s = replace(
+                s, exact_peak_bytes=float(r.peak_bytes), exact_phase=r.peak_phase, exact_breakdown=r.breakdown
+            )
         stages.append(s)
     return stages
 

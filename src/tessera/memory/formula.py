@@ -123,7 +123,9 @@ def stage_params(spec: ModelSpec, start: int, end: int, tp: int, zero_d: int = 1
     if arch.tied_embeddings and start == 0 and end == n:
         head_out = _layer_profile(spec.family, key, n - 1, tp, zero_d)
         emb_only = _tied_weight(arch, tp, zero_d)
-        total = total + ParamProfile(-emb_only[0], -emb_only[1], -emb_only[2], -1, 0, 0) if head_out else total
+        total = (
+            total + ParamProfile(-emb_only[0], -emb_only[1], -emb_only[2], -1, 0, 0) if head_out else total
+        )
     return total
 
 
@@ -210,7 +212,9 @@ def block_activation_bytes(
     swiglu = 4 * r(mm * T * f)
     mlp = np.where(llama, swiglu, gelu_mlp)
     del amp_f
-    full = norm_in + stats * 2 + rms_extra + attn_in + qkv + rope_tabs + core + out + resid_masks + mlp_in + mlp
+    full = (
+        norm_in + stats * 2 + rms_extra + attn_in + qkv + rope_tabs + core + out + resid_masks + mlp_in + mlp
+    )
     full = full + if_bert_res
     saved = np.where(recompute == 2, r(res * T * h), full)
     return saved, full
@@ -263,7 +267,12 @@ def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[s
         put("dropout", arch.dropout)
         put("causal", arch.causal)
         put("tied", arch.tied_embeddings)
-        put("n_blocks", sum(1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")))
+        put(
+            "n_blocks",
+            sum(
+                1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
+            ),
+        )
         put("has_embed", v.layer_start == 0)
         put("has_head", v.layer_end == n)
         put("in_flight", v.in_flight)
@@ -276,6 +285,13 @@ def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[s
         put("dp", v.dp)
         put("tp", tp)
         put("P4", full.fp32_bytes)
+        layer_bytes = [
+            _layer_profile(
+                spec.family, _arch_key(arch), j if spec.layers[j].kind == "moe" else _canon(spec, j), tp, 1
+            )
+            for j in range(v.layer_start, v.layer_end)
+        ]
+        put("Lmax4", max(lp.fp32_bytes for lp in layer_bytes))
         put("P2", full.half_bytes)
         put("Pn", full.n_tensors)
         put("Pcast", full.cast_bytes)
@@ -287,6 +303,9 @@ def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[s
         put("Pbias_cast", full.bias_cast_bytes)
         head = _layer_profile(spec.family, _arch_key(arch), n - 1, v.tp, 1) if v.layer_end == n else None
         put("head_cast", head.cast_bytes if head else 0.0)
+        put("head_P4", head.fp32_bytes if head else 0.0)
+        emb = _layer_profile(spec.family, _arch_key(arch), 0, v.tp, 1) if v.layer_start == 0 else None
+        put("emb_P4", emb.fp32_bytes if emb else 0.0)
     out = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
     for k, v in extra.items():
         out[k] = np.asarray(v, dtype=np.float64)
@@ -335,10 +354,14 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     weights_cast = np.where(amp, x["Pcast"], 0.0)
     # casts saved by the graph: every layer outside full recompute; checkpointed blocks only in the cache
     blocks_cast_share = np.where(rec == 2, 0.0, 1.0)
-    cast_saved = np.where(amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0)
+    cast_saved = np.where(
+        amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0
+    )
     cast_cache = np.where(amp, weights_cast - cast_saved + x["Pbias_cast"], 0.0)
     del blocks_cast_share
-    per_mb = nb * saved + emb_act + head_act + held_out + cast_saved
+    # a later stage's first block saves the received activation, already counted as an input
+    first_in = np.where(~has_embed & has_blocks, hidden, 0.0)
+    per_mb = nb * saved + emb_act + head_act + held_out + cast_saved - first_in
 
     # ---- states
     P4, P2, S4 = x["P4"], x["P2"], x["S4"]
@@ -348,37 +371,78 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     opt_state = n_state * np.where(zero >= 1, S4, P4) + np.where(opt == 2, 0.0, 4.0 * x["Sn"])
     grads_model = np.where(master, P2, P4)  # grads of the model's own params at the end of backward
     grads_opt = np.where(zero >= 1, S4, P4)  # grads the optimizer reads (fp32)
+    # ZeRO-2/3 (FSDP2): weights, masters, grads and optimizer state sharded; compute copies gathered per
+    # layer (ZeRO-3: this layer and the prefetched next one; ZeRO-2: all layers from forward to backward)
+    fsdp = zero >= 2
+    c_size = np.where(master, 2.0, 4.0)
+    gathered = np.where(zero == 3, 2 * x["Lmax4"], P4) * c_size / 4.0
+    weights = np.where(fsdp, np.where(master, 0.0, S4), weights)
+    grads_model = np.where(fsdp, S4, grads_model)
+    fsdp_live = np.where(fsdp, gathered, 0.0)
     states = weights + master_w + opt_state
     stage_in = np.where(has_embed, r(8 * T), hidden)  # token ids, or a received activation
     inputs = m * stage_in + np.where(has_head, m * r(8 * T), 0.0)
 
-    # ---- forward end (the last forward's cross-entropy moment: fp32 copy of half-precision logits)
     steady = x["micro_batches"] > m  # 1F1B steady state: full grads already exist during later forwards
+    # ---- forward end (the last forward's cross-entropy moment: fp32 copy of half-precision logits)
     g0 = np.where(steady, grads_model, 0.0)
     ce_copy = np.where(has_head & (prec != 0), r(4 * T * V), 0.0)
     base = states + inputs + g0 + m * per_mb
-    fwd = base + cast_cache + ce_copy
+    fwd = base + cast_cache + ce_copy + fsdp_live
     # ---- backward: top of the stage (cross-entropy grads or the received grad + top block's transient),
     # bottom of the stage (grads of everything above, only the bottom block's activations left)
-    x_block = _block_backward_transient(fam, prec, rec, T, h, f, mm, res)
+    a_h, a_f, c_w = _bwd_coefficients(fam, prec, rec)
+    x_block = a_h * (mm * T * h) + a_f * (mm * T * f) + c_w * (4 * h * f)
+    math_extra = np.where(
+        (x["math"] > 0) & (rec >= 1), _math_core(b, s, x["heads"], x["dropout"] > 0, prec), 0.0
+    )
+    x_block = x_block + math_extra
+    # with gradients already there (1F1B steady state) each weight's new gradient is a temporary first
+    x_block = x_block + np.where(steady, r(4 * h * f) + np.where(amp, r(2 * h * f), 0.0), 0.0)
     ce_grads = 2 * r(4 * T * V)
-    top = np.where(has_head, ce_grads, hidden + np.where(has_blocks, x_block, 0.0))
-    bwd_top = base + top + np.where(has_blocks & (rec == 2) & ~has_head, full, 0.0)
-    g_blocks_above = grads_model * np.where(nb > 0, (nb - 1) / np.maximum(nb, 1), 0.0)
-    bottom_acts = np.where(rec == 2, full, saved) + emb_act + hidden
-    bwd_bottom = (
-        states + inputs + g0 + (m - 1) * per_mb + np.where(g0 > 0, 0.0, g_blocks_above)
-        + bottom_acts + x_block + np.where(amp & (rec == 2), x["Pcast"] / np.maximum(nb, 1), 0.0)
-    )  # fmt: skip
-    bwd_bottom = np.where(has_blocks, bwd_bottom, 0.0)
-    bwd = np.maximum(bwd_top, bwd_bottom)
+    # top of the stage: cross-entropy grads at the head, or the top block's transient
+    # ZeRO-2/3 backward: gathered compute copies plus one layer's unsharded gradient before reduce-scatter
+    base = base + fsdp_live
+    bwd_top = base + np.where(has_head, ce_grads, np.where(has_blocks, x_block, hidden))
+    # the top block's backward under the head: head stuff of this micro-batch gone, its grads made
+    head_now = head_act - np.where(has_head, logits, 0.0)  # the logits stay: the caller holds the output
+    g_head = np.where(has_head & ~((x["tied"] > 0) & has_embed), x["head_P4"], 0.0)
+    after_head = base - head_now + np.where(g0 > 0, 0.0, g_head) + x_block
+    # bottom of the stage: every upper block's grads, only the bottom block's activations left
+    per_block_g = grads_model - np.where(has_head, x["head_P4"], 0.0) - np.where(has_embed, x["emb_P4"], 0.0)
+    per_block_g = per_block_g / np.maximum(nb, 1)
+    g_above = np.where(g0 > 0, 0.0, per_block_g * np.maximum(nb - 1, 0) + g_head)
+    bwd_bottom = base - head_now - np.maximum(nb - 1, 0) * saved + g_above + x_block
+    # the embedding's backward: a dense V×h gradient and its scratch; a tied head's gradient waits in the
+    # autograd input buffer until the embedding's part is added to it
+    pe = np.where(master, 2.0, 4.0)
+    vh = r(pe * V * h)
+    tied = has_embed & has_head & (x["tied"] > 0)
+    emb_g = np.where(master, x["emb_P4"] / 2, x["emb_P4"])
+    emb_tmp = vh * (1.0 + tied + (tied & (g0 == 0)))
+    held = np.where(has_head, logits, 0.0)
+    bwd_emb = states + inputs + (m - 1) * per_mb + np.where(g0 > 0, g0, grads_model - emb_g) + emb_tmp + held
+    bwd_emb = bwd_emb + fsdp_live
+    bwd_emb = np.where(has_embed, bwd_emb, 0.0)
+    after_head = after_head + np.where(tied, vh, 0.0)
+    bwd_bottom = bwd_bottom + np.where(tied, vh, 0.0)
+    bwd = np.maximum(bwd_top, np.where(has_blocks, np.maximum(after_head, bwd_bottom), 0.0))
+    bwd = np.maximum(bwd, bwd_emb)
     # ---- optimizer step: fp32 grads, foreach AdamW's param-sized temporary
     foreach_tmp = np.where(opt == 2, 0.0, np.where(zero >= 1, S4, P4))
     loader = m * (np.where(has_embed, r(8 * T), 0.0) + np.where(has_head, r(8 * T), 0.0))
-    opt_phase = weights + master_w + opt_state + loader + np.maximum(
-        grads_opt + foreach_tmp,
-        # ZeRO-1 / bf16-master: the model's full grads are still there when the first fp32 slice is made
-        np.where((zero >= 1) | master, grads_model + x["Plarge"] / np.where(zero >= 1, x["dp"], 1.0), 0.0),
+    opt_phase = (
+        weights
+        + master_w
+        + opt_state
+        + loader
+        + np.maximum(
+            grads_opt + foreach_tmp,
+            # ZeRO-1 / bf16-master: the model's full grads are still there when the first fp32 slice is made
+            np.where(
+                (zero >= 1) | master, grads_model + x["Plarge"] / np.where(zero >= 1, x["dp"], 1.0), 0.0
+            ),
+        )
     )
     phase_bytes = np.stack([fwd, bwd, opt_phase], axis=1)
     phase = np.argmax(phase_bytes, axis=1)
@@ -394,14 +458,69 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     return FormulaOut(peak_bytes=peak, phase=phase, phase_bytes=phase_bytes, breakdown=breakdown)
 
 
+def _math_core(
+    b: np.ndarray, s: np.ndarray, heads: np.ndarray, drop: np.ndarray, prec: np.ndarray
+) -> np.ndarray:
+    """Scores a recomputed math-attention core re-materializes in the backward."""
+    amp = (prec == 1) | (prec == 2)
+    sm = np.where(prec == 3, 2.0, 4.0)
+    n = b * heads * s * s
+    return np.where(amp, r(4 * n) + r(2 * n), r(sm * n)) + np.where(drop, r(n) + r(sm * n), 0.0)
+
+
 def _non_block_share(x: dict[str, np.ndarray]) -> np.ndarray:
     """Fraction of matmul weights outside the transformer blocks (the head's projection)."""
     return np.where(x["has_head"] > 0, x["head_cast"] / np.maximum(x["Pcast"], 1.0), 0.0)
 
 
-def _block_backward_transient(
-    fam: np.ndarray, prec: np.ndarray, rec: np.ndarray, T: np.ndarray, h: np.ndarray, f: np.ndarray,
-    mm: np.ndarray, res: np.ndarray,
-) -> np.ndarray:
-    """Bytes a block's backward allocates on top of what it frees, at its worst moment (measured)."""
-    return 8 * r(mm * T * h)
+# Backward transient of the top block of a stage (with the received gradient, and the recomputed block under
+# full recompute), over the forward-end level: a_h·(T·h·e) + a_f·(T·f·e) + c·(4·h·f), f this rank's FFN
+# columns, e the matmul element size. Measured by bench/memory_calibrate.py on the trace of one block at two
+# token counts and two TP degrees; the memory benchmark checks them on other widths, batches and layouts.
+_BWD_COEF: dict[tuple[str, str, str], tuple[float, float, float]] = {
+    ("bert", "amp", "full"): (8.501, 2.09, 0.834),
+    ("bert", "amp", "none"): (0.828, 0.913, 0.5),
+    ("bert", "amp", "selective"): (0.828, 0.913, 0.5),
+    ("bert", "fp32", "full"): (4.918, 2.087, 1.003),
+    ("bert", "fp32", "none"): (1.744, 0.999, 1.003),
+    ("bert", "fp32", "selective"): (1.744, 0.999, 1.003),
+    ("bert", "master", "full"): (4.835, 2.173, 0.502),
+    ("bert", "master", "none"): (1.486, 0.999, 0.502),
+    ("bert", "master", "selective"): (1.486, 0.999, 0.502),
+    ("gpt", "amp", "full"): (10.843, 1.257, 0.833),
+    ("gpt", "amp", "none"): (0.824, 0.916, 0.499),
+    ("gpt", "amp", "selective"): (0.824, 0.916, 0.499),
+    ("gpt", "fp32", "full"): (3.921, 2.087, 1.002),
+    ("gpt", "fp32", "none"): (0.747, 1.0, 1.002),
+    ("gpt", "fp32", "selective"): (0.747, 1.0, 1.002),
+    ("gpt", "master", "full"): (4.175, 2.09, 0.502),
+    ("gpt", "master", "none"): (0.493, 0.999, 0.502),
+    ("gpt", "master", "selective"): (0.493, 0.999, 0.502),
+    ("llama", "amp", "full"): (11.834, 6.58, 1.563),
+    ("llama", "amp", "none"): (1.992, 3.999, 1.002),
+    ("llama", "amp", "selective"): (1.992, 3.999, 1.002),
+    ("llama", "fp32", "full"): (6.0, 6.457, 2.002),
+    ("llama", "fp32", "none"): (0.996, 4.0, 2.002),
+    ("llama", "fp32", "selective"): (0.996, 4.0, 2.002),
+    ("llama", "master", "full"): (5.997, 6.459, 1.002),
+    ("llama", "master", "none"): (0.992, 3.999, 1.002),
+    ("llama", "master", "selective"): (0.992, 3.999, 1.002),
+}
+
+_FAM_NAMES = ("gpt", "llama", "bert")
+_CLS = ("fp32", "amp", "amp", "master")
+
+
+def _bwd_coefficients(
+    fam: np.ndarray, prec: np.ndarray, rec: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = np.zeros(len(fam))
+    af = np.zeros(len(fam))
+    c = np.zeros(len(fam))
+    for fi, fname in enumerate(_FAM_NAMES):
+        for pi, cls in enumerate(_CLS):
+            for ri, rname in enumerate(("none", "selective", "full")):
+                sel = (fam == fi) & (prec == pi) & (rec == ri)
+                if sel.any():
+                    a[sel], af[sel], c[sel] = _BWD_COEF[(fname, cls, rname)]
+    return a, af, c

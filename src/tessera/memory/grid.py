@@ -23,7 +23,7 @@ FAMILY_SHAPES: dict[str, list[dict[str, Any]]] = {
         for h, kv, f in ((512, 4, 1408), (1024, 4, 2816), (2048, 8, 5632), (4096, 8, 11008))
     ],
     "bert": [
-        dict(hidden=h, n_heads=h // 64, n_kv_heads=h // 64, ffn_hidden=4 * h, vocab=30522, causal=False,
+        dict(hidden=h, n_heads=h // 64, n_kv_heads=h // 64, ffn_hidden=4 * h, vocab=30522, type_vocab=2, causal=False,
              dropout=0.1)
         for h in (512, 768, 1024)
     ],

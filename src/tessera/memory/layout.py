@@ -76,16 +76,21 @@ class Layout:
                 f"{self.batch} is not a multiple of dp × micro-batch = {self.dp * self.micro_batch}",
             )
         if self.micro_batches < 1:
-            raise LayoutError("global_batch", f"{self.batch} < dp × micro-batch = {self.dp * self.micro_batch}")
+            raise LayoutError(
+                "global_batch", f"{self.batch} < dp × micro-batch = {self.dp * self.micro_batch}"
+            )
         arch = spec.arch
         heads = getattr(arch, "n_heads", None)
         if heads is not None and self.tp > 1:
             kv = arch.n_kv_heads  # type: ignore[union-attr]
             if heads % self.tp or kv % self.tp:
                 raise LayoutError(
-                    "tp", f"{self.tp} does not divide the {heads} attention heads ({kv} key/value heads) of {spec.name}"
+                    "tp",
+                    f"{self.tp} does not divide the {heads} attention heads ({kv} key/value heads) of {spec.name}",
                 )
-        blocks = sum(1 for layer in spec.layers if layer.kind not in ("embedding", "stem", "head", "classifier"))
+        blocks = sum(
+            1 for layer in spec.layers if layer.kind not in ("embedding", "stem", "head", "classifier")
+        )
         if self.pp > blocks:
             raise LayoutError("pp", f"{self.pp} stages for the {blocks} blocks of {spec.name}")
         if self.schedule == "1f1b" and self.micro_batches < self.pp:

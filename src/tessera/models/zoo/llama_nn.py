@@ -1,0 +1,123 @@
+"""LLaMA in PyTorch: token embedding, pre-RMSNorm blocks with RoPE + GQA + SwiGLU, untied head.
+
+TP names: ``embedding.tok`` (vocab rows, partial-sum output), ``block.attn.{q,k,v,proj}`` (whole kv groups
+per rank), ``block.mlp.{gate,up,down}``, ``head.out`` (vocab rows). Each block keeps its own RoPE cos/sin
+tables as non-persistent buffers of ``max_seq_len`` rows (recomputed, never checkpointed).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tessera.models.nn_common import (
+    Block,
+    BlockModel,
+    RMSNorm,
+    SelfAttention,
+    SwiGLU,
+    TokenEmbedding,
+    TPShare,
+    build_context,
+    check_modes,
+    linear,
+    resolve_range,
+)
+from tessera.models.spec import TPShard, TransformerArch
+from tessera.models.zoo.gpt_nn import ties, vocab_shard
+
+NORM_EPS = 1e-5
+
+
+class LlamaEmbedding(Block):
+    kind = "embedding"
+    tp_shard = TPShard.VOCAB
+
+    def __init__(self, arch: TransformerArch, *, tp: TPShare | None) -> None:
+        super().__init__("embedding")
+        rows, start, sharded = vocab_shard(arch, tp)
+        self.tp_units = arch.vocab
+        self.tok = TokenEmbedding(rows, arch.hidden, start, sharded)
+
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tok(ids)
+
+
+class LlamaBlock(Block):
+    """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x))."""
+
+    kind = "transformer"
+    tp_shard = TPShard.HEADS
+
+    def __init__(
+        self,
+        arch: TransformerArch,
+        i: int,
+        *,
+        attention: str,
+        recompute: str,
+        tp: TPShare | None,
+        max_seq_len: int,
+    ) -> None:
+        super().__init__(f"block_{i}", recompute_full=recompute == "full")
+        self.tp_units = arch.n_kv_heads
+        self.attn_norm = RMSNorm(arch.hidden, NORM_EPS)
+        self.attn = SelfAttention(
+            arch, attention=attention, selective=recompute == "selective", tp=tp, rope_rows=max_seq_len
+        )
+        self.mlp_norm = RMSNorm(arch.hidden, NORM_EPS)
+        self.mlp = SwiGLU(arch, tp=tp)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LlamaHead(Block):
+    kind = "head"
+    tp_shard = TPShard.VOCAB
+
+    def __init__(self, arch: TransformerArch, *, tp: TPShare | None) -> None:
+        super().__init__("head")
+        self.tp_units = arch.vocab
+        self.norm = RMSNorm(arch.hidden, NORM_EPS)
+        self.out = linear(arch.hidden, vocab_shard(arch, tp)[0], bias=False)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+def build(
+    arch: TransformerArch,
+    *,
+    attention: str = "flash",
+    recompute: str = "none",
+    layer_range: tuple[int, int] | None = None,
+    tp: TPShare | None = None,
+    max_seq_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> BlockModel:
+    check_modes(attention, recompute)
+    n = arch.n_layers + 2
+    start, end = resolve_range(layer_range, n)
+    rows = max_seq_len or arch.max_positions
+    layers: list[nn.Module] = []
+    with build_context(device):
+        for j in range(start, end):
+            if j == 0:
+                layers.append(LlamaEmbedding(arch, tp=tp))
+            elif j == n - 1:
+                layers.append(LlamaHead(arch, tp=tp))
+            else:
+                layers.append(
+                    LlamaBlock(arch, j - 1, attention=attention, recompute=recompute, tp=tp, max_seq_len=rows)
+                )
+    return BlockModel(
+        arch,
+        layers,
+        layer_start=start,
+        n_model_layers=n,
+        tp=tp,
+        input_kind="tokens" if start == 0 else "hidden",
+        ties=ties(arch, start, end, n, "out"),
+    )
