@@ -95,10 +95,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--configs", type=int, default=320)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--reuse-traces",
+        type=Path,
+        default=None,
+        help="re-score the estimators on the traces stored in an earlier results file (same grid)",
+    )
     args = ap.parse_args()
 
     points = make_grid(args.configs, seed=args.seed)
-    traces = trace_grid(points)
+    if args.reuse_traces is not None:
+        old = json.loads(args.reuse_traces.read_text())["rows"]
+        by_point = {json.dumps(r["point"], sort_keys=True): r["trace"] for r in old}
+        traces = [by_point[json.dumps(p.to_dict(), sort_keys=True)] for p in points]
+    else:
+        traces = trace_grid(points)
     rows = []
     for p, t in zip(points, traces, strict=True):
         spec, view = point_spec_and_view(p)
@@ -108,6 +119,7 @@ def main() -> None:
         rows.append(
             {
                 "point": p.to_dict(),
+                "trace": t,
                 "trace_bytes": truth,
                 "trace_phase": t["peak_phase"],
                 "formula_bytes": est,

@@ -371,14 +371,18 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     opt_state = n_state * np.where(zero >= 1, S4, P4) + np.where(opt == 2, 0.0, 4.0 * x["Sn"])
     grads_model = np.where(master, P2, P4)  # grads of the model's own params at the end of backward
     grads_opt = np.where(zero >= 1, S4, P4)  # grads the optimizer reads (fp32)
-    # ZeRO-2/3 (FSDP2): weights, masters, grads and optimizer state sharded; compute copies gathered per
-    # layer (ZeRO-3: this layer and the prefetched next one; ZeRO-2: all layers from forward to backward)
+    # ZeRO-2/3 (FSDP2): weights, masters, grads and optimizer state sharded. Forward: the gathered compute
+    # copies (ZeRO-2: every layer's, kept until backward; ZeRO-3: one layer's) plus one layer's all-gather
+    # buffer; backward: ZeRO-2 keeps every gathered layer, ZeRO-3 one layer and its buffer.
     fsdp = zero >= 2
-    c_size = np.where(master, 2.0, 4.0)
-    gathered = np.where(zero == 3, 2 * x["Lmax4"], P4) * c_size / 4.0
-    weights = np.where(fsdp, np.where(master, 0.0, S4), weights)
+    c_size = np.where(master, 2.0, 4.0) / 4.0
+    layer_c = x["Lmax4"] * c_size
+    fsdp_fwd = np.where(fsdp, np.where(zero == 3, 2 * layer_c, P4 * c_size + layer_c), 0.0)
+    fsdp_bwd = np.where(fsdp, np.where(zero == 3, 2 * layer_c, P4 * c_size), 0.0)
+    weights = np.where(
+        fsdp, np.where(master, 0.0, S4) + np.where(master, x["buffers"] / 2, x["buffers"]), weights
+    )
     grads_model = np.where(fsdp, S4, grads_model)
-    fsdp_live = np.where(fsdp, gathered, 0.0)
     states = weights + master_w + opt_state
     stage_in = np.where(has_embed, r(8 * T), hidden)  # token ids, or a received activation
     inputs = m * stage_in + np.where(has_head, m * r(8 * T), 0.0)
@@ -388,7 +392,7 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     g0 = np.where(steady, grads_model, 0.0)
     ce_copy = np.where(has_head & (prec != 0), r(4 * T * V), 0.0)
     base = states + inputs + g0 + m * per_mb
-    fwd = base + cast_cache + ce_copy + fsdp_live
+    fwd = base + cast_cache + ce_copy + fsdp_fwd
     # ---- backward: top of the stage (cross-entropy grads or the received grad + top block's transient),
     # bottom of the stage (grads of everything above, only the bottom block's activations left)
     a_h, a_f, c_w = _bwd_coefficients(fam, prec, rec)
@@ -402,7 +406,7 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     ce_grads = 2 * r(4 * T * V)
     # top of the stage: cross-entropy grads at the head, or the top block's transient
     # ZeRO-2/3 backward: gathered compute copies plus one layer's unsharded gradient before reduce-scatter
-    base = base + fsdp_live
+    base = base + fsdp_bwd
     bwd_top = base + np.where(has_head, ce_grads, np.where(has_blocks, x_block, hidden))
     # the top block's backward under the head: head stuff of this micro-batch gone, its grads made
     head_now = head_act - np.where(has_head, logits, 0.0)  # the logits stay: the caller holds the output
@@ -422,7 +426,7 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     emb_tmp = vh * (1.0 + tied + (tied & (g0 == 0)))
     held = np.where(has_head, logits, 0.0)
     bwd_emb = states + inputs + (m - 1) * per_mb + np.where(g0 > 0, g0, grads_model - emb_g) + emb_tmp + held
-    bwd_emb = bwd_emb + fsdp_live
+    bwd_emb = bwd_emb + fsdp_bwd
     bwd_emb = np.where(has_embed, bwd_emb, 0.0)
     after_head = after_head + np.where(tied, vh, 0.0)
     bwd_bottom = bwd_bottom + np.where(tied, vh, 0.0)

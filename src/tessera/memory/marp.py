@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 def marp_weights(vocab: ArrayLike, hidden: ArrayLike, layers: ArrayLike) -> np.ndarray:
     """Frenzy's parameter-count approximation W = V·h + l·(12h² + 13h)."""
-    v, h, l = (np.asarray(x, dtype=np.float64) for x in (vocab, hidden, layers))
+    v, h, l = (np.asarray(x, dtype=np.float64) for x in (vocab, hidden, layers))  # noqa: E741 (the paper's symbols)
     return v * h + l * (12 * h**2 + 13 * h)
 
 
@@ -31,7 +31,7 @@ def marp_bytes(
     tp: ArrayLike = 1,
 ) -> np.ndarray:
     """Per-GPU bytes predicted by MARP; vectorized over any broadcastable arguments."""
-    h, l, a, s, big_b, d, t = (
+    h, l, a, s, big_b, d, t = (  # noqa: E741 (the paper's symbols)
         np.asarray(x, dtype=np.float64) for x in (hidden, layers, heads, seq_len, batch, dp, tp)
     )
     w = marp_weights(vocab, h, l)

@@ -1,0 +1,263 @@
+"""One rank's trainer: builds its stage, runs pipeline + DP sync + optimizer step, exposes its state pieces.
+
+The order of a step is fixed: pipeline schedule (forward/backward of every micro-batch, gradients
+accumulating) → gradients into the fp32 master copies when the plan keeps bf16 parameters → DP gradient
+sync → (fp16) unscale and skip on overflow → optimizer step (the owner only, under ZeRO) → updated
+parameters broadcast from their owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tessera.plan import Optimizer, Plan, Precision
+from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
+from tessera.runtime.groups import Layout, build_layout
+from tessera.runtime.model import ModelFactory, TPSpec, layer_of, tied_groups
+from tessera.runtime.pipeline import PipelineRunner
+from tessera.runtime.shards import ShardSpec
+from tessera.runtime.stage import ParamEntry, build_stage
+from tessera.runtime.transport import Transport
+
+
+def make_optimizer(kind: Optimizer | str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """The optimizers a Plan names, with fixed hyper-parameters so every plan (and the reference) agree."""
+    kind = Optimizer(kind)
+    if kind == Optimizer.ADAMW:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if kind == Optimizer.ADAM:
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int
+    loss: float  # this rank's weighted share; the step loss is the sum over the last stage's TP-rank-0 ranks
+    reports_loss: bool
+    iter_s: float
+    compute_s: float
+    comm_s: float
+    skipped: bool = False
+
+
+class _LossScaler:
+    """Dynamic loss scaling for fp16, agreed across all ranks (one MAX all-reduce of the overflow flag)."""
+
+    def __init__(self) -> None:
+        self.scale = 2.0**16
+        self.good_steps = 0
+
+    def unscale_and_check(self, params: list[nn.Parameter]) -> bool:
+        inv = 1.0 / self.scale
+        found = torch.zeros(1)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(inv)
+                if not torch.isfinite(p.grad).all():
+                    found.fill_(1.0)
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        if found.item() > 0:
+            self.scale /= 2
+            self.good_steps = 0
+            return False
+        self.good_steps += 1
+        if self.good_steps % 2000 == 0:
+            self.scale *= 2
+        return True
+
+
+class Trainer:
+    """Everything one rank holds for one Plan."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        factory: ModelFactory,
+        *,
+        seed: int,
+        learning_rate: float,
+        device: torch.device,
+    ) -> None:
+        self.plan = plan
+        self.rank = rank
+        self.device = device
+        ties = tied_groups(factory, plan.attention.value, plan.recompute.value)
+        self.layout: Layout = build_layout(
+            plan, rank, ties=tuple(tuple(layer_of(f) for f in g) for g in ties)
+        )
+        lay = self.layout
+        st = lay.stage
+        tp = TPSpec(st.tp_degree, lay.tp_rank, tuple(st.ratios())) if st.tp_degree > 1 else None
+        self.stage = build_stage(
+            factory,
+            (st.layer_start, st.layer_end),
+            seed,
+            tp=tp,
+            tp_group=lay.tp_group,
+            attention=plan.attention.value,
+            recompute=plan.recompute.value,
+            device=device,
+            ties=ties,
+        )
+        self.entries: list[ParamEntry] = self.stage.entries
+        self.precision = plan.precision
+        self.has_masters = self.precision == Precision.BF16_MASTER
+        if self.has_masters:
+            self.stage.module.to(torch.bfloat16)
+            self.masters = [nn.Parameter(e.param.detach().float().clone()) for e in self.entries]
+        else:
+            self.masters = [e.param for e in self.entries]
+        by_param = {id(e.param): i for i, e in enumerate(self.entries)}
+        tie_index = {g[0]: t for t, g in enumerate(ties)}
+        self.tied = [self.masters[by_param[id(e.param)]] for e in self.stage.cross_stage]
+        self.tied_groups = [lay.tie_groups[tie_index[e.fqn]] for e in self.stage.cross_stage]
+        tied_ids = {id(p) for p in self.tied}
+        dp = st.dp_degree
+        self.owners = assign_owners(self.masters, dp) if plan.zero >= 1 and dp > 1 else None
+        mine = [p for p in self.masters if self.owners is None or self.owners[id(p)] == lay.replica]
+        self.optimizer = make_optimizer(plan.optimizer, mine, learning_rate)
+        self.sync = GradSync(
+            [p for p in self.masters if id(p) not in tied_ids],
+            lay.dp_group,
+            lay.dp_ranks,
+            owners=self.owners,
+            reduce_to_owner=plan.zero >= 2,
+        )
+        self.scaler = _LossScaler() if self.precision == Precision.FP16 else None
+        self.transport = Transport(device)
+        self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
+
+    # ------------------------------------------------------------------ step
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        name = self.precision.autocast_dtype_name
+        if name is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, name))
+
+    def forward_backward(
+        self, inputs: torch.Tensor | None, targets: torch.Tensor | None
+    ) -> tuple[float, float, float]:
+        """Pipeline + gradient sync, no optimizer step: (loss share, compute s, comm s)."""
+        for p in self.masters:
+            p.grad = None
+        for e in self.entries:
+            e.param.grad = None
+        scale = self.scaler.scale if self.scaler else 1.0
+        loss, times = self.runner.run(inputs, targets, loss_scale=scale)
+        if self.has_masters:
+            for e, m in zip(self.entries, self.masters, strict=True):
+                m.grad = None if e.param.grad is None else e.param.grad.float()
+        t0 = time.perf_counter()
+        if self.tied:
+            sync_tied(self.tied, self.tied_groups, leader=self.layout.tp_rank == 0)
+        self.sync()
+        return loss, times.compute_s, times.comm_s + time.perf_counter() - t0
+
+    def step(
+        self,
+        step: int,
+        inputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        *,
+        capture_grads: bool = False,
+    ) -> StepStats:
+        t0 = time.perf_counter()
+        loss, compute_s, comm_s = self.forward_backward(inputs, targets)
+        if capture_grads:  # the synchronized full-batch gradient, before the optimizer touches it
+            self.captured_grads = self.grad_pieces()
+        ok = self.scaler.unscale_and_check(self.masters) if self.scaler else True
+        t1 = time.perf_counter()
+        if ok:
+            self.optimizer.step()
+        compute_s += time.perf_counter() - t1
+        t2 = time.perf_counter()
+        if self.owners is not None:
+            broadcast_from_owners(self.masters, self.owners, self.layout.dp_group, self.layout.dp_ranks)  # type: ignore[arg-type]
+        comm_s += time.perf_counter() - t2
+        if self.has_masters:
+            with torch.no_grad():
+                for e, m in zip(self.entries, self.masters, strict=True):
+                    e.param.copy_(m)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        lay = self.layout
+        return StepStats(
+            step=step,
+            loss=loss,
+            reports_loss=lay.last and lay.tp_rank == 0,
+            iter_s=time.perf_counter() - t0,
+            compute_s=compute_s,
+            comm_s=comm_s,
+            skipped=not ok,
+        )
+
+    # ---------------------------------------------------------------- pieces
+    def _holds(self, p: nn.Parameter) -> bool:
+        """Whether this rank's copy of ``p`` (grad, optimizer state) is authoritative for its DP group."""
+        if self.owners is not None:
+            return self.owners[id(p)] == self.layout.replica
+        return self.layout.replica == 0
+
+    def grad_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
+        return [
+            (e.fqn, e.spec, m.grad.detach().float().cpu())
+            for e, m in zip(self.entries, self.masters, strict=True)
+            if m.grad is not None and self._holds(m)
+        ]
+
+    def param_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
+        if self.layout.replica != 0:
+            return []
+        return [
+            (e.fqn, e.spec, m.detach().cpu().clone()) for e, m in zip(self.entries, self.masters, strict=True)
+        ]
+
+    def optim_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
+        """Optimizer state as pieces keyed ``{fqn}::{state name}`` (scalars replicated)."""
+        out = []
+        for e, m in zip(self.entries, self.masters, strict=True):
+            if not self._holds(m):
+                continue
+            for k, v in self.optimizer.state.get(m, {}).items():
+                if not torch.is_tensor(v):
+                    v = torch.tensor(v)
+                spec = e.spec if v.shape == m.shape else ShardSpec(tuple(v.shape))
+                out.append((f"{e.fqn}::{k}", spec, v.detach().cpu().clone()))
+        return out
+
+    def load_full(self, params: dict[str, torch.Tensor], optim: dict[str, torch.Tensor]) -> None:
+        """Load a full (unsharded) model + optimizer state, slicing out this rank's pieces — any plan's."""
+        with torch.no_grad():
+            for e, m in zip(self.entries, self.masters, strict=True):
+                if e.fqn not in params:
+                    raise KeyError(f"checkpoint has no parameter {e.fqn}")
+                full = params[e.fqn]
+                m.copy_(e.spec.slice(full.to(m.dtype)).to(m.device))
+                if m is not e.param:
+                    e.param.copy_(m)
+                if self.owners is not None and self.owners[id(m)] != self.layout.replica:
+                    continue
+                state = {}
+                prefix = f"{e.fqn}::"
+                for key, v in optim.items():
+                    if key.startswith(prefix):
+                        name = key[len(prefix) :]
+                        local = (
+                            e.spec.slice(v)
+                            if tuple(v.shape) == e.spec.full_shape and v.dim() > 0
+                            else v.clone()
+                        )
+                        state[name] = local.to(m.device) if name != "step" else local
+                if state:
+                    self.optimizer.state[m] = state
+
+    def close(self) -> None:
+        self.layout.destroy()

@@ -1,0 +1,40 @@
+"""What a launch needs besides the Plan: amount of work, data, model factory, checkpoints, timeouts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tessera.runtime.data import DataSource
+from tessera.runtime.model import ModelFactory
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test hook: make ``rank`` die, hang or raise when it reaches ``step``."""
+
+    rank: int
+    step: int
+    kind: Literal["kill", "hang", "raise"] = "kill"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    steps: int = (
+        1  # train until this many steps are done (a resumed run continues from its checkpoint's step)
+    )
+    learning_rate: float = 1e-3
+    seed: int = 0  # initial weights and synthetic data
+    model: ModelFactory | None = None  # default: the zoo model the Plan names
+    data: DataSource | None = None  # default: synthetic tokens from ``seed``
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0  # 0: only after the last step (when checkpoint_dir is set)
+    resume_from: str | None = None  # a checkpoint root (its ``latest``) or one step directory
+    telemetry_path: str | None = None  # per-step JSONL
+    pg_timeout_s: float = 300.0  # process-group timeout: a collective waiting on a dead peer fails after it
+    watchdog_s: float = 600.0  # launcher: a rank silent this long is declared hung and the job ends
+    progress: bool = False  # live Rich progress on the console
+    capture_grads: bool = False  # return the full gradient of the first step (tests)
+    capture_params: bool = False  # return the full parameters at the end (tests)
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    fault: Fault | None = None

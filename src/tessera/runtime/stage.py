@@ -1,0 +1,145 @@
+"""Build one rank's piece of the model: its stage's layers, TP-sharded when the stage is tensor-parallel.
+
+Every parameter is recorded with its model-layer FQN (``layers.{i}.{name}``) and its ``ShardSpec`` — the
+keys under which checkpoints, gradients and resharding all meet, whatever the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
+from tessera.runtime.shards import ShardSpec
+from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
+
+
+@dataclass(frozen=True)
+class ParamEntry:
+    fqn: str
+    param: nn.Parameter
+    spec: ShardSpec
+
+
+@dataclass
+class StageModel:
+    module: nn.Module  # the zoo's BlockModel for layers [start, end)
+    entries: list[ParamEntry]
+    layer_start: int
+    cross_stage: list[ParamEntry]  # tied parameters whose other members live on other stages
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.module.layers  # type: ignore[return-value]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.module.loss(output, targets)  # type: ignore[operator]
+
+
+def build_stage(
+    factory: ModelFactory,
+    layer_range: tuple[int, int],
+    seed: int,
+    *,
+    tp: TPSpec | None,
+    tp_group: dist.ProcessGroup | None,
+    attention: str,
+    recompute: str,
+    device: torch.device,
+    ties: tuple[tuple[str, ...], ...] = (),
+) -> StageModel:
+    """The stage's layers holding the canonical initial weights (TP-sliced), tied parameters re-tied locally.
+
+    A tied parameter whose members live on other stages too is listed in ``StageModel.cross_stage`` so the
+    gradient sync can add the other stage's contribution (Megatron's embedding group).
+    """
+    start, end = layer_range
+    use_tp = tp is not None and tp.degree > 1
+    module = factory(
+        layer_range=layer_range, tp=tp if use_tp else None, attention=attention, recompute=recompute
+    )
+    raw: list[ParamEntry] = []
+    for j, i in enumerate(range(start, end)):
+        full = build_layer(factory, i, seed, attention=attention, recompute=recompute)
+        local = module.layers[j]
+        shards = None
+        if use_tp:
+            assert tp is not None and tp_group is not None
+            shards = plan_layer_shards(
+                factory, i, seed, local, full, tp, attention=attention, recompute=recompute
+            )
+            if shards is None:  # embeddings / heads stay replicated in the TP group
+                module.layers[j] = local = full
+        full_params = dict(full.named_parameters())
+        with torch.no_grad():
+            for name, p in local.named_parameters():
+                spec = shards.specs[name] if shards is not None else ShardSpec(tuple(full_params[name].shape))
+                if local is not full:
+                    p.copy_(spec.slice(full_params[name].detach()))
+                raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
+            full_buffers = dict(full.named_buffers())
+            for name, b in local.named_buffers():
+                if local is not full and name in full_buffers and full_buffers[name].shape == b.shape:
+                    b.copy_(full_buffers[name])
+        if shards is not None:
+            install_tp(local, shards, tp_group)  # type: ignore[arg-type]
+    entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute)
+    module.to(device)
+    return StageModel(module, entries, start, cross)
+
+
+def _apply_ties(
+    module: nn.Module,
+    raw: list[ParamEntry],
+    ties: tuple[tuple[str, ...], ...],
+    start: int,
+    end: int,
+    factory: ModelFactory,
+    seed: int,
+    attention: str,
+    recompute: str,
+) -> tuple[list[ParamEntry], list[ParamEntry]]:
+    canonical = {alias: g[0] for g in ties for alias in g}
+    by_fqn = {e.fqn: e for e in raw}
+    cross: list[ParamEntry] = []
+    for group in ties:
+        local = [f for f in group if start <= layer_of(f) < end and f in by_fqn]
+        if not local:
+            continue
+        keep = by_fqn[local[0]]
+        # The tied value is the canonical member's initial value (loading the members one by one may have
+        # left another member's value in a Parameter the module already shares).
+        value = build_layer(factory, layer_of(group[0]), seed, attention=attention, recompute=recompute)
+        with torch.no_grad():
+            keep.param.copy_(value.state_dict()[group[0].split(".", 2)[2]])
+        for alias in local[1:]:  # several members here: one Parameter, as in the full model
+            path = f"layers.{layer_of(alias) - start}." + alias.split(".", 2)[2]
+            owner_path, _, attr = path.rpartition(".")
+            setattr(module.get_submodule(owner_path), attr, keep.param)
+        if len(local) < len(group):
+            cross.append(ParamEntry(group[0], keep.param, keep.spec))
+    seen: set[int] = set()
+    entries: list[ParamEntry] = []
+    for e in raw:
+        e_fqn = canonical.get(e.fqn, e.fqn)
+        p = by_fqn[e.fqn].param
+        if e.fqn in canonical:
+            p = _resolve(module, e.fqn, start)
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        entries.append(ParamEntry(e_fqn, p, e.spec))
+    return entries, cross
+
+
+def _resolve(module: nn.Module, fqn: str, start: int) -> nn.Parameter:
+    path = f"layers.{layer_of(fqn) - start}." + fqn.split(".", 2)[2]
+    return module.get_parameter(path)

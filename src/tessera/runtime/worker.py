@@ -1,0 +1,170 @@
+"""The per-device worker process: join the process group, run each job's Plan, report every step.
+
+Everything a worker sends the launcher is plain bytes (tensors go through ``torch.save``), so a worker may
+exit the moment it is done without the parent losing shared-memory handles.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tessera.plan import Plan
+from tessera.runtime import checkpoint
+from tessera.runtime.data import SyntheticData
+from tessera.runtime.engine import Trainer
+from tessera.runtime.model import ZooModel
+from tessera.runtime.options import RunOptions
+from tessera.runtime.shards import assemble
+from tessera.runtime.telemetry import RankStep, peak_memory_bytes
+
+
+def to_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    rank: int
+    world_size: int
+    port: int
+    backend: str
+    jobs: tuple[tuple[Plan, RunOptions], ...]
+
+
+def device_for(plan: Plan, rank: int, backend: str) -> torch.device:
+    if backend != "nccl":
+        return torch.device("cpu")
+    dev = plan.devices[[d.rank for d in plan.devices].index(rank)]
+    index = dev.local_index if dev.local_index is not None else rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def _inject(options: RunOptions, rank: int, step: int) -> None:
+    f = options.fault
+    if f is None or f.rank != rank or f.step != step:
+        return
+    if f.kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif f.kind == "hang":
+        time.sleep(10**6)
+    else:
+        raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+
+
+def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str, queue: Any) -> None:
+    device = device_for(plan, rank, backend)
+    factory = options.model or ZooModel(plan.model)
+    trainer = Trainer(
+        plan, rank, factory, seed=options.seed, learning_rate=options.learning_rate, device=device
+    )
+    data = options.data or SyntheticData(options.seed)
+    start = 0
+    if options.resume_from:
+        ckpt = checkpoint.load(options.resume_from)
+        trainer.load_full(ckpt.params, ckpt.optim)
+        start = ckpt.step
+    queue.put(("ready", index, rank, None))
+    lay = trainer.layout
+    needs_data = lay.first or lay.last
+    grads = None
+    last_saved = None
+    for step in range(start, options.steps):
+        _inject(options, rank, step)
+        # Dropout RNG: a pure function of (seed, step, stage, replica) — identical on the TP ranks of a
+        # replica, whose replicated activations must see the same masks, and reproducible after a resume.
+        torch.manual_seed(hash((options.seed, step, lay.stage_index, lay.replica)) % (2**63))
+        inputs = targets = None
+        if needs_data:
+            inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
+        capture = options.capture_grads and step == start
+        stats = trainer.step(step, inputs, targets, capture_grads=capture)
+        if capture:
+            grads = trainer.captured_grads
+        report = RankStep(
+            job=index,
+            rank=rank,
+            stage=lay.stage_index,
+            step=step,
+            loss=stats.loss,
+            reports_loss=stats.reports_loss,
+            iter_s=stats.iter_s,
+            compute_s=stats.compute_s,
+            comm_s=stats.comm_s,
+            peak_memory_bytes=peak_memory_bytes(device),
+            skipped=stats.skipped,
+        )
+        queue.put(("step", index, rank, report))
+        done = step + 1
+        every = options.checkpoint_every
+        if options.checkpoint_dir and ((every and done % every == 0) or done == options.steps):
+            meta = {"plan": plan.to_dict(), "seed": options.seed, "data_position": done, "model": plan.model}
+            checkpoint.save(
+                options.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
+            )
+            last_saved = done
+    result: dict[str, Any] = {"checkpoint_step": last_saved}
+    if grads is not None:
+        result["grads"] = grads
+    if options.capture_params:
+        result["params"] = trainer.param_pieces()
+    queue.put(("done", index, rank, to_bytes(result)))
+    trainer.close()
+
+
+def main(args: WorkerArgs, queue: Any) -> None:
+    rank = args.rank
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        timeout = min(o.pg_timeout_s for _, o in args.jobs)
+        watchdog = max(o.watchdog_s for _, o in args.jobs)
+        faulthandler.dump_traceback_later(watchdog, exit=False, file=sys.stderr)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.world_size))
+        dist.init_process_group(
+            args.backend,
+            init_method=f"tcp://127.0.0.1:{args.port}",
+            rank=rank,
+            world_size=args.world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+        for i, (plan, options) in enumerate(args.jobs):
+            run_job(i, plan, options, rank, args.backend, queue)
+        dist.barrier()
+        faulthandler.cancel_dump_traceback_later()
+        dist.destroy_process_group()
+        queue.put(("exit", -1, rank, None))
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
+        msg = f"{type(e).__name__}: {e}".strip()
+        queue.put(
+            (
+                "error",
+                -1,
+                rank,
+                (msg.splitlines()[0][:500] if msg else type(e).__name__, traceback.format_exc()),
+            )
+        )
+        sys.stderr.flush()
+        queue.close()
+        queue.join_thread()  # the message must be on the pipe before the hard exit
+        os._exit(1)
+
+
+__all__ = ["WorkerArgs", "assemble", "from_bytes", "main", "to_bytes"]

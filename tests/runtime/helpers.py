@@ -1,0 +1,62 @@
+"""Single-process references and comparison helpers for the runtime tests."""
+
+from __future__ import annotations
+
+import torch
+
+from tessera.plan import Device, Plan, Stage
+from tessera.runtime import SyntheticData, make_optimizer, reference_model
+
+
+def reference(factory, plan: Plan, *, seed: int = 0, steps: int = 1, lr: float = 1e-3):
+    """(loss per step, full gradient of the first step) of the whole model in one process, full batch."""
+    n_layers = plan.stages[-1].layer_end
+    model = reference_model(
+        factory, n_layers, seed, attention=plan.attention.value, recompute=plan.recompute.value
+    )
+    opt = make_optimizer(plan.optimizer, list(model.parameters()), lr)
+    data = SyntheticData(seed)
+    losses, grads = [], None
+    for step in range(steps):
+        inputs, targets = data.batch(model, step, plan.global_batch, plan.seq_len)
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(model(inputs), targets)
+        loss.backward()
+        if grads is None:
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, grads
+
+
+FLOOR = 1e-4  # of the model's largest gradient entry
+
+
+def max_rel(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest per-tensor relative error max|a-b| / max|b| over all tensors (keys must match).
+
+    Gradients that are mathematically zero (attention key biases: softmax ignores them) are rounding noise
+    of ~1e-11 in both runs; the denominator never drops below ``FLOOR`` × the model's largest gradient entry.
+    """
+    assert set(a) == set(b), f"keys differ: {sorted(set(a) ^ set(b))[:6]}"
+    worst = 0.0
+    floor = FLOOR * max(float(t.abs().max()) for t in b.values())
+    for k in b:
+        denom = max(float(b[k].abs().max()), floor)
+        worst = max(worst, float((a[k] - b[k]).abs().max()) / denom)
+    return worst
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def stage(start: int, end: int, ranks: list[int], dp: int = 1, tp: int = 1, shares=(), ratios=()) -> Stage:
+    devs = tuple(Device(rank=r, gpu_type="cpu", local_index=r) for r in ranks)
+    return Stage(
+        start, end, devs, dp_degree=dp, tp_degree=tp, batch_shares=tuple(shares), tp_ratios=tuple(ratios)
+    )
+
+
+def plan(model: str, stages: list[Stage], *, batch: int = 8, seq: int = 16, micro: int = 1, **kw) -> Plan:
+    return Plan(model=model, global_batch=batch, seq_len=seq, stages=tuple(stages), micro_batches=micro, **kw)
