@@ -182,12 +182,20 @@ def memory(
 def train(
     job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
     plan: str | None = typer.Option(None, "--plan", help="Plan JSON to execute"),
-    devices: int | None = typer.Option(None, "--devices", help="local processes (data parallel) when no plan"),
+    devices: int | None = typer.Option(
+        None, "--devices", help="local processes (data parallel) when no plan"
+    ),
     steps: int | None = typer.Option(None, "--steps", help="override the job's amount of work"),
-    run_dir: str | None = typer.Option(None, "--run-dir", help="telemetry and checkpoints (default runs/<job>)"),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="steps between checkpoints (0: at the end)"),
+    run_dir: str | None = typer.Option(
+        None, "--run-dir", help="telemetry and checkpoints (default runs/<job>)"
+    ),
+    checkpoint_every: int = typer.Option(
+        0, "--checkpoint-every", help="steps between checkpoints (0: at the end)"
+    ),
     resume: bool = typer.Option(False, "--resume", help="continue from the run dir's latest checkpoint"),
-    data: str | None = typer.Option(None, "--data", help="local text file (byte-level tokens); default synthetic"),
+    data: str | None = typer.Option(
+        None, "--data", help="local text file (byte-level tokens); default synthetic"
+    ),
     timeout_s: float = typer.Option(600.0, "--timeout", help="seconds before a silent rank fails the job"),
 ) -> None:
     """Train a job for real on local processes (gloo on CPU, NCCL on GPUs), with live progress."""
