@@ -26,6 +26,7 @@ def test_samples_become_steps():
         ({"gpu_types": ["A10"], "exclude_gpu_types": ["A10"]}, "both preferred and excluded"),
         ({"colour": "red"}, "colour"),
         ({"version": 2}, "version"),
+        ({"model": "lama2-7b"}, "model: .*llama2-7b"),
     ],
 )
 def test_bad_specs_name_the_field(change, field):

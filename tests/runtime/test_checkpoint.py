@@ -20,6 +20,13 @@ def _plans():
     return dp2, pp2, tp2, one
 
 
+def _torch_plans():
+    n = n_layers(NAME)
+    zero3 = plan(NAME, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=3)  # FSDP2
+    tp_even = plan(NAME, [stage(0, n, [0, 1], tp=2)])  # DTensor parallelize_module
+    return zero3, tp_even
+
+
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
@@ -29,13 +36,16 @@ def chain(tmp_path_factory):
     def opt(**kw):
         return RunOptions(**{**base.__dict__, **kw})
 
-    a, b = str(root / "a"), str(root / "b")
+    zero3, tp_even = _torch_plans()
+    a, b, c = str(root / "a"), str(root / "b"), str(root / "c")
     jobs = [
         (dp2, opt(steps=6)),  # uninterrupted
         (dp2, opt(steps=2, checkpoint_dir=a)),  # 2-way DP, saved at step 2
         (pp2, opt(steps=4, resume_from=a, checkpoint_dir=b)),  # → 2-stage pipeline
         (dp2, opt(steps=6, resume_from=b)),  # → back to DP
         (tp2, opt(steps=6, resume_from=b)),  # → uneven TP instead
+        (zero3, opt(steps=5, resume_from=b, checkpoint_dir=c)),  # → ZeRO-3 (FSDP2), saved at step 5
+        (tp_even, opt(steps=6, resume_from=c)),  # → even TP (DTensor)
     ]
     results = launch_many(jobs)
     single = launch(one, opt(steps=6, resume_from=b))  # → one device
@@ -44,7 +54,7 @@ def chain(tmp_path_factory):
 
 @pytest.mark.timeout(180)
 def test_dp_to_pp_and_back_matches_uninterrupted(chain):
-    _, (full, first, second, third, _), _ = chain
+    _, (full, first, second, third, *_), _ = chain
     resumed = first.losses + second.losses + third.losses
     assert [r.step for r in second.records] == [2, 3]
     assert len(resumed) == len(full.losses) == 6
@@ -53,8 +63,17 @@ def test_dp_to_pp_and_back_matches_uninterrupted(chain):
 
 
 @pytest.mark.timeout(180)
+def test_resume_through_fsdp2_and_dtensor_tp(chain):
+    _, (full, *_, zero3, tp_even), _ = chain
+    assert [r.step for r in zero3.records] == [4] and [r.step for r in tp_even.records] == [5]
+    for run, ref in ((zero3, full.losses[4:5]), (tp_even, full.losses[5:6])):
+        worst = max(rel(a, b) for a, b in zip(run.losses, ref, strict=True))
+        assert worst < 1e-5, (run.losses, ref)
+
+
+@pytest.mark.timeout(180)
 def test_resume_under_uneven_tp_and_other_device_count(chain):
-    _, (full, _, _, _, tp), single = chain
+    _, (full, _, _, _, tp, *_), single = chain
     for run in (tp, single):
         assert [r.step for r in run.records] == [4, 5]
         worst = max(rel(a, b) for a, b in zip(run.losses, full.losses[4:], strict=True))

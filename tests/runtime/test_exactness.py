@@ -34,6 +34,10 @@ def _variants_2() -> dict[str, object]:
             f"{name}/pp2-1f1b-uneven": plan(name, [stage(0, n - 2, [0]), stage(n - 2, n, [1])], micro=3),
             f"{name}/dp2-zero1": plan(name, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=1),
             f"{name}/dp2-zero2": plan(name, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], zero=2),
+            # FSDP2 fully_shard per block + root, SUM reduction of the loss-weighted gradients
+            f"{name}/dp2-zero3-fsdp2-5:3": plan(
+                name, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=3
+            ),
         }
     n = n_layers("gpt-tiny")
     out["gpt-tiny/pp2-1f1b-recompute-full"] = plan(
@@ -67,6 +71,11 @@ def _variants_3() -> dict[str, object]:
             f"{name}/pp3-1f1b": plan(name, [stage(0, 2, [0]), stage(2, 4, [1]), stage(4, n, [2])], micro=4),
             f"{name}/dp3-uneven-zero2": plan(name, [stage(0, n, [0, 1, 2], dp=3, shares=(5, 2, 1))], zero=2),
         }
+    n = n_layers("gpt-tiny")
+    # ZeRO-3 (FSDP2) on a pipelined DP stage; GPT's embedding/head tie crosses the stages (ignored_params)
+    out["gpt-tiny/pp2-1->dp2(3:5)-zero3-fsdp2"] = plan(
+        "gpt-tiny", [stage(0, 3, [0]), stage(3, n, [1, 2], dp=2, shares=(3, 5))], micro=4, zero=3
+    )
     return out
 
 

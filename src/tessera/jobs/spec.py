@@ -55,6 +55,21 @@ class JobSpec(BaseModel):
                     raise ValueError(f"field {key!r} is not allowed: {why}")
         return data
 
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        """A zoo name (nearest matches on a typo) or a Hugging Face config.json path, checked at parse time."""
+        from tessera.models.resolve import is_config_path
+        from tessera.models.zoo import get_arch
+
+        if is_config_path(v):
+            return v
+        try:
+            get_arch(v)
+        except KeyError as e:
+            raise ValueError(e.args[0] if e.args else str(e)) from None
+        return v
+
     @field_validator("gpu_types", "exclude_gpu_types")
     @classmethod
     def _known_gpus(cls, v: tuple[str, ...]) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from tessera.runtime.torch_parallel import local
+
 BUCKET_BYTES = 25 * 2**20
 
 
@@ -54,7 +56,7 @@ def _grads(bucket: list[nn.Parameter]) -> list[torch.Tensor]:
     for p in bucket:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    return [p.grad for p in bucket]  # type: ignore[misc]
+    return [local(p.grad) for p in bucket]  # type: ignore[arg-type]  # DTensor (TP) grads: the local shards
 
 
 @dataclass
@@ -125,7 +127,7 @@ def broadcast_from_owners(
     works = []
     for owner, ps in sorted(by_owner.items()):
         for bucket in _buckets(ps, BUCKET_BYTES):
-            data = [p.data for p in bucket]
+            data = [local(p.data) for p in bucket]
             flat = _flatten_dense_tensors(data)
             works.append(
                 (dist.broadcast(flat, src=group_ranks[owner], group=group, async_op=True), flat, data)

@@ -22,7 +22,16 @@ from tessera.runtime.groups import Layout, build_layout
 from tessera.runtime.model import ModelFactory, TPSpec, layer_of, tied_groups
 from tessera.runtime.pipeline import PipelineRunner
 from tessera.runtime.shards import ShardSpec
-from tessera.runtime.stage import ParamEntry, build_stage
+from tessera.runtime.stage import ParamEntry, StageModel, build_stage
+from tessera.runtime.torch_parallel import (
+    as_like,
+    dtensor_spec,
+    fully_shard_stage,
+    is_dtensor,
+    local,
+    mesh_of,
+    tp_impl,
+)
 from tessera.runtime.transport import Transport
 
 
@@ -59,8 +68,9 @@ class _LossScaler:
         found = torch.zeros(1)
         for p in params:
             if p.grad is not None:
-                p.grad.mul_(inv)
-                if not torch.isfinite(p.grad).all():
+                g = local(p.grad)
+                g.mul_(inv)
+                if not torch.isfinite(g).all():
                     found.fill_(1.0)
         dist.all_reduce(found, op=dist.ReduceOp.MAX)
         if found.item() > 0:
@@ -106,7 +116,11 @@ class Trainer:
             recompute=plan.recompute.value,
             device=device,
             ties=ties,
+            dtensor_tp=st.tp_degree > 1 and st.even_tp and tp_impl() != "own",
         )
+        self.fsdp = use_fsdp(plan, lay)
+        if self.fsdp:
+            _shard_stage(self.stage, lay, device)
         self.entries: list[ParamEntry] = self.stage.entries
         self.precision = plan.precision
         self.has_masters = self.precision == Precision.BF16_MASTER
@@ -121,11 +135,15 @@ class Trainer:
         self.tied_groups = [lay.tie_groups[tie_index[e.fqn]] for e in self.stage.cross_stage]
         tied_ids = {id(p) for p in self.tied}
         dp = st.dp_degree
-        self.owners = assign_owners(self.masters, dp) if plan.zero >= 1 and dp > 1 else None
+        self.dp_sharded = {
+            id(m) for e, m in zip(self.entries, self.masters, strict=True) if self._fsdp_param(e)
+        }
+        zero_owned = plan.zero >= 1 and dp > 1 and not self.fsdp
+        self.owners = assign_owners(self.masters, dp) if zero_owned else None
         mine = [p for p in self.masters if self.owners is None or self.owners[id(p)] == lay.replica]
         self.optimizer = make_optimizer(plan.optimizer, mine, learning_rate)
         self.sync = GradSync(
-            [p for p in self.masters if id(p) not in tied_ids],
+            [p for p in self.masters if id(p) not in tied_ids and id(p) not in self.dp_sharded],
             lay.dp_group,
             lay.dp_ranks,
             owners=self.owners,
@@ -134,6 +152,10 @@ class Trainer:
         self.scaler = _LossScaler() if self.precision == Precision.FP16 else None
         self.transport = Transport(device)
         self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
+
+    def _fsdp_param(self, e: ParamEntry) -> bool:
+        """Sharded over the DP group by FSDP2 (its gradient is reduce-scattered by FSDP, not by GradSync)."""
+        return self.fsdp and is_dtensor(e.param)
 
     # ------------------------------------------------------------------ step
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -204,20 +226,21 @@ class Trainer:
         """Whether this rank's copy of ``p`` (grad, optimizer state) is authoritative for its DP group."""
         if self.owners is not None:
             return self.owners[id(p)] == self.layout.replica
-        return self.layout.replica == 0
+        return self.layout.replica == 0 or id(p) in self.dp_sharded
 
     def grad_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
         return [
-            (e.fqn, e.spec, m.grad.detach().float().cpu())
+            (e.fqn, e.spec, local(m.grad).detach().float().cpu())
             for e, m in zip(self.entries, self.masters, strict=True)
             if m.grad is not None and self._holds(m)
         ]
 
     def param_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
-        if self.layout.replica != 0:
-            return []
+        """Replica 0's pieces, plus every replica's shard of FSDP-sharded parameters (no collective)."""
         return [
-            (e.fqn, e.spec, m.detach().cpu().clone()) for e, m in zip(self.entries, self.masters, strict=True)
+            (e.fqn, e.spec, local(m).detach().cpu().clone())
+            for e, m in zip(self.entries, self.masters, strict=True)
+            if self.layout.replica == 0 or id(m) in self.dp_sharded
         ]
 
     def optim_pieces(self) -> list[tuple[str, ShardSpec, torch.Tensor]]:
@@ -230,7 +253,7 @@ class Trainer:
                 if not torch.is_tensor(v):
                     v = torch.tensor(v)
                 spec = e.spec if v.shape == m.shape else ShardSpec(tuple(v.shape))
-                out.append((f"{e.fqn}::{k}", spec, v.detach().cpu().clone()))
+                out.append((f"{e.fqn}::{k}", spec, local(v).detach().cpu().clone()))
         return out
 
     def load_full(self, params: dict[str, torch.Tensor], optim: dict[str, torch.Tensor]) -> None:
@@ -240,9 +263,9 @@ class Trainer:
                 if e.fqn not in params:
                     raise KeyError(f"checkpoint has no parameter {e.fqn}")
                 full = params[e.fqn]
-                m.copy_(e.spec.slice(full.to(m.dtype)).to(m.device))
+                local(m).copy_(e.spec.slice(full.to(m.dtype)).to(m.device))
                 if m is not e.param:
-                    e.param.copy_(m)
+                    local(e.param).copy_(local(m))
                 if self.owners is not None and self.owners[id(m)] != self.layout.replica:
                     continue
                 state = {}
@@ -250,14 +273,56 @@ class Trainer:
                 for key, v in optim.items():
                     if key.startswith(prefix):
                         name = key[len(prefix) :]
-                        local = (
+                        piece = (
                             e.spec.slice(v)
                             if tuple(v.shape) == e.spec.full_shape and v.dim() > 0
                             else v.clone()
                         )
-                        state[name] = local.to(m.device) if name != "step" else local
+                        if name == "step":
+                            state[name] = piece
+                        elif tuple(v.shape) == e.spec.full_shape and v.dim() > 0:
+                            state[name] = as_like(m, piece.to(m.device))
+                        else:
+                            state[name] = piece.to(m.device)
                 if state:
                     self.optimizer.state[m] = state
 
     def close(self) -> None:
         self.layout.destroy()
+
+
+def use_fsdp(plan: Plan, lay: Layout) -> bool:
+    """ZeRO-3 through FSDP2: a DP stage of identical devices, without TP, in fp32 or bf16 autocast, whose
+    replicas all compute every micro-batch (FSDP's per-micro-batch all-gathers must line up). Otherwise
+    ``zero=3`` falls back to Tessera's ZeRO-2 (reduce-to-owner), which handles every other case exactly."""
+    st = lay.stage
+    if plan.zero < 3 or st.dp_degree < 2 or st.tp_degree > 1:
+        return False
+    if len({d.gpu_type for d in st.devices}) != 1:
+        return False
+    if plan.precision not in (Precision.FP32, Precision.BF16):
+        return False
+    rows = lay.rows[lay.stage_index]
+    return all(a < b for replica in rows for a, b in replica)
+
+
+def _shard_stage(stage: StageModel, lay: Layout, device: torch.device) -> None:
+    """``fully_shard`` the stage over its DP group and point its entries at the new DTensor parameters.
+
+    Parameters tied to another stage stay unsharded (``ignored_params``): their gradient is summed over the
+    tie group by hand, as in every other plan."""
+    assert lay.dp_group is not None
+    module = stage.module
+    paths = {id(p): n for n, p in module.named_parameters()}
+    entry_paths = [paths[id(e.param)] for e in stage.entries]
+    ignored = {e.param for e in stage.cross_stage}
+    fully_shard_stage(module, mesh_of(lay.dp_group, device, "dp"), ignored)
+    entries = []
+    for e, path in zip(stage.entries, entry_paths, strict=True):
+        p = module.get_parameter(path)
+        spec = dtensor_spec(p) if is_dtensor(p) else e.spec  # type: ignore[arg-type]
+        entries.append(ParamEntry(e.fqn, p, spec))
+    stage.entries = entries
+    new_by_fqn = {e.fqn: e.param for e in entries}
+    stage.cross_stage = [ParamEntry(e.fqn, new_by_fqn[e.fqn], e.spec) for e in stage.cross_stage]
+    stage.root_forward = True

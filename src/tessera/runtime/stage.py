@@ -15,6 +15,7 @@ from torch import nn
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
+from tessera.runtime.torch_parallel import block_tp_plan, dtensor_spec, is_dtensor, mesh_of, parallelize_block
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,15 @@ class StageModel:
     entries: list[ParamEntry]
     layer_start: int
     cross_stage: list[ParamEntry]  # tied parameters whose other members live on other stages
+    root_forward: bool = False  # call the root module (FSDP2's root hooks all-gather its own parameters)
 
     @property
     def layers(self) -> nn.ModuleList:
         return self.module.layers  # type: ignore[return-value]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.root_forward:
+            return self.module(x)
         for layer in self.layers:
             x = layer(x)
         return x
@@ -55,22 +59,44 @@ def build_stage(
     recompute: str,
     device: torch.device,
     ties: tuple[tuple[str, ...], ...] = (),
+    dtensor_tp: bool = False,
 ) -> StageModel:
     """The stage's layers holding the canonical initial weights (TP-sliced), tied parameters re-tied locally.
 
     A tied parameter whose members live on other stages too is listed in ``StageModel.cross_stage`` so the
     gradient sync can add the other stage's contribution (Megatron's embedding group).
+
+    With ``dtensor_tp`` (an even split) the blocks are built with full shapes and handed to DTensor's
+    ``parallelize_module``; their parameters become DTensors whose specs come from their placements.
     """
     start, end = layer_range
     use_tp = tp is not None and tp.degree > 1
+    mesh = None
+    if use_tp and dtensor_tp:
+        assert tp_group is not None
+        mesh = mesh_of(tp_group, device, "tp")
     module = factory(
-        layer_range=layer_range, tp=tp if use_tp else None, attention=attention, recompute=recompute
+        layer_range=layer_range,
+        tp=tp if use_tp and mesh is None else None,
+        attention=attention,
+        recompute=recompute,
     )
     raw: list[ParamEntry] = []
     for j, i in enumerate(range(start, end)):
         full = build_layer(factory, i, seed, attention=attention, recompute=recompute)
         local = module.layers[j]
         shards = None
+        if mesh is not None:
+            with torch.no_grad():
+                local.load_state_dict(full.state_dict())
+            layer_plan = block_tp_plan(local)
+            if layer_plan is not None:
+                local.to(device)
+                parallelize_block(local, layer_plan, mesh)
+            for name, p in local.named_parameters():
+                spec = dtensor_spec(p) if is_dtensor(p) else ShardSpec(tuple(p.shape))  # type: ignore[arg-type]
+                raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
+            continue
         if use_tp:
             assert tp is not None and tp_group is not None
             shards = plan_layer_shards(

@@ -1,0 +1,112 @@
+"""Regular pipelines through ``torch.distributed.pipelining`` (GPipe / 1F1B on ``PipelineStage``s).
+
+Used when the plan is a plain pipeline: one device per stage (DP = TP = 1 everywhere), stage ``s`` on global
+rank ``s`` of a world made of exactly the plan's devices, and (1F1B) at least as many micro-batches as
+stages (pitfall 4). Every other plan keeps Tessera's own transport (``pipeline.PipelineRunner``), as does
+``TESSERA_PIPELINE_IMPL=own``; ``torch`` asks for this path where it applies, ``auto`` (default) too.
+
+Micro-batches are ``torch.tensor_split`` chunks, the same ranges as ``groups.micro_ranges``; each chunk's loss
+is weighted by its share of the global batch (``weighted_loss``) and ``scale_grads=False``, so gradients and
+the reported loss are those of the full batch. The stage is never DDP-wrapped; gradient sync stays after
+the step (tied parameters across stages: ``sync_tied``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tessera.plan import Plan, Schedule
+from tessera.runtime.data_parallel import weighted_loss
+from tessera.runtime.groups import Layout
+from tessera.runtime.pipeline import StepTimes
+from tessera.runtime.stage import StageModel
+
+
+def pipeline_impl() -> str:
+    value = os.environ.get("TESSERA_PIPELINE_IMPL", "auto").strip().lower() or "auto"
+    if value not in ("own", "torch", "auto"):
+        raise ValueError(f"TESSERA_PIPELINE_IMPL must be own, torch or auto, got {value!r}")
+    return value
+
+
+def torch_pipeline_fits(plan: Plan) -> bool:
+    if plan.n_stages < 2 or pipeline_impl() == "own":
+        return False
+    if any(s.dp_degree != 1 or s.tp_degree != 1 for s in plan.stages):
+        return False
+    if [s.devices[0].rank for s in plan.stages] != list(range(plan.n_stages)):
+        return False
+    if not dist.is_initialized() or dist.get_world_size() != plan.n_stages:
+        return False
+    if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        return False
+    return plan.schedule == Schedule.GPIPE or plan.micro_batches >= plan.n_stages
+
+
+class _Forward(nn.Module):
+    def __init__(self, stage: StageModel, autocast: Callable[[], contextlib.AbstractContextManager]):
+        super().__init__()
+        self.inner = stage.module
+        self._stage = stage
+        self._autocast = autocast
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            return self._stage.forward(x)
+
+
+class TorchPipelineRunner:
+    """Same interface as ``PipelineRunner.run``; the schedule and the p2p are PyTorch's."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        stage: StageModel,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+    ) -> None:
+        from torch.distributed.pipelining import PipelineStage
+        from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe
+
+        plan = layout.plan
+        self.layout = layout
+        self.stage = stage
+        self.loss_scale = 1.0
+        self._losses: list[torch.Tensor] = []
+        self.pipe_stage = PipelineStage(
+            _Forward(stage, autocast), layout.stage_index, plan.n_stages, device
+        )
+        cls = ScheduleGPipe if plan.schedule == Schedule.GPIPE else Schedule1F1B
+        self.schedule = cls(
+            self.pipe_stage, plan.micro_batches, loss_fn=self._loss, scale_grads=False
+        )
+        self.batch = plan.global_batch
+
+    def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = weighted_loss(self.stage.loss(output, target), target.shape[0], self.batch)
+        return loss * self.loss_scale if self.loss_scale != 1.0 else loss
+
+    def run(
+        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, loss_scale: float = 1.0
+    ) -> tuple[float, StepTimes]:
+        lay = self.layout
+        self.loss_scale = loss_scale
+        t0 = time.perf_counter()
+        losses: list[torch.Tensor] = []
+        if lay.first:
+            assert inputs is not None
+            self.schedule.step(inputs.to(self.pipe_stage.device))
+        elif lay.last:
+            assert targets is not None
+            self.schedule.step(target=targets.to(self.pipe_stage.device), losses=losses)
+        else:
+            self.schedule.step()
+        loss = sum(float(x.detach()) for x in losses) / loss_scale if losses else 0.0
+        return loss, StepTimes(compute_s=time.perf_counter() - t0, comm_s=0.0)
