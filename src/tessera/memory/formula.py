@@ -433,10 +433,11 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     vh = r(pe * V * h)
     tied = has_embed & has_head & (x["tied"] > 0)
     emb_g = np.where(master, x["emb_P4"] / 2, x["emb_P4"])
-    emb_tmp = vh * (1.0 + tied + (tied & (g0 == 0)))
+    emb_tmp = vh * (1.0 + tied + (g0 == 0))
     held = np.where(has_head, logits, 0.0)
     bwd_emb = states + inputs + (m - 1) * per_mb + np.where(g0 > 0, g0, grads_model - emb_g) + emb_tmp + held
-    bwd_emb = bwd_emb + fsdp_bwd
+    # non-reentrant checkpointing: the bottom block's recomputed tensors outlive its backward
+    bwd_emb = bwd_emb + fsdp_bwd + np.where((rec == 2) & has_blocks, full - hidden, 0.0)
     bwd_emb = np.where(has_embed, bwd_emb, 0.0)
     after_head = after_head + np.where(tied, vh, 0.0)
     bwd_bottom = bwd_bottom + np.where(tied, vh, 0.0)
