@@ -351,13 +351,14 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     head_act = np.where(has_head, head_norm + head_lin_in + logits + lsm, 0.0)
     # what a non-last stage holds until the backward: its output, per in-flight micro-batch
     held_out = np.where(has_head, 0.0, hidden)
-    weights_cast = np.where(amp, x["Pcast"], 0.0)
+    # autocast caches casts of leaf parameters only; ZeRO-3 re-gathers (new, uncached) copies per use
+    weights_cast = np.where(amp & (x["zero"] < 3), x["Pcast"], 0.0)
     # casts saved by the graph: every layer outside full recompute; checkpointed blocks only in the cache
     blocks_cast_share = np.where(rec == 2, 0.0, 1.0)
     cast_saved = np.where(
         amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0
     )
-    cast_cache = np.where(amp, weights_cast - cast_saved + x["Pbias_cast"], 0.0)
+    cast_cache = np.where(amp & (x["zero"] < 3), weights_cast - cast_saved + x["Pbias_cast"], 0.0)
     del blocks_cast_share
     # a later stage's first block saves the received activation, already counted as an input
     first_in = np.where(~has_embed & has_blocks, hidden, 0.0)
@@ -393,6 +394,9 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     ce_copy = np.where(has_head & (prec != 0), r(4 * T * V), 0.0)
     base = states + inputs + g0 + m * per_mb
     fwd = base + cast_cache + ce_copy + fsdp_fwd
+    # ZeRO-3 reshards the head right after its matmul: gathered copies and log-softmax never coexist
+    fwd_z3_head = np.maximum(base + cast_cache + ce_copy, base - lsm + fsdp_fwd)
+    fwd = np.where((zero == 3) & has_head, fwd_z3_head, fwd)
     # full recompute: the last checkpointed block still builds its internal tensors during its forward
     # (measured on the trace: GPT 3·T·h + T·f, LLaMA 2·T·h + 1.5·T·f, BERT 2 (fp32) / 3 (half) ·T·h)
     rec_fwd = np.where(
@@ -416,8 +420,10 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     ce_grads = 2 * r(4 * T * V)
     # top of the stage: cross-entropy grads at the head, or the top block's transient
     # ZeRO-2/3 backward: gathered compute copies plus one layer's unsharded gradient before reduce-scatter
-    base = base + fsdp_bwd
+    # (ZeRO-3 gathers the head only after the cross-entropy gradients are made and freed)
     bwd_top = base + np.where(has_head, ce_grads, np.where(has_blocks, x_block, hidden))
+    bwd_top = bwd_top + np.where(has_head & (zero == 3), 0.0, fsdp_bwd)
+    base = base + fsdp_bwd
     # the top block's backward under the head: head stuff of this micro-batch gone, its grads made
     head_now = head_act - np.where(has_head, logits, 0.0)  # the logits stay: the caller holds the output
     g_head = np.where(has_head & ~((x["tied"] > 0) & has_embed), x["head_P4"], 0.0)
