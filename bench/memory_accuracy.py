@@ -91,6 +91,38 @@ def trace_time_gpt_1_3b() -> float:
     return float(r.wall_s)
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Estimate vs trace for both estimators, log-log, with the y = x line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gib = 2**30
+    truth = np.array([r["trace_bytes"] for r in rows]) / gib
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5), sharex=True, sharey=True)
+    for ax, key, title in (
+        (axes[0], "formula_bytes", "Tessera formula"),
+        (axes[1], "marp_bytes", "Frenzy MARP"),
+    ):
+        est = np.array([r[key] for r in rows]) / gib
+        zero = np.array([r["point"]["zero"] for r in rows])
+        sc = ax.scatter(truth, np.maximum(est, 1e-3), c=zero, cmap="viridis", s=12, alpha=0.8)
+        lo, hi = truth.min() * 0.5, truth.max() * 2
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+        acc = np.mean([r[key.replace("_bytes", "_accuracy")] for r in rows])
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="exact trace peak (GiB)",
+            title=f"{title}: mean accuracy {acc:.3f}",
+        )
+    axes[0].set_ylabel("estimated peak (GiB)")
+    fig.colorbar(sc, ax=axes, label="ZeRO stage")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--configs", type=int, default=320)
@@ -153,6 +185,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "memory_accuracy.json").write_text(json.dumps(result, indent=1))
+    plot(rows, RESULTS / "memory_accuracy.png")
     print(f"configs                 {result['configs']}")
     print(
         f"formula mean / worst    {result['formula_mean_accuracy']:.4f} / {result['formula_worst_accuracy']:.4f}"
