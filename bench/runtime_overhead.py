@@ -130,6 +130,7 @@ def _alternate(args, a, b) -> tuple[list[float], list[float]]:
 
 
 def _worker(rank: int, args, port: int, queue) -> None:
+    os.environ["TESSERA_PIPELINE_IMPL"] = "own"  # Tessera's own 1F1B, not its torch fast path
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)

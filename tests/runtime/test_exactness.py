@@ -31,6 +31,7 @@ def _variants_2() -> dict[str, object]:
             f"{name}/pp2-gpipe-uneven": plan(
                 name, [stage(0, 2, [0]), stage(2, n, [1])], micro=4, schedule="gpipe"
             ),
+            # 3 unequal micro-batches: Tessera's own transport + 1F1B (torch's stage buffers have one shape)
             f"{name}/pp2-1f1b-uneven": plan(name, [stage(0, n - 2, [0]), stage(n - 2, n, [1])], micro=3),
             f"{name}/dp2-zero1": plan(name, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=1),
             f"{name}/dp2-zero2": plan(name, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], zero=2),
@@ -40,6 +41,8 @@ def _variants_2() -> dict[str, object]:
             ),
         }
     n = n_layers("gpt-tiny")
+    # regular pipeline, equal micro-batches: torch.distributed.pipelining Schedule1F1B (GPipe: pp2-gpipe-uneven)
+    out["gpt-tiny/pp2-1f1b-torch-schedule"] = plan("gpt-tiny", [stage(0, 2, [0]), stage(2, n, [1])], micro=4)
     out["gpt-tiny/pp2-1f1b-recompute-full"] = plan(
         "gpt-tiny", [stage(0, 3, [0]), stage(3, n, [1])], micro=2, recompute="full"
     )

@@ -1,4 +1,5 @@
-"""The PyTorch-backed paths are the ones actually taken: even TP → DTensor, ZeRO-3 → FSDP2 (else own layers)."""
+"""The PyTorch-backed paths are the ones actually taken: even TP → DTensor, ZeRO-3 → FSDP2, a regular
+pipeline → torch.distributed.pipelining (else Tessera's own layers, sync and transport)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def _worker(rank: int, port: int, out: dict) -> None:
     from tessera.runtime.engine import Trainer
     from tessera.runtime.model import initial_state
     from tessera.runtime.shards import assemble
+    from tessera.runtime.torch_pipeline import TorchPipelineRunner
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
@@ -36,6 +38,13 @@ def _worker(rank: int, port: int, out: dict) -> None:
         "zero3-skip-mb": (plan(NAME, [stage(0, n, [0, 1], dp=2, shares=(7, 1))], micro=4, zero=3), "auto"),
     }
     full = initial_state(factory(NAME), n, 0)
+    pp = plan(NAME, [stage(0, 2, [0]), stage(2, n, [1])], micro=4)
+    for impl in ("auto", "own"):
+        os.environ["TESSERA_PIPELINE_IMPL"] = impl
+        t = Trainer(pp, rank, factory(NAME), seed=0, learning_rate=1e-3, device=torch.device("cpu"))
+        if rank == 0:
+            out[f"pp-{impl}"] = isinstance(t.runner, TorchPipelineRunner)
+        t.close()
     for key, (p, impl) in cases.items():
         os.environ["TESSERA_TP_IMPL"] = impl
         t = Trainer(p, rank, factory(NAME), seed=0, learning_rate=1e-3, device=torch.device("cpu"))
@@ -61,4 +70,5 @@ def test_even_tp_uses_dtensor_and_zero3_uses_fsdp2():
     assert got["tp-even-own"][0] == 0 and got["tp-uneven"][0] == 0
     assert got["zero3"][0] > 0 and got["zero3"][1]
     assert got["zero3-skip-mb"][0] == 0 and not got["zero3-skip-mb"][1]  # falls back to Tessera's ZeRO-2
+    assert got.pop("pp-auto") and not got.pop("pp-own")  # torch.distributed.pipelining unless forced off
     assert all(exact for _, _, exact in got.values())  # full state from the pieces, whatever the path

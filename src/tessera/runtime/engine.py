@@ -32,6 +32,7 @@ from tessera.runtime.torch_parallel import (
     mesh_of,
     tp_impl,
 )
+from tessera.runtime.torch_pipeline import TorchPipelineRunner, torch_pipeline_fits
 from tessera.runtime.transport import Transport
 
 
@@ -151,7 +152,11 @@ class Trainer:
         )
         self.scaler = _LossScaler() if self.precision == Precision.FP16 else None
         self.transport = Transport(device)
-        self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
+        self.runner: PipelineRunner | TorchPipelineRunner
+        if torch_pipeline_fits(plan):  # a regular pipeline: PyTorch's schedules and p2p
+            self.runner = TorchPipelineRunner(lay, self.stage, device, self._autocast)
+        else:
+            self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
 
     def _fsdp_param(self, e: ParamEntry) -> bool:
         """Sharded over the DP group by FSDP2 (its gradient is reduce-scattered by FSDP, not by GradSync)."""

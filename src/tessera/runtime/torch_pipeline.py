@@ -1,8 +1,8 @@
 """Regular pipelines through ``torch.distributed.pipelining`` (GPipe / 1F1B on ``PipelineStage``s).
 
 Used when the plan is a plain pipeline: one device per stage (DP = TP = 1 everywhere), stage ``s`` on global
-rank ``s`` of a world made of exactly the plan's devices, and (1F1B) at least as many micro-batches as
-stages (pitfall 4). Every other plan keeps Tessera's own transport (``pipeline.PipelineRunner``), as does
+rank ``s`` of a world made of exactly the plan's devices, equal micro-batches (the stage's receive buffers
+have one shape), and (1F1B) at least as many micro-batches as stages (pitfall 4). Every other plan keeps Tessera's own transport (``pipeline.PipelineRunner``), as does
 ``TESSERA_PIPELINE_IMPL=own``; ``torch`` asks for this path where it applies, ``auto`` (default) too.
 
 Micro-batches are ``torch.tensor_split`` chunks, the same ranges as ``groups.micro_ranges``; each chunk's loss
@@ -47,6 +47,8 @@ def torch_pipeline_fits(plan: Plan) -> bool:
         return False
     if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         return False
+    if plan.global_batch % plan.micro_batches:  # PipelineStage's p2p buffers have one micro-batch shape
+        return False
     return plan.schedule == Schedule.GPIPE or plan.micro_batches >= plan.n_stages
 
 
@@ -80,13 +82,9 @@ class TorchPipelineRunner:
         self.stage = stage
         self.loss_scale = 1.0
         self._losses: list[torch.Tensor] = []
-        self.pipe_stage = PipelineStage(
-            _Forward(stage, autocast), layout.stage_index, plan.n_stages, device
-        )
+        self.pipe_stage = PipelineStage(_Forward(stage, autocast), layout.stage_index, plan.n_stages, device)
         cls = ScheduleGPipe if plan.schedule == Schedule.GPIPE else Schedule1F1B
-        self.schedule = cls(
-            self.pipe_stage, plan.micro_batches, loss_fn=self._loss, scale_grads=False
-        )
+        self.schedule = cls(self.pipe_stage, plan.micro_batches, loss_fn=self._loss, scale_grads=False)
         self.batch = plan.global_batch
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
