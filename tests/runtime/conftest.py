@@ -5,4 +5,4 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import tiny_models / helpers from here
+sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import models / helpers from here

@@ -49,6 +49,13 @@ def _variants_2() -> dict[str, object]:
     out["gpt-tiny/tp2-uneven-recompute-selective"] = plan(
         "gpt-tiny", [stage(0, n, [0, 1], tp=2, ratios=(0.6, 0.4))], recompute="selective"
     )
+    # BERT (post-LN, bidirectional, tied MLM head): even (DTensor) and uneven (own layers) TP, a pipeline
+    nb = n_layers("bert-tiny")
+    out |= {
+        "bert-tiny/tp2-even": plan("bert-tiny", [stage(0, nb, [0, 1], tp=2)]),
+        "bert-tiny/tp2-uneven-3:1": plan("bert-tiny", [stage(0, nb, [0, 1], tp=2, ratios=(0.75, 0.25))]),
+        "bert-tiny/pp2-1f1b": plan("bert-tiny", [stage(0, 2, [0]), stage(2, nb, [1])], micro=4),
+    }
     return out
 
 
