@@ -439,7 +439,8 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     vh = r(pe * V * h)
     tied = has_embed & has_head & (x["tied"] > 0)
     emb_g = np.where(master, x["emb_P4"] / 2, x["emb_P4"])
-    emb_tmp = vh * (1.0 + tied + (g0 == 0))
+    # (measured: untied 1 + [first backward]; tied 3 in fp32, 2 under autocast / bf16 params)
+    emb_tmp = vh * np.where(tied, 2.0 + (prec == 0), 1.0 + (g0 == 0))
     held = np.where(has_head, logits, 0.0)
     bwd_emb = states + inputs + (m - 1) * per_mb + np.where(g0 > 0, g0, grads_model - emb_g) + emb_tmp + held
     # non-reentrant checkpointing: the bottom block's recomputed tensors outlive its backward
