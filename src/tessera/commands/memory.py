@@ -59,7 +59,11 @@ def memory_command(
     if fit:
         _fit(console, spec, layout, as_json)
         return
-    stages = estimate_layout(spec, layout, gpu_spec.name, exact=exact)
+    if exact:  # one fake-tensor training step per stage: seconds each, so show that work is going on
+        with console.status(f"tracing {layout.pp} stage(s) of {spec.name} with fake tensors…"):
+            stages = estimate_layout(spec, layout, gpu_spec.name, exact=True)
+    else:
+        stages = estimate_layout(spec, layout, gpu_spec.name)
     if as_json:
         print(json.dumps(_as_dict(spec.name, gpu_spec.name, layout, stages), indent=2))
         return
