@@ -47,3 +47,15 @@ def test_bad_input_is_one_clear_line():
     assert r.exit_code == 2 and "tp: 3 does not divide" in r.output
     r = runner.invoke(app, ["memory", "--model", "gpt2", "--pp", "20", "--global-batch", "40"])
     assert r.exit_code == 2 and "pp:" in r.output
+
+
+def test_memory_exact_agrees_with_the_formula_on_a_small_model():
+    args = ["memory", "--model", "gpt-tiny", "--gpu", "T4", "--micro-batch", "2", "--pp", "2", "--global-batch", "4",
+            "--precision", "fp32", "--exact", "--json"]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    stages = json.loads(r.stdout)["stages"]
+    assert len(stages) == 2
+    for s in stages:
+        assert s["exact_peak_bytes"] > 0
+        assert abs(s["peak_bytes"] - s["exact_peak_bytes"]) / s["exact_peak_bytes"] < 0.1
