@@ -176,15 +176,13 @@ def block_activation_bytes(
     res, mm, sm = _dtype_sizes(prec)
     amp = (prec == 1) | (prec == 2)
     llama = family == 1
-    bert = family == 2
     drop = dropout > 0
     stats = np.where(llama, r(4 * T), 2 * r(4 * T))  # RMSNorm: rstd; LayerNorm: mean + rstd
     # norm inputs (pre-LN blocks save their input and the mid residual; BERT's post-LN saves two sums)
     norm_in = 2 * r(res * T * h)
     rms_extra = np.where(llama, 2 * r(res * T * h), 0.0)  # x * rstd saved by the weight multiply, per norm
     # inputs of the linears reading a norm output: fp32/bf16-master share one tensor; AMP casts per linear
-    n_attn_in = np.where(llama | ~llama, 3.0, 3.0)
-    attn_in = np.where(amp, n_attn_in * r(2 * T * h), r(res * T * h))
+    attn_in = np.where(amp, 3 * r(2 * T * h), r(res * T * h))  # q, k, v
     mlp_linears_in = np.where(llama, 2.0, 1.0)
     mlp_in = np.where(amp, mlp_linears_in * r(2 * T * h), r(res * T * h))
     # q, k, v as attention sees them (GQA expands k, v to the q width)
@@ -194,11 +192,12 @@ def block_activation_bytes(
     rope_tabs = np.where(llama & amp, 4 * r(2 * s * head_dim), 0.0)
     # attention core
     flash_core = r(4 * b * heads * s) + 2 * BLOCK  # logsumexp + philox seed/offset
+    # math core: softmax output (fp32 under autocast) + dropout mask + what probs @ v saves (a half copy
+    # under autocast, else the dropped probabilities; without dropout the softmax output itself)
     scores = b * heads * s * s
-    amp_f = amp.astype(np.float64)
     math_core = np.where(
         drop,
-        r(sm * scores) + r(scores) + np.where(amp, r(4 * scores) * 0 + r(2 * scores), r(sm * scores)),
+        r(sm * scores) + r(scores) + np.where(amp, r(2 * scores), r(sm * scores)),
         np.where(amp, r(4 * scores) + r(2 * scores), r(sm * scores)),
     )
     math_core = math_core + np.where(causal, r(s * s), 0.0)
@@ -206,16 +205,13 @@ def block_activation_bytes(
     core = np.where(recompute == 1, 0.0, core)
     out = r(mm * T * hq)  # attention output = proj input
     resid_masks = np.where(drop, 2 * r(T * h), 0.0)
-    if_bert_res = np.where(bert, 0.0, 0.0)
     # MLP internals
     gelu_mlp = 2 * r(mm * T * f)
     swiglu = 4 * r(mm * T * f)
     mlp = np.where(llama, swiglu, gelu_mlp)
-    del amp_f
     full = (
         norm_in + stats * 2 + rms_extra + attn_in + qkv + rope_tabs + core + out + resid_masks + mlp_in + mlp
     )
-    full = full + if_bert_res
     saved = np.where(recompute == 2, r(res * T * h), full)
     return saved, full
 
@@ -353,13 +349,12 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     held_out = np.where(has_head, 0.0, hidden)
     # autocast caches casts of leaf parameters only; ZeRO-3 re-gathers (new, uncached) copies per use
     weights_cast = np.where(amp & (x["zero"] < 3), x["Pcast"], 0.0)
-    # casts saved by the graph: every layer outside full recompute; checkpointed blocks only in the cache
-    blocks_cast_share = np.where(rec == 2, 0.0, 1.0)
+    # casts saved by the graph: every layer outside full recompute; checkpointed blocks' casts live only in
+    # the cache of the forward that made them (only the head's projection stays saved)
     cast_saved = np.where(
         amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0
     )
     cast_cache = np.where(amp & (x["zero"] < 3), weights_cast - cast_saved + x["Pbias_cast"], 0.0)
-    del blocks_cast_share
     # a later stage's first block saves the received activation, already counted as an input
     first_in = np.where(~has_embed & has_blocks, hidden, 0.0)
     per_mb = nb * saved + emb_act + head_act + held_out + cast_saved - first_in
