@@ -19,13 +19,11 @@ from tessera.models.nn_common import (
     SelfAttention,
     TokenEmbedding,
     TPShare,
-    build_context,
     check_modes,
     linear,
-    resolve_range,
 )
 from tessera.models.spec import TPShard, TransformerArch
-from tessera.models.zoo.gpt_nn import ties, vocab_shard
+from tessera.models.zoo.gpt_nn import transformer_model, vocab_shard
 
 NORM_EPS = 1e-12
 
@@ -105,23 +103,13 @@ def build(
     device: torch.device | str | None = None,
 ) -> BlockModel:
     check_modes(attention, recompute)
-    n = arch.n_layers + 2
-    start, end = resolve_range(layer_range, n)
-    layers: list[nn.Module] = []
-    with build_context(device):
-        for j in range(start, end):
-            if j == 0:
-                layers.append(BertEmbedding(arch, tp=tp))
-            elif j == n - 1:
-                layers.append(BertHead(arch, tp=tp))
-            else:
-                layers.append(BertBlock(arch, j - 1, attention=attention, recompute=recompute, tp=tp))
-    return BlockModel(
+    return transformer_model(
         arch,
-        layers,
-        layer_start=start,
-        n_model_layers=n,
+        layer_range=layer_range,
         tp=tp,
-        input_kind="tokens" if start == 0 else "hidden",
-        ties=ties(arch, start, end, n, "decoder"),
+        device=device,
+        embedding=lambda: BertEmbedding(arch, tp=tp),
+        block=lambda i: BertBlock(arch, i, attention=attention, recompute=recompute, tp=tp),
+        head=lambda: BertHead(arch, tp=tp),
+        head_out="decoder",
     )

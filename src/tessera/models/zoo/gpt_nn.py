@@ -114,19 +114,38 @@ def build(
 ) -> BlockModel:
     """Layers ``layer_range`` of a GPT (all by default); ``block_factory(i)`` lets MoE swap blocks in."""
     check_modes(attention, recompute)
+    block = block_factory or (lambda i: GPTBlock(arch, i, attention=attention, recompute=recompute, tp=tp))
+    return transformer_model(
+        arch,
+        layer_range=layer_range,
+        tp=tp,
+        device=device,
+        embedding=lambda: GPTEmbedding(arch, tp=tp),
+        block=block,
+        head=lambda: GPTHead(arch, tp=tp),
+        head_out="out",
+    )
+
+
+def transformer_model(
+    arch: TransformerArch,
+    *,
+    layer_range: tuple[int, int] | None,
+    tp: TPShare | None,
+    device: torch.device | str | None,
+    embedding: Callable[[], nn.Module],
+    block: Callable[[int], nn.Module],
+    head: Callable[[], nn.Module],
+    head_out: str,
+) -> BlockModel:
+    """The layer list every zoo transformer shares — [embedding, block_0 .. block_{L-1}, head] — cut to
+    ``layer_range`` and built on ``device``, with the tied head wired when the range holds both ends."""
     n = arch.n_layers + 2
     start, end = resolve_range(layer_range, n)
-    layers: list[nn.Module] = []
     with build_context(device):
-        for j in range(start, end):
-            if j == 0:
-                layers.append(GPTEmbedding(arch, tp=tp))
-            elif j == n - 1:
-                layers.append(GPTHead(arch, tp=tp))
-            elif block_factory is not None:
-                layers.append(block_factory(j - 1))
-            else:
-                layers.append(GPTBlock(arch, j - 1, attention=attention, recompute=recompute, tp=tp))
+        layers = [
+            embedding() if j == 0 else head() if j == n - 1 else block(j - 1) for j in range(start, end)
+        ]
     return BlockModel(
         arch,
         layers,
@@ -134,7 +153,7 @@ def build(
         n_model_layers=n,
         tp=tp,
         input_kind="tokens" if start == 0 else "hidden",
-        ties=ties(arch, start, end, n, "out"),
+        ties=ties(arch, start, end, n, head_out),
     )
 
 

@@ -8,7 +8,6 @@ tables as non-persistent buffers of ``max_seq_len`` rows (recomputed, never chec
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from tessera.models.nn_common import (
     Block,
@@ -18,13 +17,11 @@ from tessera.models.nn_common import (
     SwiGLU,
     TokenEmbedding,
     TPShare,
-    build_context,
     check_modes,
     linear,
-    resolve_range,
 )
 from tessera.models.spec import TPShard, TransformerArch
-from tessera.models.zoo.gpt_nn import ties, vocab_shard
+from tessera.models.zoo.gpt_nn import transformer_model, vocab_shard
 
 NORM_EPS = 1e-5
 
@@ -98,26 +95,16 @@ def build(
     device: torch.device | str | None = None,
 ) -> BlockModel:
     check_modes(attention, recompute)
-    n = arch.n_layers + 2
-    start, end = resolve_range(layer_range, n)
     rows = max_seq_len or arch.max_positions
-    layers: list[nn.Module] = []
-    with build_context(device):
-        for j in range(start, end):
-            if j == 0:
-                layers.append(LlamaEmbedding(arch, tp=tp))
-            elif j == n - 1:
-                layers.append(LlamaHead(arch, tp=tp))
-            else:
-                layers.append(
-                    LlamaBlock(arch, j - 1, attention=attention, recompute=recompute, tp=tp, max_seq_len=rows)
-                )
-    return BlockModel(
+    return transformer_model(
         arch,
-        layers,
-        layer_start=start,
-        n_model_layers=n,
+        layer_range=layer_range,
         tp=tp,
-        input_kind="tokens" if start == 0 else "hidden",
-        ties=ties(arch, start, end, n, "out"),
+        device=device,
+        embedding=lambda: LlamaEmbedding(arch, tp=tp),
+        block=lambda i: LlamaBlock(
+            arch, i, attention=attention, recompute=recompute, tp=tp, max_seq_len=rows
+        ),
+        head=lambda: LlamaHead(arch, tp=tp),
+        head_out="out",
     )
