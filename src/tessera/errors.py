@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class UnknownNameError(KeyError):
@@ -24,3 +25,13 @@ class UnknownNameError(KeyError):
 
     def __str__(self) -> str:
         return self.message
+
+
+def validation_message(source: str, err: Any) -> str:
+    """One line for a pydantic ``ValidationError``: the source, the first failing field and its reason."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    where = f"{loc}: " if loc else ""
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: {where}{msg}{more}"

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tessera.errors import UnknownNameError
+from tessera.errors import UnknownNameError, validation_message
 from tessera.hardware.catalog import get_gpu
 
 
@@ -88,21 +88,13 @@ class Node:
     inter_bandwidth_Bps: float
 
 
-def _format_error(source: str, err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-    msg = first["msg"].removeprefix("Value error, ")
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {loc}: {msg}{more}"
-
-
 def parse_cluster(data: dict, source: str = "cluster spec") -> ClusterSpec:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping with name and node_groups, got {type(data).__name__}")
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_format_error(source, e)) from None
+        raise SpecError(validation_message(source, e)) from None
 
 
 def load_cluster_file(path: str | Path) -> ClusterSpec:

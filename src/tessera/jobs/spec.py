@@ -9,6 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tessera.errors import validation_message
+
 JOBSPEC_VERSION = 1
 
 # Fields users reach for that Tessera decides itself; each gets a pointed error instead of "extra field".
@@ -100,22 +102,13 @@ class JobSpec(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=False), sort_keys=False)
 
 
-def _format(source: str, err: ValidationError) -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
-    where = f"{loc}: " if loc else ""
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{source}: {where}{msg}{more}"
-
-
 def parse_job(data: Any, source: str = "job spec") -> JobSpec:
     if not isinstance(data, dict):
         raise JobSpecError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:
-        raise JobSpecError(_format(source, e)) from None
+        raise JobSpecError(validation_message(source, e)) from None
 
 
 def load_job(path: str | Path) -> JobSpec:
