@@ -1,0 +1,169 @@
+"""Communication cost: collectives and point-to-point on each link class.
+
+Two sources, measured first (Crius §5.1: communication is profiled offline because the interconnect does not
+change after setup): a :class:`CommTable` of (message bytes → seconds) points per (collective, link, group
+size), interpolated in log-log space; outside a table's measured range, or where no table exists, the
+alpha-beta model ``time = steps · alpha + volume / bandwidth`` of the ring algorithms NCCL and gloo use.
+
+Ring volumes for ``n`` ranks and a message of ``bytes`` (the full tensor):
+
+* all-reduce: ``2(n−1)`` steps moving ``2(n−1)/n · bytes`` per rank;
+* all-gather / reduce-scatter: ``n−1`` steps moving ``(n−1)/n · bytes`` (bytes = the gathered tensor);
+* send/recv: one step moving ``bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from tessera.hardware import GPUSpec
+
+
+class Collective(StrEnum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    SEND_RECV = "send_recv"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link class: its name (``nvlink3``, ``pcie4``, ``infiniband``, ``ethernet``, ``loopback``), per-rank
+    bandwidth in bytes/s (one direction) and per-step latency in seconds."""
+
+    kind: str
+    bandwidth_Bps: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        if self.bandwidth_Bps <= 0 or self.latency_s < 0:
+            raise ValueError(f"link {self.kind}: bandwidth must be > 0 and latency >= 0")
+
+
+# Per-step latency of each link class (NCCL small-message latencies; gloo over TCP loopback is far slower).
+LATENCY_S: dict[str, float] = {
+    "nvlink": 5e-6,
+    "pcie": 10e-6,
+    "infiniband": 15e-6,
+    "ethernet": 50e-6,
+    "loopback": 100e-6,
+}
+# Inter-node links at or above this bandwidth are treated as InfiniBand/RoCE, below as Ethernet.
+INFINIBAND_MIN_BPS = 12.5e9
+LOOPBACK_BANDWIDTH_BPS = 2.0e9  # gloo all-reduce over TCP loopback on one host, a few GB/s
+
+
+def _latency_of(kind: str) -> float:
+    for prefix, lat in LATENCY_S.items():
+        if kind.startswith(prefix):
+            return lat
+    return LATENCY_S["ethernet"]
+
+
+def make_link(kind: str, bandwidth_Bps: float, latency_s: float | None = None) -> Link:
+    return Link(kind, bandwidth_Bps, _latency_of(kind) if latency_s is None else latency_s)
+
+
+def intra_node_link(gpu: GPUSpec, kind: str | None = None, bandwidth_Bps: float | None = None) -> Link:
+    """The GPU's own intra-node link (NVLink generation or PCIe), or the node's override; CPUs use loopback."""
+    if gpu.arch == "cpu":
+        return make_link("loopback", bandwidth_Bps or LOOPBACK_BANDWIDTH_BPS)
+    return make_link(kind or gpu.link.kind, bandwidth_Bps or gpu.link.bandwidth_Bps)
+
+
+def inter_node_link(bandwidth_Bps: float) -> Link:
+    """A cluster's inter-node network: InfiniBand/RoCE when fast, Ethernet otherwise."""
+    return make_link("infiniband" if bandwidth_Bps >= INFINIBAND_MIN_BPS else "ethernet", bandwidth_Bps)
+
+
+def alpha_beta(collective: Collective | str, nbytes: float, n: int, link: Link) -> float:
+    """Ring-algorithm time of one collective of ``nbytes`` among ``n`` ranks on ``link``."""
+    c = Collective(collective)
+    if nbytes <= 0:
+        return 0.0
+    if c == Collective.SEND_RECV:
+        return link.latency_s + nbytes / link.bandwidth_Bps
+    if n <= 1:
+        return 0.0
+    if c == Collective.ALL_REDUCE:
+        steps, volume = 2 * (n - 1), 2 * (n - 1) / n * nbytes
+    else:
+        steps, volume = n - 1, (n - 1) / n * nbytes
+    return steps * link.latency_s + volume / link.bandwidth_Bps
+
+
+TableKey = tuple[str, str, int]
+
+
+@dataclass
+class CommTable:
+    """Measured (message bytes → seconds) points per (collective, link kind, group size).
+
+    Lookup interpolates linearly in log(bytes)–log(seconds) between the two nearest measured sizes; outside
+    the measured range (or without a table for that key) it falls back to :func:`alpha_beta`.
+    """
+
+    points: dict[TableKey, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, collective: Collective | str, link_kind: str, n: int, nbytes: float, time_s: float) -> None:
+        if nbytes <= 0 or time_s <= 0:
+            raise ValueError(f"table points need bytes > 0 and seconds > 0, got {nbytes}, {time_s}")
+        key = (str(Collective(collective)), link_kind, int(n))
+        pts = [p for p in self.points.get(key, []) if p[0] != nbytes]
+        pts.append((float(nbytes), float(time_s)))
+        self.points[key] = sorted(pts)
+
+    def add_many(
+        self, collective: Collective | str, link_kind: str, n: int, rows: Iterable[tuple[float, float]]
+    ) -> None:
+        for nbytes, t in rows:
+            self.add(collective, link_kind, n, nbytes, t)
+
+    def lookup(self, collective: Collective | str, link_kind: str, n: int, nbytes: float) -> float | None:
+        """Interpolated seconds, or None outside the measured range."""
+        pts = self.points.get((str(Collective(collective)), link_kind, int(n)))
+        if not pts or nbytes < pts[0][0] or nbytes > pts[-1][0]:
+            return None
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+            if x0 <= nbytes <= x1:
+                w = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+                return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+        return pts[0][1]  # a single point, hit exactly
+
+    def time(self, collective: Collective | str, nbytes: float, n: int, link: Link) -> float:
+        if nbytes <= 0 or (n <= 1 and Collective(collective) != Collective.SEND_RECV):
+            return 0.0
+        measured = self.lookup(collective, link.kind, n, nbytes)
+        return measured if measured is not None else alpha_beta(collective, nbytes, n, link)
+
+    def to_json(self) -> str:
+        rows = [{"collective": k[0], "link": k[1], "n": k[2], "points": v} for k, v in self.points.items()]
+        return json.dumps(rows, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> CommTable:
+        t = cls()
+        for row in json.loads(text):
+            t.add_many(row["collective"], row["link"], row["n"], [tuple(p) for p in row["points"]])
+        return t
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> CommTable:
+        return cls.from_json(Path(path).read_text())
+
+
+def comm_time(
+    collective: Collective | str, nbytes: float, n: int, link: Link, table: CommTable | None = None
+) -> float:
+    """Seconds of one collective: the measured table where it covers the size, else alpha-beta."""
+    if table is not None:
+        return table.time(collective, nbytes, n, link)
+    return alpha_beta(collective, nbytes, n, link)

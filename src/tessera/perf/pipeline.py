@@ -1,0 +1,89 @@
+"""Iteration time of a pipeline (GPipe or 1F1B) from per-stage times (Crius §5.1's composition).
+
+With ``S`` stages whose per-micro-batch forward + backward times are ``t_i = f_i + b_i``, ``B`` micro-batches,
+and ``p_j`` the send/recv time across boundary ``j`` for one micro-batch's activation (the gradient going back
+costs the same):
+
+    iteration = Σ_i t_i + Σ_j 2·p_j + (B − 1) · max_i t_i + dp_sync
+
+The first micro-batch traverses every stage forward and back (the fill and drain), paying every boundary's
+send/recv twice; after it, the slowest stage is busy all the time and every other transfer hides behind
+compute. GPipe and 1F1B have the same time under this model (1F1B only lowers the activation memory), so the
+schedule does not change the number; it stays a parameter so a finer model can tell them apart.
+
+Rewritten as ``B · max t + (Σ t − max t) + comm`` the three parts are the bottleneck stage's busy time
+(``steady_s``), the pipeline bubble (``bubble_s``) and the exposed communication.
+
+Data-parallel gradient sync runs after the last backward of each stage; stages sync concurrently on disjoint
+devices, so the slowest sync is added (``overlap_dp=False``, the default). With ``overlap_dp=True`` each stage's
+all-reduce is overlapped with its last micro-batch's backward (PyTorch DDP's bucketed all-reduce) and only what
+sticks out is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class PipelineTime:
+    """One iteration's time and its parts: iteration_time_s = steady_s + bubble_s + p2p_s + dp_sync_s."""
+
+    iteration_time_s: float
+    steady_s: float  # B × slowest stage's fwd + bwd
+    bubble_s: float  # Σ stage times − slowest (fill and drain)
+    p2p_s: float  # boundary send/recv of the first micro-batch, forward and backward
+    dp_sync_s: float  # exposed data-parallel gradient sync
+    bottleneck_stage: int
+
+
+def pipeline_time(
+    fwd_s: Sequence[float],
+    bwd_s: Sequence[float],
+    micro_batches: int,
+    *,
+    schedule: str = "1f1b",
+    p2p_s: Sequence[float] = (),
+    dp_sync_s: Sequence[float] = (),
+    overlap_dp: bool = False,
+) -> PipelineTime:
+    """Iteration time of ``len(fwd_s)`` stages, per the formula in the module docstring.
+
+    ``fwd_s``/``bwd_s``: per-stage seconds for one micro-batch; ``p2p_s``: one micro-batch's send/recv seconds
+    across each of the ``S − 1`` boundaries; ``dp_sync_s``: per-stage gradient all-reduce seconds (or empty).
+    """
+    n = len(fwd_s)
+    if n == 0 or len(bwd_s) != n:
+        raise ValueError(
+            f"need one forward and one backward time per stage, got {len(fwd_s)} and {len(bwd_s)}"
+        )
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: {schedule!r} is not one of {', '.join(SCHEDULES)}")
+    if p2p_s and len(p2p_s) != n - 1:
+        raise ValueError(f"{len(p2p_s)} boundary times for {n} stages (need {n - 1})")
+    if dp_sync_s and len(dp_sync_s) != n:
+        raise ValueError(f"{len(dp_sync_s)} DP sync times for {n} stages")
+    t = [f + b for f, b in zip(fwd_s, bwd_s, strict=True)]
+    slowest = max(range(n), key=lambda i: t[i])
+    steady = micro_batches * t[slowest]
+    bubble = sum(t) - t[slowest]
+    p2p = 2.0 * sum(p2p_s)
+    if not dp_sync_s:
+        dp = 0.0
+    elif overlap_dp:
+        dp = max(max(0.0, s - b) for s, b in zip(dp_sync_s, bwd_s, strict=True))
+    else:
+        dp = max(dp_sync_s)
+    return PipelineTime(
+        iteration_time_s=steady + bubble + p2p + dp,
+        steady_s=steady,
+        bubble_s=bubble,
+        p2p_s=p2p,
+        dp_sync_s=dp,
+        bottleneck_stage=slowest,
+    )

@@ -1,0 +1,134 @@
+"""Stage determination of a Cell (Crius §4.2, Figure 7): FLOPs-proportional GPU mapping, cuts at the smallest
+inter-layer traffic.
+
+Crius maps the Cell's ``N`` GPUs onto the operators (here: the spec's layers) in proportion to their FLOPs —
+operator ``i`` gets ``N · F_i / ΣF`` GPUs, so every operator would take the same time on its share — and then
+clusters consecutive operators into ``S`` stages, cutting where the traffic between neighbours is smallest.
+A stage's GPUs are the sum of its operators' shares.
+
+Cutting purely at the ``S − 1`` smallest traffics can leave wildly unequal stages (on a transformer every
+boundary carries the same b·s·h activation, so traffic cannot choose at all). We therefore cut at the smallest
+total traffic *among partitions whose largest stage is within* ``balance_tolerance`` *of the best achievable
+largest stage*: ``balance_tolerance=math.inf`` is Crius's literal rule, ``0`` the most balanced partition with
+the least traffic among equally balanced ones. Both are exact dynamic programs, O(S·n²).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tessera.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class StagePartition:
+    """Layer ranges of the stages and the GPUs mapped to each."""
+
+    bounds: tuple[tuple[int, int], ...]  # [start, end) per stage
+    mapped_gpus: tuple[float, ...]  # Σ of the stage's operators' FLOPs-proportional GPU shares
+    gpus: tuple[int, ...]  # whole GPUs per stage (largest remainder, ≥ 1 each), summing to N
+    cut_traffic_bytes: float  # Σ traffic across the chosen cuts
+
+    @property
+    def cuts(self) -> tuple[int, ...]:
+        """Indices of the first layer of every stage but the first."""
+        return tuple(a for a, _ in self.bounds[1:])
+
+
+def map_gpus(flops: Sequence[float], n_gpus: int) -> tuple[float, ...]:
+    """Each operator's FLOPs-proportional share of ``n_gpus`` (Crius: T = FLOPs / GPUs is then equal)."""
+    total = float(sum(flops))
+    if total <= 0:
+        raise ValueError("operators need positive total FLOPs to map GPUs onto")
+    return tuple(n_gpus * f / total for f in flops)
+
+
+def _whole_gpus(mapped: Sequence[float], n_gpus: int) -> tuple[int, ...]:
+    n = len(mapped)
+    if n_gpus < n:
+        raise ValueError(f"{n} stages need at least {n} GPUs, got {n_gpus}")
+    out = [max(1, math.floor(x + 1e-9)) for x in mapped]
+    while sum(out) < n_gpus:
+        i = max(range(n), key=lambda j: mapped[j] - out[j])
+        out[i] += 1
+    while sum(out) > n_gpus:
+        i = max((j for j in range(n) if out[j] > 1), key=lambda j: out[j] - mapped[j])
+        out[i] -= 1
+    return tuple(out)
+
+
+def partition_stages(
+    flops: Sequence[float],
+    traffic_bytes: Sequence[float],
+    n_gpus: int,
+    n_stages: int,
+    *,
+    balance_tolerance: float = 0.25,
+) -> StagePartition:
+    """Cut ``len(flops)`` operators into ``n_stages`` stages (see the module docstring).
+
+    ``traffic_bytes[j]`` is what operator ``j`` sends operator ``j + 1``.
+    """
+    n = len(flops)
+    if len(traffic_bytes) != n - 1:
+        raise ValueError(f"{len(traffic_bytes)} traffics for {n} operators (need {n - 1})")
+    if not 1 <= n_stages <= n:
+        raise ValueError(f"{n_stages} stages for {n} operators")
+    mapped = map_gpus(flops, n_gpus)
+    prefix = [0.0]
+    for g in mapped:
+        prefix.append(prefix[-1] + g)
+
+    def seg(i: int, j: int) -> float:
+        return prefix[j] - prefix[i]
+
+    inf = math.inf
+    # 1) the most balanced partition's largest stage (minimax).
+    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, n_stages + 1):
+        for j in range(k, n + 1):
+            best[k][j] = min(max(best[k - 1][i], seg(i, j)) for i in range(k - 1, j))
+    bound = best[n_stages][n] * (1 + balance_tolerance) + 1e-9
+    # 2) least cut traffic among partitions within the bound; ties → the smaller largest stage.
+    cost: list[list[tuple[float, float]]] = [[(inf, inf)] * (n + 1) for _ in range(n_stages + 1)]
+    back = [[-1] * (n + 1) for _ in range(n_stages + 1)]
+    cost[0][0] = (0.0, 0.0)
+    for k in range(1, n_stages + 1):
+        for j in range(k, n + 1):
+            for i in range(k - 1, j):
+                if cost[k - 1][i][0] == inf or seg(i, j) > bound:
+                    continue
+                cand = (cost[k - 1][i][0] + (traffic_bytes[i - 1] if i > 0 else 0.0),
+                        max(cost[k - 1][i][1], seg(i, j)))  # fmt: skip
+                if cand < cost[k][j]:
+                    cost[k][j], back[k][j] = cand, i
+    bounds: list[tuple[int, int]] = []
+    j = n
+    for k in range(n_stages, 0, -1):
+        i = back[k][j]
+        bounds.append((i, j))
+        j = i
+    bounds.reverse()
+    stage_mapped = tuple(seg(a, b) for a, b in bounds)
+    return StagePartition(
+        bounds=tuple(bounds),
+        mapped_gpus=stage_mapped,
+        gpus=_whole_gpus(stage_mapped, n_gpus),
+        cut_traffic_bytes=cost[n_stages][n][0],
+    )
+
+
+def partition_model(
+    spec: ModelSpec, n_gpus: int, n_stages: int, *, balance_tolerance: float = 0.25
+) -> StagePartition:
+    """Crius stage determination on a model spec: layer forward FLOPs, layer output bytes as the traffic."""
+    return partition_stages(
+        [layer.fwd_flops_per_sample for layer in spec.layers],
+        [layer.out_bytes_per_sample for layer in spec.layers[:-1]],
+        n_gpus,
+        n_stages,
+        balance_tolerance=balance_tolerance,
+    )

@@ -1,0 +1,99 @@
+"""Roofline compute cost, efficiency curve and profile override."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.hardware import get_gpu
+from tessera.models.spec import Layer, TPShard
+from tessera.perf.compute import (
+    DEFAULT_CURVES,
+    EfficiencyCurve,
+    Profile,
+    curve_for,
+    forward_roofline,
+    layer_time,
+)
+
+BIG = Layer("block", "transformer", params=12 * 4096**2, fwd_flops_per_sample=2 * 12 * 4096**2 * 2048,
+            act_bytes_per_sample=2048 * 4096 * 4 * 16, out_bytes_per_sample=2048 * 4096 * 4,
+            tp_shard=TPShard.HEADS, tp_units=32)  # fmt: skip
+TINY = Layer("tiny", "transformer", params=64 * 64 * 12, fwd_flops_per_sample=2 * 12 * 64 * 64 * 16,
+             act_bytes_per_sample=16 * 64 * 4 * 16, out_bytes_per_sample=16 * 64 * 4,
+             tp_shard=TPShard.HEADS, tp_units=4)  # fmt: skip
+A100 = get_gpu("A100-40GB")
+
+
+def test_efficiency_curve_drops_for_small_work_and_saturates():
+    c = EfficiencyCurve(max_fraction=0.6, half_flops=1e9, min_fraction=0.01)
+    assert c.fraction(1e9) == pytest.approx(0.3)
+    assert c.fraction(1e15) == pytest.approx(0.6, rel=1e-5)
+    assert c.fraction(1.0) == 0.01
+    assert c.fraction(1e8) < c.fraction(1e9) < c.fraction(1e10)
+
+
+def test_curve_lookup_prefers_calibrated_type_then_arch():
+    calibrated = EfficiencyCurve(max_fraction=0.42)
+    assert curve_for(A100) is DEFAULT_CURVES["ampere"]
+    assert curve_for(A100, {"A100-40GB": calibrated}) is calibrated
+    assert curve_for(A100, {"ampere": calibrated}) is calibrated
+
+
+def test_large_layer_is_compute_bound_at_near_max_efficiency():
+    t = forward_roofline(BIG, A100, micro_batch=4, precision="bf16")
+    assert t.compute_s > t.memory_s
+    eff = DEFAULT_CURVES["ampere"].fraction(t.flops)
+    assert t.time_s == pytest.approx(t.flops / (A100.peak_flops("bf16") * eff))
+    assert eff > 0.6  # big matmuls run near the curve's maximum
+
+
+def test_small_layer_achieves_lower_flop_rate():
+    big = forward_roofline(BIG, A100, micro_batch=4, precision="bf16")
+    tiny = forward_roofline(TINY, A100, micro_batch=1, precision="bf16")
+    assert tiny.flops / tiny.time_s < 0.1 * big.flops / big.time_s
+
+
+def test_backward_is_twice_forward_and_recompute_adds_a_forward():
+    base = layer_time(BIG, A100, micro_batch=2, precision="bf16")
+    assert base.bwd_s == pytest.approx(2 * base.fwd_s)
+    full = layer_time(BIG, A100, micro_batch=2, precision="bf16", recompute="full")
+    assert full.bwd_s == pytest.approx(3 * base.fwd_s)
+    sel = layer_time(
+        BIG, A100, micro_batch=2, precision="bf16", recompute="selective", attention_core_fraction=0.1
+    )
+    assert sel.bwd_s == pytest.approx(2.1 * base.fwd_s)
+    with pytest.raises(ValueError, match="recompute"):
+        layer_time(BIG, A100, recompute="sometimes")
+
+
+def test_tp_shards_the_work_and_uneven_ratio_scales_it():
+    one = forward_roofline(BIG, A100, micro_batch=4, precision="bf16")
+    half = forward_roofline(BIG, A100, tp=2, micro_batch=4, precision="bf16")
+    assert half.flops == pytest.approx(one.flops / 2)
+    big_share = forward_roofline(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.75)
+    assert big_share.flops == pytest.approx(0.75 * one.flops)
+    replicated = Layer("ln", "head", 10, 1e6, 0, 0, TPShard.REPLICATED)
+    assert forward_roofline(replicated, A100, tp=4).flops == 1e6
+
+
+def test_profile_overrides_roofline_and_round_trips(tmp_path):
+    p = Profile()
+    p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.025)
+    t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", profile=p)
+    assert (t.fwd_s, t.bwd_s, t.source) == (0.010, 0.025, "profile")
+    # an uneven shard scales the even-shard measurement
+    t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.75, profile=p)
+    assert t.fwd_s == pytest.approx(0.015)
+    # other keys fall back to the roofline
+    assert layer_time(BIG, A100, tp=2, micro_batch=8, precision="bf16", profile=p).source == "roofline"
+    assert (
+        layer_time(BIG, get_gpu("V100-32GB"), tp=2, micro_batch=4, precision="bf16", profile=p).source
+        == "roofline"
+    )
+    path = tmp_path / "profile.json"
+    p.save(path)
+    q = Profile.load(path)
+    assert q.get(BIG, "A100-40GB", 2, 4, "bf16") == (0.010, 0.025)
+    # the signature ignores the layer's name: block 7 shares block 0's profile
+    renamed = Layer("block7", **{k: v for k, v in BIG.__dict__.items() if k != "name"})
+    assert q.get(renamed, "A100-40GB", 2, 4, "bf16") == (0.010, 0.025)

@@ -1,0 +1,117 @@
+"""Whole-plan estimates: composition, heterogeneity, TP/DP communication, profiles and memory feasibility."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tessera.hardware import get_cluster
+from tessera.models.zoo import get_spec
+from tessera.perf.compute import Profile, layer_time
+from tessera.perf.estimate import Estimate, estimate_plan
+from tessera.plan import Device, Plan, Stage, simple_plan
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return get_spec("gpt2")
+
+
+def _plan(spec, **kw):
+    kw.setdefault("global_batch", 16)
+    return simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, **kw)
+
+
+def _hetero_dp(spec, shares=()):
+    devs = (Device(0, "A100-40GB"), Device(1, "V100-32GB"))
+    stage = Stage(0, spec.n_layers, devs, dp_degree=2, batch_shares=shares)
+    return Plan(spec.name, 16, spec.seq_len, (stage,), micro_batches=1, precision="fp16")
+
+
+def test_estimate_is_frozen_and_parts_add_up(gpt2):
+    e = estimate_plan(
+        _plan(gpt2, dp=2, tp=2, pp=2, gpu_type="A100-40GB", micro_batches=4, precision="bf16"), gpt2
+    )
+    assert isinstance(e, Estimate)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.iteration_time_s = 0  # type: ignore[misc]
+    assert e.iteration_time_s == pytest.approx(e.compute_s + e.comm_s + e.bubble_s)
+    assert e.comm_s > 0 and e.bubble_s > 0
+    assert 0 < e.mfu < 1
+    assert e.samples_per_s == pytest.approx(16 / e.iteration_time_s)
+    assert e.tokens_per_s_per_gpu == pytest.approx(16 * gpt2.seq_len / e.iteration_time_s / 8)
+    assert len(e.peak_bytes_per_device) == 8 and e.feasible
+
+
+def test_single_stage_single_device_matches_layer_sum(gpt2):
+    """One device, one micro-batch: iteration = Σ layers (fwd + bwd) exactly — nothing else to add."""
+    from tessera.hardware import get_gpu
+
+    e = estimate_plan(_plan(gpt2, gpu_type="A100-40GB", micro_batches=1, precision="bf16"), gpt2)
+    gpu = get_gpu("A100-40GB")
+    expect = sum(layer_time(layer, gpu, micro_batch=16, precision="bf16").total_s for layer in gpt2.layers)
+    assert e.iteration_time_s == pytest.approx(expect)
+    assert e.comm_s == 0 and e.bubble_s == 0
+
+
+def test_faster_gpu_is_faster(gpt2):
+    a100 = estimate_plan(_plan(gpt2, gpu_type="A100-40GB", precision="bf16"), gpt2)
+    t4 = estimate_plan(_plan(gpt2, gpu_type="T4", precision="fp16"), gpt2)
+    assert a100.iteration_time_s < t4.iteration_time_s
+
+
+def test_slowest_replica_bounds_the_stage_and_shares_fix_it(gpt2):
+    even = estimate_plan(_hetero_dp(gpt2), gpt2)
+    v100_only = estimate_plan(
+        _plan(gpt2, global_batch=8, gpu_type="V100-32GB", micro_batches=1, precision="fp16"), gpt2
+    )
+    # the even split's V100 replica does 8 samples, exactly the single-V100 plan's compute
+    assert even.compute_s == pytest.approx(v100_only.compute_s)
+    skewed = estimate_plan(_hetero_dp(gpt2, shares=(12, 4)), gpt2)
+    assert skewed.iteration_time_s < even.iteration_time_s
+
+
+def test_tp_adds_allreduces_and_dp_sync_depends_on_the_link(gpt2):
+    tp1 = estimate_plan(_plan(gpt2, tp=1, gpu_type="A100-40GB", micro_batches=1), gpt2)
+    tp2 = estimate_plan(_plan(gpt2, tp=2, gpu_type="A100-40GB", micro_batches=1), gpt2)
+    assert tp1.comm_s == 0 and tp2.comm_s > 0
+    cluster = get_cluster("whale-hetero-16")
+    same = tuple(Device(i, "V100-32GB", node="v100-0", local_index=i) for i in range(2))
+    split = (
+        Device(0, "V100-32GB", node="v100-0", local_index=0),
+        Device(1, "P100-16GB", node="p100-0", local_index=0),
+    )
+    times = {}
+    for name, devs in (("nvlink", same), ("ethernet", split)):
+        plan = Plan(
+            gpt2.name, 16, gpt2.seq_len, (Stage(0, gpt2.n_layers, devs, dp_degree=2),), precision="fp16"
+        )
+        times[name] = estimate_plan(plan, gpt2, cluster)
+    assert times["ethernet"].comm_s > 10 * times["nvlink"].comm_s
+
+
+def test_profile_overrides_the_roofline(gpt2):
+    plan = _plan(gpt2, gpu_type="A100-40GB", micro_batches=2, precision="bf16")
+    prof = Profile()
+    for layer in gpt2.layers:
+        prof.put(layer, "A100-40GB", 1, 8, "bf16", fwd_s=0.01, bwd_s=0.02)
+    e = estimate_plan(plan, gpt2, profile=prof)
+    assert e.iteration_time_s == pytest.approx(2 * gpt2.n_layers * 0.03)
+
+
+def test_memory_feasibility():
+    spec = get_spec("gpt3-1.3b")
+    t4 = estimate_plan(_plan(spec, global_batch=8, gpu_type="T4", micro_batches=8), spec)
+    assert not t4.feasible  # 1.3 B params × 16 B of fp32 AdamW state do not fit 16 GB
+    a100 = estimate_plan(
+        _plan(spec, global_batch=8, gpu_type="A100-80GB", micro_batches=8, precision="bf16"), spec
+    )
+    assert a100.feasible
+    assert max(a100.device_bytes_per_device) > max(a100.peak_bytes_per_device)  # + CUDA context
+
+
+def test_seq_len_mismatch_is_an_error(gpt2):
+    plan = simple_plan(gpt2.name, n_layers=gpt2.n_layers, global_batch=4, seq_len=128)
+    with pytest.raises(ValueError, match="seq_len"):
+        estimate_plan(plan, gpt2)

@@ -1,0 +1,58 @@
+"""Pipeline iteration time on hand-computable cases.
+
+Formula (tessera.perf.pipeline): iteration = Σ_i t_i + 2·Σ_j p_j + (B − 1)·max_i t_i + dp_sync,
+with t_i = forward + backward of stage i for one micro-batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.perf.pipeline import pipeline_time
+
+
+def test_two_stages_one_and_three_seconds_four_micro_batches():
+    """Stage 0 takes 1 s (1/3 fwd + 2/3 bwd), stage 1 takes 3 s (1 + 2), B = 4, no communication.
+
+    The first micro-batch goes through both stages forward and back: 1 + 3 = 4 s. Then the 3-s stage is the
+    bottleneck for the 3 remaining micro-batches: 3 · 3 = 9 s. Total 13 s = 4·3 (steady) + 1 (bubble).
+    """
+    t = pipeline_time([1 / 3, 1.0], [2 / 3, 2.0], 4)
+    assert t.iteration_time_s == pytest.approx(13.0)
+    assert t.steady_s == pytest.approx(12.0)
+    assert t.bubble_s == pytest.approx(1.0)
+    assert t.bottleneck_stage == 1
+    assert pipeline_time([1 / 3, 1.0], [2 / 3, 2.0], 4, schedule="gpipe").iteration_time_s == pytest.approx(
+        13.0
+    )
+
+
+def test_first_pass_pays_each_boundary_twice_and_dp_sync_is_added():
+    """Four equal 1-s stages, B = 8, 0.1 s per boundary crossing, DP syncs of 0.5/0.2/0.2/0.2 s.
+
+    Fill/drain: Σ t = 4 s; steady: 7 · 1 = 7 s; the first micro-batch crosses 3 boundaries forward and 3 back:
+    6 · 0.1 = 0.6 s; non-overlapped DP sync adds the slowest stage's 0.5 s: 4 + 7 + 0.6 + 0.5 = 12.1 s.
+    Overlapped with the last backward (0.6 s of the 1-s stage), no DP sync sticks out: 11.6 s.
+    """
+    fwd, bwd = [0.4] * 4, [0.6] * 4
+    t = pipeline_time(fwd, bwd, 8, p2p_s=[0.1] * 3, dp_sync_s=[0.5, 0.2, 0.2, 0.2])
+    assert t.iteration_time_s == pytest.approx(12.1)
+    assert (t.p2p_s, t.dp_sync_s) == (pytest.approx(0.6), pytest.approx(0.5))
+    o = pipeline_time(fwd, bwd, 8, p2p_s=[0.1] * 3, dp_sync_s=[0.5, 0.2, 0.2, 0.2], overlap_dp=True)
+    assert o.iteration_time_s == pytest.approx(11.6)
+    # a sync longer than the backward it hides behind leaks the rest: 0.9 − 0.6 = 0.3 s
+    o = pipeline_time(fwd, bwd, 8, dp_sync_s=[0.9, 0, 0, 0], overlap_dp=True)
+    assert o.iteration_time_s == pytest.approx(11.0 + 0.3)
+
+
+def test_single_stage_is_b_times_stage_time():
+    assert pipeline_time([1.0], [2.0], 5).iteration_time_s == pytest.approx(15.0)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError):
+        pipeline_time([1.0, 1.0], [1.0], 2)
+    with pytest.raises(ValueError):
+        pipeline_time([1.0, 1.0], [1.0, 1.0], 2, p2p_s=[0.1, 0.1])
+    with pytest.raises(ValueError):
+        pipeline_time([1.0], [1.0], 2, schedule="zb")
