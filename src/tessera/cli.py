@@ -128,10 +128,6 @@ def _count(n: int) -> str:
     return str(n)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    app()
-
-
 @app.command()
 @_clean_errors
 def memory(
@@ -213,3 +209,18 @@ def train(
         timeout_s=timeout_s,
         console=err_console,
     )
+
+
+def _register_subcommands() -> None:
+    """Commands whose modules own their options (imported light; heavy imports stay inside them)."""
+    from tessera.commands.calibrate import calibrate
+    from tessera.commands.profile import profile_app
+
+    app.add_typer(profile_app, name="profile")
+    app.command()(_clean_errors(calibrate))
+
+
+_register_subcommands()
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -9,6 +9,7 @@ import pytest
 from tessera.hardware import get_cluster
 from tessera.models.zoo import get_spec
 from tessera.perf.compute import Profile, layer_time
+from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
 from tessera.plan import Device, Plan, Stage, simple_plan
 
@@ -96,7 +97,7 @@ def test_profile_overrides_the_roofline(gpt2):
     prof = Profile()
     for layer in gpt2.layers:
         prof.put(layer, "A100-40GB", 1, 8, "bf16", fwd_s=0.01, bwd_s=0.02)
-    e = estimate_plan(plan, gpt2, profile=prof)
+    e = estimate_plan(plan, gpt2, cost=CostModel(profile=prof))
     assert e.iteration_time_s == pytest.approx(2 * gpt2.n_layers * 0.03)
 
 

@@ -18,6 +18,7 @@ Composition (Crius §5.1: computation and communication are estimated apart and 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,7 +30,6 @@ from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch
 from tessera.perf.comm import (
     Collective,
-    CommTable,
     Link,
     comm_time,
     inter_node_link,
@@ -37,12 +37,11 @@ from tessera.perf.comm import (
 )
 from tessera.perf.compute import (
     HALF_PRECISIONS,
-    EfficiencyCurve,
-    Profile,
     layer_signature,
     layer_time,
     shard_fraction,
 )
+from tessera.perf.costmodel import CostModel
 from tessera.perf.pipeline import pipeline_time
 from tessera.plan import Device, Plan, Stage
 
@@ -71,10 +70,10 @@ class Estimate:
         return asdict(self)
 
 
-class _Topology:
+class Topology:
     """Resolves a plan's devices to GPU specs and the links between them."""
 
-    def __init__(self, cluster_or_gpu_map: ClusterSpec | Mapping[str, GPUSpec] | None) -> None:
+    def __init__(self, cluster_or_gpu_map: ClusterSpec | Mapping[str, GPUSpec] | None = None) -> None:
         self.gpu_map: Mapping[str, GPUSpec] = {}
         self.nodes: dict[str, Node] = {}
         self.inter_Bps = DEFAULT_INTER_NODE_BPS
@@ -114,14 +113,12 @@ def _attention_core_fraction(spec: ModelSpec, layer: Layer) -> float:
     return min(1.0, core / layer.fwd_flops_per_sample)
 
 
+def _comm(cost: CostModel, collective: Collective, nbytes: float, n: int, link: Link) -> float:
+    return comm_time(collective, nbytes, n, link, cost.comm_table) * cost.comm_factor(link.kind)
+
+
 def _stage_time(
-    plan: Plan,
-    spec: ModelSpec,
-    stage: Stage,
-    topo: _Topology,
-    profile: Profile | None,
-    comm_table: CommTable | None,
-    curves: Mapping[str, EfficiencyCurve] | None,
+    plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel
 ) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, tp_comm_s) per micro-batch of the stage's slowest replica."""
     precision = plan.precision.value
@@ -131,9 +128,14 @@ def _stage_time(
     elem = 0.5 if precision in HALF_PRECISIONS else 1.0  # spec byte figures are fp32
     cache: dict[tuple, tuple[float, float]] = {}
     best = (0.0, 0.0, 0.0)
+    seen: set[tuple] = set()
     for r, share in enumerate(stage.shares(plan.global_batch)):
         mb = share / plan.micro_batches
         devices = stage.replica(r)
+        what = (mb, tuple(d.gpu_type for d in devices))
+        if what in seen and stage.tp_degree == 1:
+            continue  # an identical replica costs the same (TP replicas may differ in their links)
+        seen.add(what)
         fwd = bwd = 0.0
         for layer in layers:
             lf = lb = 0.0
@@ -144,32 +146,30 @@ def _stage_time(
                 if key not in cache:
                     t = layer_time(
                         layer, gpu, tp=stage.tp_degree, micro_batch=mb, precision=precision,
-                        recompute=recompute, ratio=ratio, profile=profile, curves=curves,
+                        recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
                         attention_core_fraction=_attention_core_fraction(spec, layer),
                     )  # fmt: skip
-                    cache[key] = (t.fwd_s, t.bwd_s)
+                    f = cost.compute_factor(gpu.name)
+                    cache[key] = (t.fwd_s * f, t.bwd_s * f)
                 lf, lb = max(lf, cache[key][0]), max(lb, cache[key][1])
             fwd += lf
             bwd += lb
         tp_comm = 0.0
         if stage.tp_degree > 1:
             link = topo.link(devices)
+            passes = 3 if recompute == "full" else 2  # fwd, bwd (+ the recomputed fwd)
             for layer in layers:
                 n_ar = _TP_ALLREDUCES[layer.tp_shard]
                 if not n_ar:
                     continue
                 nbytes = layer.out_bytes_per_sample * mb * elem
-                one = comm_time(Collective.ALL_REDUCE, nbytes, stage.tp_degree, link, comm_table)
-                passes = 3 if recompute == "full" else 2  # fwd, bwd (+ the recomputed fwd)
-                tp_comm += n_ar * passes * one
+                tp_comm += n_ar * passes * _comm(cost, Collective.ALL_REDUCE, nbytes, stage.tp_degree, link)
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
 
 
-def _dp_sync_s(
-    plan: Plan, spec: ModelSpec, stage: Stage, topo: _Topology, comm_table: CommTable | None
-) -> float:
+def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
     """Gradient all-reduce of the stage (fp32 gradients) across its replicas, per TP rank; the slowest rank."""
     if stage.dp_degree <= 1:
         return 0.0
@@ -182,70 +182,80 @@ def _dp_sync_s(
             layer.params * shard_fraction(layer, stage.tp_degree, ratio) for layer in layers
         )
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
-        t = comm_time(Collective.ALL_REDUCE, grad_bytes, stage.dp_degree, topo.link(group), comm_table)
+        t = _comm(cost, Collective.ALL_REDUCE, grad_bytes, stage.dp_degree, topo.link(group))
         if plan.zero == 3:
             t *= 1.5  # reduce-scatter of grads + all-gather of params in forward and again in backward
         worst = max(worst, t)
     return worst
 
 
-def _p2p_s(
-    plan: Plan, spec: ModelSpec, a: Stage, b: Stage, topo: _Topology, comm_table: CommTable | None
+def boundary_s(
+    plan: Plan, spec: ModelSpec, a: Stage, b: Stage, topo: Topology, cost: CostModel | None = None
 ) -> float:
     """Send/recv of one micro-batch's activation from stage ``a`` to ``b``; replicas send their parts in
     parallel (the bridge between different degrees splits the micro-batch over the fewer replicas)."""
     elem = 0.5 if plan.precision.value in HALF_PRECISIONS else 1.0
     samples = plan.global_batch / plan.micro_batches / min(a.dp_degree, b.dp_degree)
     nbytes = spec.layers[a.layer_end - 1].out_bytes_per_sample * samples * elem
-    return comm_time(Collective.SEND_RECV, nbytes, 2, topo.link(a.devices + b.devices), comm_table)
+    return _comm(cost or CostModel(), Collective.SEND_RECV, nbytes, 2, topo.link(a.devices + b.devices))
 
 
-def _memory(
-    plan: Plan, spec: ModelSpec, topo: _Topology, headroom_fraction: float
-) -> tuple[tuple[float, ...], tuple[float, ...], bool]:
-    """Tensor peak, device bytes and fit of every rank, from the memory formula per (stage, replica)."""
-    S, B = plan.n_stages, plan.micro_batches
-    views: list[DeviceView] = []
-    owners: list[tuple[Device, ...]] = []
-    for i, st in enumerate(plan.stages):
-        in_flight = B if plan.schedule.value == "gpipe" else min(S - i, B)
-        for r, share in enumerate(st.shares(plan.global_batch)):
-            views.append(
-                DeviceView(
-                    layer_start=st.layer_start,
-                    layer_end=st.layer_end,
-                    micro_batch=max(1, math.ceil(share / B)),
-                    in_flight=in_flight,
-                    dp=st.dp_degree,
-                    tp=st.tp_degree,  # uneven shard ratios are approximated by the even shard
-                    precision=plan.precision.value,
-                    recompute=plan.recompute.value,
-                    attention=plan.attention.value,
-                    optimizer=plan.optimizer.value,
-                    zero=plan.zero,
-                    micro_batches=B,
-                )
-            )
-            owners.append(st.replica(r))
+# The memory formula costs ~2 ms per call whatever the batch, so Cells and tuners that ask for the same
+# (stage, replica) view again and again read it from here: per spec object, view → tensor peak bytes.
+# Keyed by id(spec) (specs carry a dict, so they do not hash); an entry goes when its spec is collected.
+_PEAKS: dict[int, dict[DeviceView, float]] = {}
+
+
+def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
+    key = id(spec)
+    if key not in _PEAKS:
+        _PEAKS[key] = {}
+        weakref.finalize(spec, _PEAKS.pop, key, None)
+    return _PEAKS[key]
+
+
+def stage_views(plan: Plan, index: int) -> list[DeviceView]:
+    """The memory module's view of every replica of stage ``index`` (uneven TP as the even shard)."""
+    st = plan.stages[index]
+    B = plan.micro_batches
+    in_flight = B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B)
+    return [
+        DeviceView(
+            layer_start=st.layer_start,
+            layer_end=st.layer_end,
+            micro_batch=max(1, math.ceil(share / B)),
+            in_flight=in_flight,
+            dp=st.dp_degree,
+            tp=st.tp_degree,
+            precision=plan.precision.value,
+            recompute=plan.recompute.value,
+            attention=plan.attention.value,
+            optimizer=plan.optimizer.value,
+            zero=plan.zero,
+            micro_batches=B,
+        )
+        for share in st.shares(plan.global_batch)
+    ]
+
+
+def peak_bytes(spec: ModelSpec, views: list[DeviceView]) -> list[float]:
+    """Tensor peak of each view (memoized per spec; the uncached ones evaluated in one formula call)."""
+    memo = _memo(spec)
+    todo = list(dict.fromkeys(v for v in views if v not in memo))
+    if todo:
+        try:
+            got = [float(x) for x in evaluate(spec, todo).peak_bytes]
+        except (ValueError, KeyError, NotImplementedError):
+            got = [_rough_peak(spec, v) for v in todo]
+        memo.update(zip(todo, got, strict=True))
+    return [memo[v] for v in views]
+
+
+def _device_bytes(gpu: GPUSpec, peak: float) -> float:
     try:
-        peaks = [float(x) for x in evaluate(spec, views).peak_bytes]
-    except (ValueError, KeyError, NotImplementedError):
-        peaks = [_rough_peak(spec, v) for v in views]
-    peak_by_rank: dict[int, float] = {}
-    device_by_rank: dict[int, float] = {}
-    feasible = True
-    for peak, devs in zip(peaks, owners, strict=True):
-        for d in devs:
-            gpu = topo.gpu(d)
-            try:
-                device = overhead_for(gpu.name).device_bytes(peak)
-            except Exception:  # a GPU only the caller's map knows: use its own context figure
-                device = peak + gpu.context_bytes
-            peak_by_rank[d.rank] = peak
-            device_by_rank[d.rank] = device
-            feasible &= device <= gpu.memory_bytes * (1 - headroom_fraction)
-    ranks = sorted(peak_by_rank)
-    return tuple(peak_by_rank[k] for k in ranks), tuple(device_by_rank[k] for k in ranks), feasible
+        return overhead_for(gpu.name).device_bytes(peak)
+    except Exception:  # a GPU only the caller's map knows: use its own context figure
+        return peak + gpu.context_bytes
 
 
 def _rough_peak(spec: ModelSpec, v: DeviceView) -> float:
@@ -256,60 +266,133 @@ def _rough_peak(spec: ModelSpec, v: DeviceView) -> float:
     return 16.0 * params + acts * v.micro_batch * v.in_flight
 
 
+@dataclass(frozen=True)
+class StageCost:
+    """One stage's share of an estimate: per-micro-batch times of its slowest replica, its gradient sync, and
+    the memory of each of its devices. Stages are costed independently, so Cells can mix them."""
+
+    fwd_s: float
+    bwd_s: float
+    tp_comm_s: float  # per micro-batch, on the critical path, split evenly between fwd and bwd
+    dp_sync_s: float
+    peak_bytes: tuple[float, ...]  # per device of the stage, in stage order
+    device_bytes: tuple[float, ...]
+    feasible: bool
+
+    @property
+    def time_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.tp_comm_s
+
+
+def stage_cost(
+    plan: Plan,
+    spec: ModelSpec,
+    index: int,
+    topo: Topology,
+    cost: CostModel | None = None,
+    *,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+) -> StageCost:
+    """Time and memory of stage ``index`` of ``plan`` (see the module docstring)."""
+    cost = cost or CostModel()
+    st = plan.stages[index]
+    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost)
+    peaks = peak_bytes(spec, stage_views(plan, index))
+    dev_peak, dev_bytes = [], []
+    feasible = True
+    for r, peak in enumerate(peaks):
+        for d in st.replica(r):
+            gpu = topo.gpu(d)
+            b = _device_bytes(gpu, peak)
+            dev_peak.append(peak)
+            dev_bytes.append(b)
+            feasible &= b <= gpu.memory_bytes * (1 - headroom_fraction)
+    return StageCost(
+        fwd_s=fwd,
+        bwd_s=bwd,
+        tp_comm_s=tp_comm,
+        dp_sync_s=_dp_sync_s(plan, spec, st, topo, cost),
+        peak_bytes=tuple(dev_peak),
+        device_bytes=tuple(dev_bytes),
+        feasible=feasible,
+    )
+
+
+def compose(
+    plan: Plan,
+    spec: ModelSpec,
+    costs: list[StageCost],
+    p2p_s: list[float],
+    topo: Topology,
+    *,
+    overlap_dp: bool = False,
+) -> Estimate:
+    """The plan's estimate from its stages' costs and its boundaries' send/recv times."""
+    fwd = [c.fwd_s + c.tp_comm_s / 2 for c in costs]
+    bwd = [c.bwd_s + c.tp_comm_s / 2 for c in costs]
+    pt = pipeline_time(
+        fwd,
+        bwd,
+        plan.micro_batches,
+        schedule=plan.schedule.value,
+        p2p_s=p2p_s,
+        dp_sync_s=[c.dp_sync_s for c in costs],
+        overlap_dp=overlap_dp,
+    )
+    tp_in_steady = plan.micro_batches * costs[pt.bottleneck_stage].tp_comm_s
+    it = pt.iteration_time_s
+    peak_flops = sum(topo.gpu(d).peak_flops(plan.precision.value) for d in plan.devices)
+    model_flops = 3.0 * spec.fwd_flops_per_sample * plan.global_batch
+    by_rank: dict[int, tuple[float, float]] = {}
+    for st, c in zip(plan.stages, costs, strict=True):
+        for d, p, b in zip(st.devices, c.peak_bytes, c.device_bytes, strict=True):
+            by_rank[d.rank] = (p, b)
+    ranks = sorted(by_rank)
+    return Estimate(
+        iteration_time_s=it,
+        compute_s=pt.steady_s - tp_in_steady,
+        comm_s=tp_in_steady + pt.p2p_s + pt.dp_sync_s,
+        bubble_s=pt.bubble_s,
+        samples_per_s=plan.global_batch / it,
+        tokens_per_s_per_gpu=plan.global_batch * plan.seq_len / it / plan.world_size,
+        mfu=model_flops / (it * peak_flops),
+        peak_bytes_per_device=tuple(by_rank[k][0] for k in ranks),
+        feasible=all(c.feasible for c in costs),
+        stage_times_s=tuple(f + b for f, b in zip(fwd, bwd, strict=True)),
+        device_bytes_per_device=tuple(by_rank[k][1] for k in ranks),
+    )
+
+
+def check_plan_fits_spec(plan: Plan, spec: ModelSpec) -> None:
+    if spec.seq_len != 1 and plan.seq_len != spec.seq_len:
+        raise ValueError(f"seq_len: plan has {plan.seq_len}, the model spec was built for {spec.seq_len}")
+    if plan.stages[-1].layer_end != spec.n_layers:
+        raise ValueError(f"stages cover {plan.stages[-1].layer_end} layers, {spec.name} has {spec.n_layers}")
+
+
 def estimate_plan(
     plan: Plan,
     spec: ModelSpec,
-    cluster_or_gpu_map: ClusterSpec | Mapping[str, GPUSpec] | None = None,
+    cluster_or_gpu_map: ClusterSpec | Mapping[str, GPUSpec] | Topology | None = None,
     *,
-    profile: Profile | None = None,
-    comm_table: CommTable | None = None,
-    curves: Mapping[str, EfficiencyCurve] | None = None,
+    cost: CostModel | None = None,
     overlap_dp: bool = False,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
 ) -> Estimate:
     """Estimate one iteration of ``plan`` for model ``spec``.
 
     ``cluster_or_gpu_map``: a ClusterSpec (devices' ``node`` names its nodes, for links), or a map from the
-    plan's ``gpu_type`` names to GPUSpecs, or None (catalog lookup, all devices on one node).
+    plan's ``gpu_type`` names to GPUSpecs, or None (catalog lookup, all devices on one node). ``cost``: the
+    measured profiles, communication tables and calibration to prefer over datasheets (none by default).
     """
-    if spec.seq_len != 1 and plan.seq_len != spec.seq_len:
-        raise ValueError(f"seq_len: plan has {plan.seq_len}, the model spec was built for {spec.seq_len}")
-    if plan.stages[-1].layer_end != spec.n_layers:
-        raise ValueError(f"stages cover {plan.stages[-1].layer_end} layers, {spec.name} has {spec.n_layers}")
-    topo = _Topology(cluster_or_gpu_map)
-    times = [_stage_time(plan, spec, s, topo, profile, comm_table, curves) for s in plan.stages]
-    fwd = [f + c / 2 for f, _, c in times]  # TP comm splits evenly between the passes' critical paths
-    bwd = [b + c / 2 for _, b, c in times]
-    p2p = [
-        _p2p_s(plan, spec, a, b, topo, comm_table) for a, b in zip(plan.stages, plan.stages[1:], strict=False)
+    check_plan_fits_spec(plan, spec)
+    cost = cost or CostModel()
+    topo = cluster_or_gpu_map if isinstance(cluster_or_gpu_map, Topology) else Topology(cluster_or_gpu_map)
+    costs = [
+        stage_cost(plan, spec, i, topo, cost, headroom_fraction=headroom_fraction)
+        for i in range(plan.n_stages)
     ]
-    dp = [_dp_sync_s(plan, spec, s, topo, comm_table) for s in plan.stages]
-    pt = pipeline_time(
-        fwd,
-        bwd,
-        plan.micro_batches,
-        schedule=plan.schedule.value,
-        p2p_s=p2p,
-        dp_sync_s=dp,
-        overlap_dp=overlap_dp,
-    )
-    tp_in_steady = plan.micro_batches * times[pt.bottleneck_stage][2]
-    compute_s = pt.steady_s - tp_in_steady
-    comm_s = tp_in_steady + pt.p2p_s + pt.dp_sync_s
-    it = pt.iteration_time_s
-    peak_flops = sum(topo.gpu(d).peak_flops(plan.precision.value) for d in plan.devices)
-    model_flops = 3.0 * spec.fwd_flops_per_sample * plan.global_batch
-    peaks, device_bytes, feasible = _memory(plan, spec, topo, headroom_fraction)
-    return Estimate(
-        iteration_time_s=it,
-        compute_s=compute_s,
-        comm_s=comm_s,
-        bubble_s=pt.bubble_s,
-        samples_per_s=plan.global_batch / it,
-        tokens_per_s_per_gpu=plan.global_batch * plan.seq_len / it / plan.world_size,
-        mfu=model_flops / (it * peak_flops),
-        peak_bytes_per_device=peaks,
-        feasible=feasible,
-        stage_times_s=tuple(f + b for f, b in zip(fwd, bwd, strict=True)),
-        device_bytes_per_device=device_bytes,
-    )
+    p2p = [
+        boundary_s(plan, spec, a, b, topo, cost) for a, b in zip(plan.stages, plan.stages[1:], strict=False)
+    ]
+    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp)
