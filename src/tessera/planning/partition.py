@@ -132,3 +132,43 @@ def partition_model(
         n_stages,
         balance_tolerance=balance_tolerance,
     )
+
+
+def partition_by_speed(flops: Sequence[float], speeds: Sequence[float]) -> tuple[tuple[int, int], ...]:
+    """Contiguous layer ranges for stages of given speeds (FLOP/s), minimizing the slowest stage's time
+    (Whale §3.3.2's inter-TaskGraph balance: a stage on faster devices takes more layers).
+
+    Bisection on the bottleneck time τ: stages greedily take layers while FLOPs ≤ τ · speed; every stage
+    keeps at least one layer. Exact up to the bisection tolerance; O(n · iterations).
+    """
+    n, S = len(flops), len(speeds)
+    if not 1 <= S <= n:
+        raise ValueError(f"{S} stages for {n} layers")
+    if any(v <= 0 for v in speeds):
+        raise ValueError("stage speeds must be > 0")
+
+    def cut(tau: float) -> list[tuple[int, int]] | None:
+        out, i = [], 0
+        for s in range(S):
+            left = S - s - 1  # stages after this one, each needing a layer
+            j, work = i, 0.0
+            while j < n - left and (j == i or work + flops[j] <= tau * speeds[s]):
+                work += flops[j]
+                j += 1
+            if s == S - 1 and j < n:
+                return None
+            out.append((i, j))
+            i = j
+        return out
+
+    lo, hi = 0.0, sum(flops) / min(speeds)
+    best = cut(hi)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        got = cut(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, best = mid, got
+    assert best is not None
+    return tuple(best)

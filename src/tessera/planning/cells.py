@@ -1,0 +1,321 @@
+"""Cells (Crius §4): a job's candidate resources — GPU type(s) × count × pipeline stages — each with an
+estimated iteration time, so a scheduler can compare them without tuning any of them.
+
+A Cell's estimate (Crius §5.1) samples its plan space cheaply: stage determination fixes each stage's layers
+and devices, each stage gets two variants — DP-only and TP-only — and the 2^S combinations are assembled from
+the 2·S stage costs (:class:`tessera.planning.space.StageSpace`); the fastest one whose every device fits is the
+Cell's estimate, and each stage's variant in it is that stage's *favour*, which the Cell-guided tuner uses to
+prune its search. Memory-saving settings (recompute, ZeRO-1) are tried cheapest first when nothing fits.
+
+Stage determination: with one GPU type, Crius's FLOPs-proportional partition (cuts at the least traffic among
+balanced partitions); with two, Whale's inter-stage balance — devices ordered by memory capacity, largest
+first (earlier 1F1B stages hold more in-flight activations), and layers partitioned ∝ each stage's FLOP/s.
+
+Cells are cached per estimator, so a scheduler may ask for the same Cell again and again at no cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.hardware import ClusterSpec, GPUSpec, get_gpu
+from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION
+from tessera.models.spec import ModelSpec
+from tessera.perf.costmodel import CostModel
+from tessera.perf.estimate import Estimate, Topology
+from tessera.plan import Device, Plan
+from tessera.planning.partition import partition_by_speed, partition_model
+from tessera.planning.space import Rung, StageSpace, TrainSettings, default_micro_batches, rungs_for
+
+DEFAULT_GPUS_PER_NODE = 8  # where no cluster says otherwise
+
+
+@dataclass(frozen=True, order=True)
+class CellShape:
+    """What a Cell is made of: GPU types with their counts (sorted by type name) and the stage count."""
+
+    gpus: tuple[tuple[str, int], ...]
+    n_stages: int
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.gpus)
+
+    @property
+    def label(self) -> str:
+        return "+".join(f"{n}x{t}" for t, n in self.gpus) + f" S{self.n_stages}"
+
+    @classmethod
+    def of(cls, gpus: Mapping[str, int] | Iterable[tuple[str, int]], n_stages: int) -> CellShape:
+        items = gpus.items() if isinstance(gpus, Mapping) else gpus
+        merged: dict[str, int] = {}
+        for t, n in items:
+            name = get_gpu(t).name
+            merged[name] = merged.get(name, 0) + int(n)
+        if not merged or any(n < 1 for n in merged.values()):
+            raise ValueError(f"a Cell needs at least one GPU of each type it names, got {dict(merged)}")
+        if n_stages < 1:
+            raise ValueError(f"n_stages must be >= 1, got {n_stages}")
+        return cls(tuple(sorted(merged.items())), n_stages)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A Cell with its estimate: the best sampled plan (DP-only/TP-only per stage) and its figures."""
+
+    shape: CellShape
+    iteration_time_s: float
+    samples_per_s: float
+    feasible: bool
+    favour: tuple[str, ...]  # per stage: "dp" or "tp", the variant in the best sampled plan
+    plan: Plan
+    estimate: Estimate
+    evaluations: int  # plans assembled to estimate this Cell
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        return self.shape.label
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cell": self.label,
+            "gpus": dict(self.shape.gpus),
+            "n_gpus": self.shape.n_gpus,
+            "n_stages": self.shape.n_stages,
+            "iteration_time_s": self.iteration_time_s,
+            "samples_per_s": self.samples_per_s,
+            "feasible": self.feasible,
+            "favour": list(self.favour),
+            "stages": [f"{s.dp_degree}x{s.tp_degree}" for s in self.plan.stages],
+            "micro_batches": self.plan.micro_batches,
+            "recompute": self.plan.recompute.value,
+            "zero": self.plan.zero,
+            "mfu": self.estimate.mfu,
+            "max_device_bytes": max(self.estimate.device_bytes_per_device),
+        }
+
+
+class CellEstimator:
+    """Estimates Cells of one job on one cluster (or the catalog), caching every Cell and stage space."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        settings: TrainSettings,
+        cluster: ClusterSpec | None = None,
+        cost: CostModel | None = None,
+        *,
+        recompute: str = "auto",
+        headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    ) -> None:
+        self.spec, self.settings, self.cluster = spec, settings, cluster
+        self.cost = cost or CostModel()
+        self.rungs = rungs_for(recompute)
+        self.headroom_fraction = headroom_fraction
+        self.topo = Topology(cluster)
+        self._cells: dict[CellShape, Cell | None] = {}
+        self._spaces: dict[tuple[CellShape, Rung, int], StageSpace] = {}
+        self._nodes = self._node_slots()
+        self._even_bounds: dict[int, list[tuple[int, int]]] = {}
+
+    # ------------------------------------------------------------------------------- placement
+    def _node_slots(self) -> dict[str, list[str]]:
+        """Per GPU type, the node name of each successive GPU (packed node by node) — where a Cell's devices
+        of that type are assumed to sit, so links between them are the cluster's real ones."""
+        slots: dict[str, list[str]] = {}
+        if self.cluster is not None:
+            for node in self.cluster.nodes():
+                slots.setdefault(node.gpu_type, []).extend([node.name] * node.n_gpus)
+        return slots
+
+    def _devices(self, shape: CellShape) -> list[Device]:
+        """The Cell's devices, largest memory first (Whale: early stages hold the most activations)."""
+        out: list[Device] = []
+        for t, n in shape.gpus:
+            nodes = self._nodes.get(t, [])
+            for i in range(n):
+                node = nodes[i] if i < len(nodes) else f"{t.lower()}-{i // DEFAULT_GPUS_PER_NODE}"
+                out.append(Device(rank=0, gpu_type=t, node=node))
+        gpu = self.topo.gpu
+        out.sort(key=lambda d: (-gpu(d).memory_bytes, -gpu(d).peak_flops(self.settings.precision)))
+        return out
+
+    def _layout(self, shape: CellShape) -> tuple[list[tuple[int, int]], list[list[Device]]] | None:
+        """Stage layer ranges and devices, or None when the shape cannot be cut into equal stages."""
+        n, S = shape.n_gpus, shape.n_stages
+        if n % S or self.spec.n_layers < S or self.settings.global_batch < S:
+            return None
+        g = n // S
+        devices = self._devices(shape)
+        groups = [devices[s * g : (s + 1) * g] for s in range(S)]
+        if len(shape.gpus) == 1:
+            # FLOPs-proportional mapping scales with N, so the cut positions depend on S alone
+            if S not in self._even_bounds:
+                self._even_bounds[S] = list(partition_model(self.spec, S, S).bounds)
+            bounds = self._even_bounds[S]
+        else:
+            prec = self.settings.precision
+            speeds = [sum(self.topo.gpu(d).peak_flops(prec) for d in grp) for grp in groups]
+            bounds = list(partition_by_speed([x.fwd_flops_per_sample for x in self.spec.layers], speeds))
+        return bounds, groups
+
+    def space(self, shape: CellShape, rung: Rung, micro_batches: int | None = None) -> StageSpace | None:
+        """The (cached) plan space of a Cell under one setting rung."""
+        B = micro_batches or default_micro_batches(shape.n_stages, self.settings.global_batch)
+        key = (shape, rung, B)
+        if key not in self._spaces:
+            layout = self._layout(shape)
+            if layout is None:
+                return None
+            bounds, groups = layout
+            self._spaces[key] = StageSpace(
+                self.spec, self.settings, bounds, groups, self.topo, self.cost,
+                micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction,
+            )  # fmt: skip
+        return self._spaces[key]
+
+    # ------------------------------------------------------------------------------ estimation
+    def estimate(self, shape: CellShape) -> Cell | None:
+        """The Cell's estimate (cached); None when the shape cannot hold the model at all (too many stages,
+        or a stage with no runnable DP/TP variant)."""
+        if shape not in self._cells:
+            self._cells[shape] = self._estimate(shape)
+        return self._cells[shape]
+
+    def _estimate(self, shape: CellShape) -> Cell | None:
+        best: tuple[tuple[bool, float], StageSpace, Any] | None = None
+        evaluations = 0
+        default_B = default_micro_batches(shape.n_stages, self.settings.global_batch)
+        # smaller micro-batches (B = the global batch) are the other memory lever: activations shrink with them
+        for rung in self.rungs:
+            for B in sorted({default_B, self.settings.global_batch}):
+                space = self.space(shape, rung, B)
+                if space is None:
+                    return None
+                pure = [sorted({0, len(o) - 1}) for o in space.options]
+                choice = space.assemble(pure)
+                if choice is None:
+                    return None
+                evaluations += choice.evaluations
+                score = (not choice.feasible, choice.iteration_time_s)  # feasible first, then faster
+                if best is None or score < best[0]:
+                    best = (score, space, choice)
+                if choice.feasible and choice.iteration_time_s <= choice.unconstrained_s * (1 + 1e-12):
+                    break  # the fastest plan fits: smaller micro-batches would only run less efficiently
+            if best is not None and not best[0][0]:
+                break  # something fits without more recompute or sharding, which only cost time
+        assert best is not None
+        _, space, choice = best
+        est = space.estimate(choice.options)
+        favour = tuple(
+            "dp" if space.options[s][j].tp_degree == 1 else "tp" for s, j in enumerate(choice.options)
+        )
+        return Cell(
+            shape=shape,
+            iteration_time_s=est.iteration_time_s,
+            samples_per_s=est.samples_per_s,
+            feasible=est.feasible,
+            favour=favour,
+            plan=space.plan(choice.options),
+            estimate=est,
+            evaluations=evaluations,
+        )
+
+    def estimate_many(self, shapes: Iterable[CellShape]) -> list[Cell]:
+        """Estimates of the shapes that can hold the model, fastest feasible first."""
+        cells = [c for c in (self.estimate(s) for s in shapes) if c is not None]
+        return rank_cells(cells)
+
+
+def rank_cells(cells: Sequence[Cell]) -> list[Cell]:
+    """Feasible before infeasible, then by iteration time, then fewer GPUs."""
+    return sorted(cells, key=lambda c: (not c.feasible, c.iteration_time_s, c.shape.n_gpus, c.shape))
+
+
+def stage_counts(n_gpus: int, n_layers: int, global_batch: int) -> list[int]:
+    """Crius's stage counts: 1, 2, 4, … up to the GPU count (and the layers and samples to share out)."""
+    out, s = [], 1
+    while s <= min(n_gpus, n_layers, global_batch):
+        if n_gpus % s == 0:
+            out.append(s)
+        s *= 2
+    return out
+
+
+def gpu_count_options(n: int, available: int, max_gpus: int | None = None) -> list[int]:
+    """Frenzy/Crius GPU counts around the smallest fitting count ``n``: N/2, N and 2N, within what exists."""
+    cap = min(available, max_gpus or available)
+    return sorted({c for c in (max(1, n // 2), n, 2 * n) if 1 <= c <= cap})
+
+
+def usable_types(
+    available: Mapping[str, int], prefer: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> list[str]:
+    types = [t for t, n in available.items() if n > 0 and t not in set(exclude)]
+    return sorted(types, key=lambda t: (t not in prefer, prefer.index(t) if t in prefer else 0, t))
+
+
+def smallest_count(
+    spec: ModelSpec, settings: TrainSettings, gpu: GPUSpec, *, max_gpus: int = 1024
+) -> int | None:
+    """N of the issue: the fewest GPUs of this type any layout fits in (the memory module's answer)."""
+    from tessera.memory.estimate import smallest_fitting_layouts
+    from tessera.memory.layout import Layout
+
+    base = Layout(
+        global_batch=settings.global_batch,
+        precision=settings.precision,
+        optimizer=settings.optimizer,
+        attention=settings.attention,
+        schedule=settings.schedule,
+    )
+    rows = smallest_fitting_layouts(spec, base, gpu.name, top=1, max_gpus=max_gpus)
+    return rows[0].n_gpus if rows else None
+
+
+def job_shapes(
+    spec: ModelSpec,
+    settings: TrainSettings,
+    available: Mapping[str, int],
+    *,
+    prefer: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    max_gpus: int | None = None,
+    mixes: bool = True,
+    base_count: Mapping[str, int] | None = None,
+) -> list[CellShape]:
+    """Every Cell shape of a job (Crius §4.1 + Frenzy): for each GPU type, counts N/2, N, 2N with N the
+    smallest fitting count (``base_count`` overrides it) and stage counts 1, 2, 4, …; for each pair of
+    types, the same totals split evenly between the two."""
+    types = usable_types(available, prefer, exclude)
+    n_of: dict[str, int] = {}
+    for t in types:
+        n = (base_count or {}).get(t)
+        if n is None:
+            n = smallest_count(spec, settings, get_gpu(t), max_gpus=max(1, available[t]))
+        if n is not None:
+            n_of[t] = n
+    shapes: set[CellShape] = set()
+    for t, n in n_of.items():
+        for count in gpu_count_options(n, available[t], max_gpus):
+            for S in stage_counts(count, spec.n_layers, settings.global_batch):
+                shapes.add(CellShape.of({t: count}, S))
+    if mixes:
+        fit = sorted(n_of)
+        for i, a in enumerate(fit):
+            for b in fit[i + 1 :]:
+                n = max(n_of[a], n_of[b])
+                for total in gpu_count_options(n, available[a] + available[b], max_gpus):
+                    half = total // 2
+                    if half < 1 or half > available[a] or half > available[b] or 2 * half != total:
+                        continue
+                    for S in stage_counts(total, spec.n_layers, settings.global_batch):
+                        shapes.add(CellShape.of({a: half, b: half}, S))
+    return sorted(shapes)

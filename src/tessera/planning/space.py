@@ -1,0 +1,326 @@
+"""The plan space of one Cell and its fast, exact assembly from per-stage costs.
+
+A Cell fixes the devices of every pipeline stage and the stages' layer ranges; what is left to choose is each
+stage's (dp, tp) factorization of its device count, plus plan-wide settings (micro-batches, recompute, ZeRO).
+Because the cost model prices stages independently (:func:`tessera.perf.estimate.stage_cost`) and only the
+boundary send/recv couples neighbours, a plan's iteration time is
+
+    Σ_s t_s + (B − 1) · max_s t_s + 2 · Σ_s p2p(s, s + 1) + max_s dp_sync_s
+
+so the cost of every combination of per-stage options can be assembled from ``Σ options`` stage costs (Crius
+§5.1's 2^S assembly from two profiled variants per stage) instead of pricing every combination from scratch.
+:meth:`StageSpace.assemble` enumerates the combinations with numpy — exactly the figures
+:func:`tessera.perf.estimate.estimate_plan` would give each of them, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION
+from tessera.models.spec import ModelSpec, TransformerArch
+from tessera.perf.costmodel import CostModel
+from tessera.perf.estimate import (
+    Estimate,
+    StageCost,
+    Topology,
+    boundary_s,
+    compose,
+    peak_bytes,
+    stage_cost,
+    stage_views,
+)
+from tessera.plan import Device, Plan, Stage
+from tessera.planning.balance import balance_batch, balance_shards
+
+# Beyond this many combinations the assembly switches from full enumeration to the bottleneck-threshold search.
+MAX_ENUMERATED = 1 << 20
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The plan-wide settings a job fixes (everything but the layout)."""
+
+    model: str
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    attention: str = "flash"
+    schedule: str = "1f1b"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One memory-saving setting the planner may fall back to: recompute mode and ZeRO stage."""
+
+    recompute: str = "none"
+    zero: int = 0
+
+
+def rungs_for(recompute: str) -> tuple[Rung, ...]:
+    """Settings to try, cheapest first: a job's fixed recompute, or none → selective → full when ``auto``;
+    ZeRO-1 beside ZeRO-0 on each (it costs no time in the model and frees optimizer state)."""
+    modes = ("none", "selective", "full") if recompute == "auto" else (recompute,)
+    return tuple(Rung(m, z) for m in modes for z in (0, 1))
+
+
+def default_micro_batches(n_stages: int, global_batch: int) -> int:
+    """Crius (following GPipe): 4 × the stage count, within [stages, global batch]."""
+    return max(n_stages, min(4 * n_stages, global_batch))
+
+
+def factorizations(n: int) -> tuple[tuple[int, int], ...]:
+    """(dp, tp) with dp · tp = n and tp a power of two, from DP-only to TP-only."""
+    out = []
+    tp = 1
+    while tp <= n:
+        if n % tp == 0:
+            out.append((n // tp, tp))
+        tp *= 2
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The best combination found: per-stage option indices and the composed estimate."""
+
+    options: tuple[int, ...]
+    iteration_time_s: float
+    feasible: bool
+    evaluations: int  # combinations assembled
+    unconstrained_s: float = math.inf  # the fastest combination ignoring memory (a bound for cheaper rungs)
+
+
+class StageSpace:
+    """Per-stage (dp, tp) options of a Cell's stages under one set of plan-wide settings, costed lazily.
+
+    ``stage_devices[s]`` are stage ``s``'s devices in order (ranks are assigned here); ``bounds[s]`` its layer
+    range. Options that cannot run (TP degree not dividing the heads, more replicas than samples) are absent.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        settings: TrainSettings,
+        bounds: Sequence[tuple[int, int]],
+        stage_devices: Sequence[Sequence[Device]],
+        topo: Topology,
+        cost: CostModel | None = None,
+        *,
+        micro_batches: int | None = None,
+        rung: Rung = Rung(),
+        headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    ) -> None:
+        if len(bounds) != len(stage_devices):
+            raise ValueError(f"{len(bounds)} layer ranges for {len(stage_devices)} stages")
+        self.spec, self.settings, self.topo = spec, settings, topo
+        self.cost = cost or CostModel()
+        self.rung = rung
+        self.headroom_fraction = headroom_fraction
+        self.n_stages = len(bounds)
+        self.micro_batches = micro_batches or default_micro_batches(self.n_stages, settings.global_batch)
+        self.bounds = tuple(bounds)
+        rank = 0
+        devs: list[tuple[Device, ...]] = []
+        for group in stage_devices:
+            devs.append(tuple(replace(d, rank=rank + k) for k, d in enumerate(group)))
+            rank += len(group)
+        self.devices = tuple(devs)
+        arch = spec.arch
+        self.heads = arch.n_heads if isinstance(arch, TransformerArch) else None
+        self.kv_heads = arch.n_kv_heads if isinstance(arch, TransformerArch) else None
+        self.options: list[list[Stage]] = [
+            [st for dp, tp in factorizations(len(d)) if (st := self._stage(s, dp, tp)) is not None]
+            for s, d in enumerate(self.devices)
+        ]
+        self._costs: dict[tuple[int, int], StageCost] = {}
+        self._p2p: dict[tuple[int, int, int], float] = {}
+
+    # ---------------------------------------------------------------------------------- options
+    def _stage(self, s: int, dp: int, tp: int) -> Stage | None:
+        a, b = self.bounds[s]
+        devices = self.devices[s]
+        if dp > self.settings.global_batch:
+            return None
+        if tp > 1 and self.heads and self.kv_heads and (self.heads % tp or self.kv_heads % tp):
+            return None  # even TP splits whole heads and key/value groups
+        stage = Stage(a, b, devices, dp_degree=dp, tp_degree=tp)
+        if len({d.gpu_type for d in devices}) > 1:
+            stage = self._balanced(stage)
+        return stage
+
+    def _balanced(self, stage: Stage) -> Stage:
+        """Whale's intra-stage balance for a stage that mixes GPU types: batch shares and shard ratios ∝ the
+        devices' FLOP/s (memory shifting happens only where the plan's estimate says a device overflows)."""
+        gpu = self.topo.gpu
+        prec = self.settings.precision
+        dp, tp = stage.dp_degree, stage.tp_degree
+        if tp > 1:
+            speeds = [min(gpu(stage.replica(r)[k]).peak_flops(prec) for r in range(dp)) for k in range(tp)]
+            shards = balance_shards(speeds, [1.0] * tp, shardable_bytes=0.0)
+            stage = replace(stage, tp_ratios=tuple(shards.loads))
+        if dp > 1:
+            speeds = [tp * min(gpu(d).peak_flops(prec) for d in stage.replica(r)) for r in range(dp)]
+            batch = balance_batch(self.settings.global_batch, speeds, [math.inf] * dp, bytes_per_sample=0.0)
+            stage = replace(stage, batch_shares=batch.shares)
+        return stage
+
+    def degrees(self, s: int, j: int) -> tuple[int, int]:
+        st = self.options[s][j]
+        return st.dp_degree, st.tp_degree
+
+    # ------------------------------------------------------------------------------------ plans
+    def plan(self, choice: Sequence[int]) -> Plan:
+        """The Plan of one combination of options."""
+        stages = tuple(self.options[s][j] for s, j in enumerate(choice))
+        st = self.settings
+        return Plan(
+            model=st.model,
+            global_batch=st.global_batch,
+            seq_len=st.seq_len,
+            stages=stages,
+            micro_batches=self.micro_batches,
+            schedule=st.schedule,
+            precision=st.precision,
+            recompute=self.rung.recompute,
+            attention=st.attention,
+            optimizer=st.optimizer,
+            zero=self.rung.zero,
+            model_layers=self.spec.n_layers,
+            model_heads=self.heads,
+        )
+
+    def _carrier(self, s: int, j: int) -> Plan:
+        """A valid plan holding option ``j`` at stage ``s`` (the others' first options), to price it in."""
+        return self.plan([j if k == s else 0 for k in range(self.n_stages)])
+
+    def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
+        """Evaluate the memory of many (stage, option) pairs in one formula call (it costs the same as one)."""
+        pairs = pairs or [(s, j) for s in range(self.n_stages) for j in range(len(self.options[s]))]
+        views = []
+        for s, j in pairs:
+            if (s, j) not in self._costs:
+                views.extend(stage_views(self._carrier(s, j), s))
+        if views:
+            peak_bytes(self.spec, views)
+
+    def stage_cost(self, s: int, j: int) -> StageCost:
+        key = (s, j)
+        if key not in self._costs:
+            self._costs[key] = stage_cost(
+                self._carrier(s, j),
+                self.spec,
+                s,
+                self.topo,
+                self.cost,
+                headroom_fraction=self.headroom_fraction,
+            )
+        return self._costs[key]
+
+    def p2p(self, s: int, j: int, k: int) -> float:
+        """Boundary s → s + 1 with option j before and k after."""
+        key = (s, j, k)
+        if key not in self._p2p:
+            plan = self._carrier(s, j)
+            self._p2p[key] = boundary_s(
+                plan, self.spec, self.options[s][j], self.options[s + 1][k], self.topo, self.cost
+            )
+        return self._p2p[key]
+
+    def estimate(self, choice: Sequence[int]) -> Estimate:
+        """The full estimate of one combination, from the cached stage costs (equals ``estimate_plan``)."""
+        plan = self.plan(choice)
+        costs = [self.stage_cost(s, j) for s, j in enumerate(choice)]
+        p2p = [self.p2p(s, choice[s], choice[s + 1]) for s in range(self.n_stages - 1)]
+        return compose(plan, self.spec, costs, p2p, self.topo)
+
+    # --------------------------------------------------------------------------------- assembly
+    def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Choice | None:
+        """The fastest feasible combination among ``allowed[s]`` options per stage (all by default); None when
+        a stage has no option. Falls back to the fastest infeasible one when nothing fits."""
+        allowed = [list(a) for a in (allowed or [range(len(o)) for o in self.options])]
+        if any(not a for a in allowed):
+            return None
+        self.warm_memory([(s, j) for s, a in enumerate(allowed) for j in a])
+        B = self.micro_batches
+        S = self.n_stages
+        t = [np.array([self.stage_cost(s, j).time_s for j in a]) for s, a in enumerate(allowed)]
+        sync = [np.array([self.stage_cost(s, j).dp_sync_s for j in a]) for s, a in enumerate(allowed)]
+        ok = [np.array([self.stage_cost(s, j).feasible for j in a]) for s, a in enumerate(allowed)]
+        p2p = [
+            np.array([[self.p2p(s, j, k) for k in allowed[s + 1]] for j in allowed[s]]) for s in range(S - 1)
+        ]
+        total = math.prod(len(a) for a in allowed)
+        if total <= MAX_ENUMERATED:
+            idx = np.array(list(itertools.product(*[range(len(a)) for a in allowed])), dtype=np.int64)
+            if idx.ndim == 1:
+                idx = idx.reshape(-1, S)
+            T = np.stack([t[s][idx[:, s]] for s in range(S)], axis=1)
+            it = T.sum(axis=1) + (B - 1) * T.max(axis=1)
+            it += np.stack([sync[s][idx[:, s]] for s in range(S)], axis=1).max(axis=1)
+            for s in range(S - 1):
+                it += 2.0 * p2p[s][idx[:, s], idx[:, s + 1]]
+            feas = np.stack([ok[s][idx[:, s]] for s in range(S)], axis=1).all(axis=1)
+            pick = np.where(feas, it, np.inf)
+            best = int(np.argmin(pick)) if feas.any() else int(np.argmin(it))
+            local = idx[best]
+            return Choice(
+                options=tuple(allowed[s][int(local[s])] for s in range(S)),
+                iteration_time_s=float(it[best]),
+                feasible=bool(feas[best]),
+                evaluations=total,
+                unconstrained_s=float(it.min()),
+            )
+        return self._threshold_search(allowed, t, sync, ok, p2p, total)
+
+    def _threshold_search(
+        self,
+        allowed: list[list[int]],
+        t: list[np.ndarray],
+        sync: list[np.ndarray],
+        ok: list[np.ndarray],
+        p2p: list[np.ndarray],
+        total: int,
+    ) -> Choice | None:
+        """Too many combinations to list: fix the bottleneck stage time τ (one of the options' times), then
+        a Viterbi pass minimizes Σ t + 2 Σ p2p over options with t ≤ τ; the best over τ of the exact total.
+        Exact but for the DP-sync term, which is added after the choice."""
+        B, S = self.micro_batches, self.n_stages
+        taus = np.unique(np.concatenate([x[o] for x, o in zip(t, ok, strict=True)]))
+        best: tuple[float, list[int]] | None = None
+        evaluations = 0
+        for tau in taus:
+            cost = np.where((t[0] <= tau) & ok[0], t[0], np.inf)
+            back: list[np.ndarray] = []
+            for s in range(1, S):
+                trans = cost[:, None] + 2.0 * p2p[s - 1]
+                arg = np.argmin(trans, axis=0)
+                here = np.where((t[s] <= tau) & ok[s], t[s], np.inf)
+                cost = trans[arg, np.arange(len(arg))] + here
+                back.append(arg)
+                evaluations += trans.size
+            j = int(np.argmin(cost))
+            if not np.isfinite(cost[j]):
+                continue
+            path = [j]
+            for arg in reversed(back):
+                path.append(int(arg[path[-1]]))
+            path.reverse()
+            times = [float(t[s][path[s]]) for s in range(S)]
+            total_s = float(cost[j]) + (B - 1) * max(times) + max(float(sync[s][path[s]]) for s in range(S))
+            if best is None or total_s < best[0]:
+                best = (total_s, path)
+        if best is None:
+            return None
+        return Choice(
+            options=tuple(allowed[s][best[1][s]] for s in range(S)),
+            iteration_time_s=best[0],
+            feasible=True,
+            evaluations=evaluations,
+        )

@@ -1,0 +1,101 @@
+"""The plan inside a Cell (Crius §5.2): Cell-guided tuning, and exhaustive search to compare it with.
+
+Each stage of a Cell may run any (dp, tp) factorization of its devices. The exhaustive tuner assembles every
+combination; the Cell-guided tuner keeps, for each stage, only the half of the range its Cell estimate favoured
+— from DP-only to the half-hybrid point √g × √g when the stage's sampled variant was DP-only, from there to
+TP-only when it was TP-only — which prunes the product of the per-stage ranges to (about) half per stage.
+Both search the same micro-batch counts and memory-saving settings, and both never return a plan whose
+devices overflow while a fitting one exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tessera.perf.estimate import Estimate
+from tessera.plan import Plan
+from tessera.planning.cells import Cell, CellEstimator, CellShape
+from tessera.planning.space import StageSpace
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The tuned plan of a Cell, its estimate and what the search cost."""
+
+    plan: Plan
+    estimate: Estimate
+    evaluations: int  # plan combinations assembled
+    guided: bool
+    cell: Cell
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.estimate.iteration_time_s
+
+
+def micro_batch_options(n_stages: int, global_batch: int) -> list[int]:
+    """Micro-batch counts to try: S, 2S, 4S, 8S and the global batch (one sample per micro-batch), within the
+    global batch (GPipe's 4S among them)."""
+    opts = sorted({min(global_batch, k * n_stages) for k in (1, 2, 4, 8)} | {global_batch})
+    return [b for b in opts if n_stages <= b <= global_batch]
+
+
+def favoured_half(space: StageSpace, stage: int, favour: str) -> list[int]:
+    """Option indices of ``stage`` in the favoured half of its DP-only → TP-only range. Both halves hold the
+    half-hybrid point √g × √g; when √g is not a power of two, both hold its two power-of-two neighbours."""
+    k = math.log2(len(space.devices[stage]))
+    lo, hi = math.floor(k / 2), math.ceil(k / 2)
+    out = []
+    for j, st in enumerate(space.options[stage]):
+        level = math.log2(st.tp_degree)
+        if (favour == "dp" and level <= hi) or (favour == "tp" and level >= lo):
+            out.append(j)
+    return out or list(range(len(space.options[stage])))
+
+
+def tune(
+    estimator: CellEstimator,
+    shape: CellShape,
+    *,
+    guided: bool = True,
+    micro_batches: list[int] | None = None,
+) -> TuneResult | None:
+    """The best plan of a Cell (None when the Cell cannot hold the model)."""
+    cell = estimator.estimate(shape)
+    if cell is None:
+        return None
+    options = micro_batches or micro_batch_options(shape.n_stages, estimator.settings.global_batch)
+    best: tuple[tuple[bool, float], StageSpace, tuple[int, ...]] | None = None
+    evaluations = 0
+    for rung in estimator.rungs:
+        fastest = math.inf
+        for B in options:
+            space = estimator.space(shape, rung, B)
+            if space is None:
+                return None
+            allowed = (
+                [favoured_half(space, s, cell.favour[s]) for s in range(space.n_stages)]
+                if guided
+                else [list(range(len(o))) for o in space.options]
+            )
+            choice = space.assemble(allowed)
+            if choice is None:
+                continue
+            evaluations += choice.evaluations
+            fastest = min(fastest, choice.unconstrained_s)
+            score = (not choice.feasible, choice.iteration_time_s)
+            if best is None or score < best[0]:
+                best = (score, space, choice.options)
+        if best is not None and not best[0][0] and best[0][1] <= fastest * (1 + 1e-12):
+            break  # the fastest plan of this rung fits; later rungs only add recompute
+    if best is None:
+        return None
+    _, space, chosen = best
+    return TuneResult(
+        plan=space.plan(chosen),
+        estimate=space.estimate(chosen),
+        evaluations=evaluations,
+        guided=guided,
+        cell=cell,
+    )
