@@ -175,6 +175,67 @@ def memory(
 
 
 @app.command()
+@_clean_errors
+def plan(
+    job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
+    cluster: str = typer.Option(
+        "local", "--cluster", help="cluster preset or YAML file (see `tessera clusters`)"
+    ),
+    gpus: str | None = typer.Option(None, "--gpus", help="only these GPUs, e.g. 4xA100-40GB,4xV100-32GB"),
+    out: str | None = typer.Option(
+        None, "--out", help="where the chosen Plan JSON goes (default runs/<job>/plan.json)"
+    ),
+    top: int = typer.Option(15, "--top", help="Cells to show"),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help="tune exhaustively instead of Cell-guided"),
+    cost_dir: str | None = typer.Option(
+        None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Rank the job's Cells (GPU types × counts × stages) and write the tuned Plan of the best."""
+    from tessera.commands.plan import plan_command
+
+    plan_command(
+        console=console, job=job, cluster=cluster, gpus=gpus, out=out, top=top, exhaustive=exhaustive,
+        cost_dir=cost_dir, as_json=as_json,
+    )  # fmt: skip
+
+
+@app.command()
+@_clean_errors
+def estimate(
+    model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU type (see `tessera gpus`)"),
+    num_gpus: int | None = typer.Option(None, "--num-gpus", help="must equal dp × tp × pp when given"),
+    dp: int = typer.Option(1, "--dp"),
+    tp: int = typer.Option(1, "--tp"),
+    pp: int = typer.Option(1, "--pp"),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="samples per micro-batch per DP replica"),
+    global_batch: int | None = typer.Option(
+        None, "--global-batch", help="samples per step (default dp × micro-batch × pp)"
+    ),
+    seq: int | None = typer.Option(None, "--seq", help="sequence length (default: the model's)"),
+    precision: str = typer.Option("bf16", "--precision", help="fp32 | bf16 | fp16 | bf16-master"),
+    recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3 = fully sharded data parallel)"),
+    schedule: str = typer.Option("1f1b", "--schedule", help="1f1b | gpipe"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="ranks per node (TP groups innermost)"),
+    cost_dir: str | None = typer.Option(
+        None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """Estimated iteration time, throughput, MFU and peak memory of one dp × tp × pp layout."""
+    from tessera.commands.estimate import estimate_command
+
+    estimate_command(
+        console=console, as_json=as_json, cost_dir=cost_dir, model=model, gpu=gpu, num_gpus=num_gpus, dp=dp,
+        tp=tp, pp=pp, micro_batch=micro_batch, global_batch=global_batch, seq=seq, precision=precision,
+        recompute=recompute, zero=zero, schedule=schedule, gpus_per_node=gpus_per_node,
+    )  # fmt: skip
+
+
+@app.command()
 def train(
     job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
     plan: str | None = typer.Option(None, "--plan", help="Plan JSON to execute"),

@@ -214,9 +214,7 @@ class CellEstimator:
         assert best is not None
         _, space, choice = best
         est = space.estimate(choice.options)
-        favour = tuple(
-            "dp" if space.options[s][j].tp_degree == 1 else "tp" for s, j in enumerate(choice.options)
-        )
+        favour = self._favour(space, choice.options)
         return Cell(
             shape=shape,
             iteration_time_s=est.iteration_time_s,
@@ -227,6 +225,25 @@ class CellEstimator:
             estimate=est,
             evaluations=evaluations,
         )
+
+    @staticmethod
+    def _favour(space: StageSpace, chosen: tuple[int, ...]) -> tuple[str, ...]:
+        """Each stage's favoured parallelism: the faster of its two variants on compute and communication,
+        memory aside — where DP-only overflows, the best plan is still the most DP-like hybrid that fits, so
+        the tuner must search the DP half; the chosen (feasible) variant decides only a tie."""
+        out = []
+        for s, j in enumerate(chosen):
+            last = len(space.options[s]) - 1
+            dp, tp = space.stage_cost(s, 0), space.stage_cost(s, last)
+            t_dp, t_tp = (
+                dp.time_s + dp.dp_sync_s / space.micro_batches,
+                tp.time_s + tp.dp_sync_s / space.micro_batches,
+            )
+            if t_dp == t_tp:
+                out.append("dp" if space.options[s][j].tp_degree == 1 else "tp")
+            else:
+                out.append("dp" if t_dp < t_tp else "tp")
+        return tuple(out)
 
     def estimate_many(self, shapes: Iterable[CellShape]) -> list[Cell]:
         """Estimates of the shapes that can hold the model, fastest feasible first."""

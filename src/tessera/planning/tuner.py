@@ -42,16 +42,21 @@ def micro_batch_options(n_stages: int, global_batch: int) -> list[int]:
 
 
 def favoured_half(space: StageSpace, stage: int, favour: str) -> list[int]:
-    """Option indices of ``stage`` in the favoured half of its DP-only → TP-only range. Both halves hold the
-    half-hybrid point √g × √g; when √g is not a power of two, both hold its two power-of-two neighbours."""
+    """Option indices of ``stage`` in the favoured half of its DP-only → TP-only range, split at the
+    half-hybrid point √g × √g. Where √g falls between two powers of two (g = 8, 32, …) both neighbours belong
+    to both halves, since either may be "the" half-hybrid; with g = 2 each half is one variant. When no
+    option of the half fits in memory (the stage's memory does not depend on the others), the other half is
+    searched too: a guided search must not miss a plan that fits."""
     k = math.log2(len(space.devices[stage]))
-    lo, hi = math.floor(k / 2), math.ceil(k / 2)
+    lo, hi = (math.floor(k / 2), math.ceil(k / 2)) if k >= 3 else (k / 2, k / 2)
     out = []
     for j, st in enumerate(space.options[stage]):
         level = math.log2(st.tp_degree)
-        if (favour == "dp" and level <= hi) or (favour == "tp" and level >= lo):
+        if (favour == "dp" and level <= hi + 1e-9) or (favour == "tp" and level >= lo - 1e-9):
             out.append(j)
-    return out or list(range(len(space.options[stage])))
+    if not out or not any(space.stage_cost(stage, j).feasible for j in out):
+        return list(range(len(space.options[stage])))
+    return out
 
 
 def tune(

@@ -1,0 +1,48 @@
+"""`tessera estimate --model M --gpu T --dp D --tp T --pp P …`: one layout's time, throughput, MFU, memory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tessera.api import estimate
+from tessera.perf.costmodel import CostModel
+
+GiB = 2**30
+
+
+def estimate_command(*, console: Console, as_json: bool, cost_dir: str | None, **kw: Any) -> None:
+    e = estimate(cost=CostModel.load(cost_dir), **kw)
+    row = {
+        "iteration_time_s": e.iteration_time_s,
+        "samples_per_s": e.samples_per_s,
+        "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+        "mfu": e.mfu,
+        "peak_bytes": max(e.peak_bytes_per_device),
+        "device_bytes": max(e.device_bytes_per_device),
+        "feasible": e.feasible,
+        "compute_s": e.compute_s,
+        "comm_s": e.comm_s,
+        "bubble_s": e.bubble_s,
+        "stage_times_s": list(e.stage_times_s),
+    }
+    if as_json:
+        print(json.dumps(row, indent=2))
+        return
+    t = Table(
+        title=f"{kw['model']} on {kw['dp'] * kw['tp'] * kw['pp']}×{kw['gpu']} (dp {kw['dp']}, tp {kw['tp']}, pp {kw['pp']})"
+    )
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time", f"{e.iteration_time_s:.4g} s")
+    t.add_row("  compute / comm / bubble", f"{e.compute_s:.3g} / {e.comm_s:.3g} / {e.bubble_s:.3g} s")
+    t.add_row("samples/s", f"{e.samples_per_s:.4g}")
+    t.add_row("tokens/s per GPU", f"{e.tokens_per_s_per_gpu:.4g}")
+    t.add_row("MFU", f"{e.mfu:.1%}")
+    t.add_row("peak tensor memory (max device)", f"{max(e.peak_bytes_per_device) / GiB:.2f} GiB")
+    t.add_row("device memory incl. context", f"{max(e.device_bytes_per_device) / GiB:.2f} GiB")
+    t.add_row("fits", "yes" if e.feasible else "[red]no[/]")
+    console.print(t)
