@@ -84,8 +84,11 @@ def test_profile_overrides_roofline_and_round_trips(tmp_path):
     # an uneven shard scales the even-shard measurement
     t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.75, profile=p)
     assert t.fwd_s == pytest.approx(0.015)
-    # other keys fall back to the roofline
-    assert layer_time(BIG, A100, tp=2, micro_batch=8, precision="bf16", profile=p).source == "roofline"
+    # another micro-batch of the same key scales the one profiled size; other keys fall back to the roofline
+    t8 = layer_time(BIG, A100, tp=2, micro_batch=8, precision="bf16", profile=p)
+    assert (t8.source, t8.fwd_s) == ("profile", pytest.approx(0.020))
+    assert layer_time(BIG, A100, tp=2, micro_batch=4, precision="fp32", profile=p).source == "roofline"
+    assert layer_time(BIG, A100, tp=4, micro_batch=4, precision="bf16", profile=p).source == "roofline"
     assert (
         layer_time(BIG, get_gpu("V100-32GB"), tp=2, micro_batch=4, precision="bf16", profile=p).source
         == "roofline"

@@ -8,7 +8,7 @@ import pytest
 
 from tessera.hardware import get_cluster
 from tessera.models.zoo import get_spec
-from tessera.perf.compute import Profile, layer_time
+from tessera.perf.compute import Profile, layer_time, optimizer_time
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
 from tessera.plan import Device, Plan, Stage, simple_plan
@@ -46,13 +46,15 @@ def test_estimate_is_frozen_and_parts_add_up(gpt2):
 
 
 def test_single_stage_single_device_matches_layer_sum(gpt2):
-    """One device, one micro-batch: iteration = Σ layers (fwd + bwd) exactly — nothing else to add."""
+    """One device, one micro-batch: iteration = Σ layers (fwd + bwd + optimizer step) — nothing else to add."""
     from tessera.hardware import get_gpu
 
     e = estimate_plan(_plan(gpt2, gpu_type="A100-40GB", micro_batches=1, precision="bf16"), gpt2)
     gpu = get_gpu("A100-40GB")
     expect = sum(layer_time(layer, gpu, micro_batch=16, precision="bf16").total_s for layer in gpt2.layers)
-    assert e.iteration_time_s == pytest.approx(expect)
+    step = sum(optimizer_time(layer, gpu, precision="bf16")[0] for layer in gpt2.layers)
+    assert step > 0 and e.optimizer_s == pytest.approx(step)
+    assert e.iteration_time_s == pytest.approx(expect + step)
     assert e.comm_s == 0 and e.bubble_s == 0
 
 
@@ -97,8 +99,12 @@ def test_profile_overrides_the_roofline(gpt2):
     prof = Profile()
     for layer in gpt2.layers:
         prof.put(layer, "A100-40GB", 1, 8, "bf16", fwd_s=0.01, bwd_s=0.02)
+        prof.put_optimizer(layer, "A100-40GB", 1, "bf16", "adamw", time_s=0.001)
     e = estimate_plan(plan, gpt2, cost=CostModel(profile=prof))
-    assert e.iteration_time_s == pytest.approx(2 * gpt2.n_layers * 0.03)
+    # a tied head's profiled step holds its copy of the embedding, which a stage with both counts once
+    assert e.optimizer_s < gpt2.n_layers * 0.001
+    assert e.iteration_time_s == pytest.approx(2 * gpt2.n_layers * 0.03 + e.optimizer_s)
+    assert e.optimizer_s > (gpt2.n_layers - 1) * 0.001
 
 
 def test_memory_feasibility():

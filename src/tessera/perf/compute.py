@@ -10,6 +10,14 @@ micro-batch and precision replaces the roofline (Crius §5.1's single-device pro
 
 Backward = 2 × forward FLOPs (gradients w.r.t. inputs and weights); full recompute adds one more forward to the
 backward, selective recompute adds only the attention core's forward.
+
+The optimizer step is a third cost per layer (:func:`optimizer_time`): once per iteration, not per micro-batch, a
+memory-bound pass over parameters, gradients and optimizer state (``OPTIMIZER_BYTES_PER_PARAM``), or its
+measured time where the profiler took one.
+
+On the CPU stand-in device the "device" of one process is the cores it is given: the runtime gives each of the
+``P`` processes on a host ``cpus // P`` threads, so a profile taken with 2 threads says nothing about a
+1-thread rank. :func:`profile_device` names that device (``cpu@1t``) for profile keys; GPUs are their type.
 """
 
 from __future__ import annotations
@@ -23,6 +31,17 @@ from tessera.hardware import GPUSpec
 from tessera.models.spec import Layer, TPShard
 
 HALF_PRECISIONS = ("bf16", "fp16", "bf16-master")
+
+# Bytes of device memory traffic per parameter of one optimizer step (fp32 state), counted pass by pass over
+# PyTorch's foreach implementation (the single-tensor one makes the same passes): AdamW = lerp of m (12) + v·β₂
+# (8) + addcmul into v (12) + weight decay (8) + sqrt, ÷ bias correction, + eps on a temporary (3 × 8) +
+# addcdiv into p (16) = 80; Adam has no weight-decay pass; SGD with momentum = buf·μ (8) + buf + g (12) +
+# p − lr·buf (12).
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 80.0, "adam": 72.0, "sgd": 32.0}
+# Extra per-parameter traffic of the precision's bookkeeping around the step: bf16 masters copy the bf16 grad
+# into the fp32 master (2 + 4) and the updated master back (4 + 2); fp16 unscales the grads and checks them
+# for inf/nan (8 + 5).
+PRECISION_STEP_BYTES_PER_PARAM = {"bf16-master": 12.0, "fp16": 13.0}
 
 
 @dataclass(frozen=True)
@@ -50,11 +69,14 @@ class EfficiencyCurve:
 # Defaults per architecture. Newer parts need bigger matmuls to fill (more SMs, bigger tensor-core tiles), so
 # half_flops grows with the generation; max_fraction follows the sustained GEMM efficiency usually reported for
 # transformer training (Megatron-LM reports ~50-57 % MFU on A100/H100 at scale; V100/T4 sustain somewhat less).
+# Ampere is checked against Megatron-LM's published A100 MFU by bench/published.py (Korthikanti et al. 2022).
 DEFAULT_CURVES: dict[str, EfficiencyCurve] = {
     "pascal": EfficiencyCurve(max_fraction=0.55, half_flops=0.5e9),
     "volta": EfficiencyCurve(max_fraction=0.55, half_flops=1.0e9),
     "turing": EfficiencyCurve(max_fraction=0.5, half_flops=1.0e9),
-    "ampere": EfficiencyCurve(max_fraction=0.62, half_flops=2.0e9),
+    # A100 cuBLAS bf16 GEMMs of transformer shapes sustain ~230-250 TFLOP/s (0.74-0.80 of 312); Megatron's
+    # 1T run reaches ~63 % MFU per stage (56.3 % over its 512/575 1F1B efficiency) with TP comm, so >= 0.7.
+    "ampere": EfficiencyCurve(max_fraction=0.75, half_flops=2.0e9),
     "ada": EfficiencyCurve(max_fraction=0.6, half_flops=2.0e9),
     "hopper": EfficiencyCurve(max_fraction=0.6, half_flops=4.0e9),
     "cpu": EfficiencyCurve(max_fraction=0.5, half_flops=1.0e7, memory_fraction=0.6),
@@ -65,6 +87,28 @@ def curve_for(gpu: GPUSpec, curves: Mapping[str, EfficiencyCurve] | None = None)
     """The efficiency curve of a GPU: by type name first (calibrated), then by architecture, else default."""
     table = curves or {}
     return table.get(gpu.name) or table.get(gpu.arch) or DEFAULT_CURVES.get(gpu.arch) or EfficiencyCurve()
+
+
+def profile_device(gpu_name: str, threads: int | None = None) -> str:
+    """The device-type key of a profile: the GPU type, or for the CPU stand-in ``cpu@{threads}t`` — a process
+    given fewer cores is a slower device (``threads=None``: the plain name)."""
+    return f"{gpu_name}@{int(threads)}t" if threads else gpu_name
+
+
+def runtime_splits(layer: Layer) -> bool:
+    """Whether Tessera's runtime actually splits ``layer`` across a TP group.
+
+    It splits the Linears of dense transformer blocks (attention by heads, MLP by columns; own layers or
+    DTensor). Everything else stays replicated in the TP group — embeddings and heads (no vocab-parallel loss),
+    MoE experts and conv channels (parameters that are not Linears) — so each TP rank computes all of it and
+    no TP all-reduce follows it. The cost model prices what runs, not what the spec could shard.
+    """
+    return layer.kind == "transformer" and layer.tp_shard == TPShard.HEADS
+
+
+def effective_tp(layer: Layer, tp: int) -> int:
+    """The TP degree ``layer`` really runs at: ``tp`` where the runtime splits it, else 1 (replicated)."""
+    return tp if tp > 1 and runtime_splits(layer) else 1
 
 
 def layer_signature(layer: Layer) -> tuple:
@@ -94,21 +138,31 @@ class LayerTime:
 
 
 ProfileKey = tuple[tuple, str, int, int, str]
+OptimizerKey = tuple[tuple, str, int, str, str]
 
 
 @dataclass
 class Profile:
-    """Measured layer times keyed by (layer signature, device type, TP degree, micro-batch, precision).
+    """Measured layer times keyed by (layer signature, device type, TP degree, micro-batch, precision), and
+    measured optimizer steps keyed by (layer signature, device type, TP degree, precision, optimizer).
 
     Times are for an even TP shard and no recompute (what the single-device profiler measures); the cost
-    model scales them for uneven shard ratios and adds recompute itself.
+    model scales them for uneven shard ratios and adds recompute itself. A layer's optimizer time is one step
+    over that layer's parameters as built alone (a tied head owns its copy of the embedding).
     """
 
     entries: dict[ProfileKey, tuple[float, float]] = field(default_factory=dict)
+    optimizer: dict[OptimizerKey, float] = field(default_factory=dict)
 
     @staticmethod
     def key(layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str) -> ProfileKey:
         return (layer_signature(layer), device_type, int(tp), int(micro_batch), str(precision))
+
+    @staticmethod
+    def optimizer_key(
+        layer: Layer, device_type: str, tp: int, precision: str, optimizer: str
+    ) -> OptimizerKey:
+        return (layer_signature(layer), device_type, int(tp), str(precision), str(optimizer))
 
     def put(
         self,
@@ -130,6 +184,52 @@ class Profile:
     ) -> tuple[float, float] | None:
         return self.entries.get(self.key(layer, device_type, tp, micro_batch, precision))
 
+    def lookup(
+        self, layer: Layer, device_type: str, tp: int, micro_batch: float, precision: str
+    ) -> tuple[float, float] | None:
+        """Times at ``micro_batch`` samples: the entry itself, else piecewise-linear in the micro-batch between
+        (or beyond) the profiled sizes of the same layer, device, TP degree and precision — a layer's time is
+        affine in its batch once past launch overhead, and uneven batch shares give fractional per-micro-batch
+        sizes. A single profiled size scales proportionally. None when nothing was profiled for the key."""
+        if float(micro_batch).is_integer():
+            hit = self.get(layer, device_type, tp, int(micro_batch), precision)
+            if hit is not None:
+                return hit
+        sig = layer_signature(layer)
+        pts = sorted(
+            (k[3], v)
+            for k, v in self.entries.items()
+            if k[0] == sig and k[1] == device_type and k[2] == int(tp) and k[4] == str(precision)
+        )
+        if not pts:
+            return None
+        if len(pts) == 1:
+            (b0, (f0, w0)), scale = pts[0], micro_batch / pts[0][0]
+            return f0 * scale, w0 * scale
+        i = 1
+        while i < len(pts) - 1 and pts[i][0] < micro_batch:
+            i += 1
+        (b0, (f0, w0)), (b1, (f1, w1)) = pts[i - 1], pts[i]
+        w = (micro_batch - b0) / (b1 - b0)
+        return max(0.0, f0 + w * (f1 - f0)), max(0.0, w0 + w * (w1 - w0))
+
+    def put_optimizer(
+        self, layer: Layer, device_type: str, tp: int, precision: str, optimizer: str, *, time_s: float
+    ) -> None:
+        if time_s < 0:
+            raise ValueError(f"profiled optimizer time must be >= 0, got {time_s}")
+        self.optimizer[self.optimizer_key(layer, device_type, tp, precision, optimizer)] = time_s
+
+    def get_optimizer(
+        self, layer: Layer, device_type: str, tp: int, precision: str, optimizer: str
+    ) -> float | None:
+        return self.optimizer.get(self.optimizer_key(layer, device_type, tp, precision, optimizer))
+
+    def update(self, other: Profile) -> None:
+        """Take every measurement of ``other`` (newer wins)."""
+        self.entries.update(other.entries)
+        self.optimizer.update(other.optimizer)
+
     def __len__(self) -> int:
         return len(self.entries)
 
@@ -138,6 +238,10 @@ class Profile:
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "micro_batch": k[3], "precision": k[4],
              "fwd_s": v[0], "bwd_s": v[1]}
             for k, v in self.entries.items()
+        ] + [
+            {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "precision": k[3], "optimizer": k[4],
+             "optimizer_s": v}
+            for k, v in self.optimizer.items()
         ]  # fmt: skip
         return json.dumps(rows, indent=1)
 
@@ -145,13 +249,12 @@ class Profile:
     def from_json(cls, text: str) -> Profile:
         p = cls()
         for row in json.loads(text):
-            key = (
-                tuple(row["signature"]),
-                row["device_type"],
-                row["tp"],
-                row["micro_batch"],
-                row["precision"],
-            )
+            sig = tuple(row["signature"])
+            if "optimizer_s" in row:
+                okey = (sig, row["device_type"], int(row["tp"]), row["precision"], row["optimizer"])
+                p.optimizer[okey] = float(row["optimizer_s"])
+                continue
+            key = (sig, row["device_type"], int(row["tp"]), int(row["micro_batch"]), row["precision"])
             p.entries[key] = (float(row["fwd_s"]), float(row["bwd_s"]))
         return p
 
@@ -226,17 +329,22 @@ def layer_time(
     attention_core_fraction: float = 0.0,
     profile: Profile | None = None,
     curves: Mapping[str, EfficiencyCurve] | None = None,
+    device_type: str | None = None,
 ) -> LayerTime:
     """Forward and backward seconds of ``layer`` for one micro-batch on one rank of a TP group.
 
     ``ratio`` is this rank's shard ratio (uneven TP); ``attention_core_fraction`` the share of the layer's
-    forward FLOPs that selective recompute repeats (the attention core: QKᵀ and softmax·V).
+    forward FLOPs that selective recompute repeats (the attention core: QKᵀ and softmax·V). ``device_type``
+    is the profile key of the device (:func:`profile_device`; default the GPU's name, also the fallback).
     """
     if micro_batch <= 0:
         return LayerTime(0.0, 0.0)
     measured = None
-    if profile is not None and float(micro_batch).is_integer():
-        measured = profile.get(layer, gpu.name, tp, int(micro_batch), precision)
+    if profile is not None:
+        for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
+            measured = profile.lookup(layer, key, tp, micro_batch, precision)
+            if measured is not None:
+                break
     if measured is not None:
         # Profiles are for even shards: rescale by this rank's share relative to an even one.
         scale = shard_fraction(layer, tp, ratio) / shard_fraction(layer, tp)
@@ -255,3 +363,32 @@ def layer_time(
     elif recompute != "none":
         raise ValueError(f"recompute: {recompute!r} is not one of none, selective, full")
     return LayerTime(fwd, bwd, source)
+
+
+def optimizer_time(
+    layer: Layer,
+    gpu: GPUSpec,
+    *,
+    tp: int = 1,
+    precision: str = "fp32",
+    optimizer: str = "adamw",
+    ratio: float | None = None,
+    profile: Profile | None = None,
+    curves: Mapping[str, EfficiencyCurve] | None = None,
+    device_type: str | None = None,
+) -> tuple[float, str]:
+    """(seconds, source) of one optimizer step over this rank's parameters of ``layer``.
+
+    Measured where the profiler timed it (rescaled for an uneven shard), else a memory-bound pass of
+    ``OPTIMIZER_BYTES_PER_PARAM`` (+ the precision's bookkeeping) per parameter at the achievable bandwidth.
+    """
+    if profile is not None:
+        for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
+            t = profile.get_optimizer(layer, key, tp, precision, optimizer)
+            if t is not None:
+                return t * shard_fraction(layer, tp, ratio) / shard_fraction(layer, tp), "profile"
+    params = layer.params * shard_fraction(layer, tp, ratio)
+    per_param = OPTIMIZER_BYTES_PER_PARAM.get(optimizer, OPTIMIZER_BYTES_PER_PARAM["adamw"])
+    per_param += PRECISION_STEP_BYTES_PER_PARAM.get(precision, 0.0)
+    bw = gpu.memory_bandwidth_Bps * curve_for(gpu, curves).memory_fraction
+    return params * per_param / bw, "roofline"

@@ -1,16 +1,29 @@
 """Iteration time, throughput, MFU and per-device memory of a Plan on given GPUs.
 
-Composition (Crius §5.1: computation and communication are estimated apart and summed):
+Composition (Crius §5.1: computation and communication are estimated apart and summed), following what
+Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gradient sync → optimizer step):
 
 * **stage compute** — every layer's forward/backward on every device of the stage at that device's batch
   share (replica ``r`` runs ``batch_shares[r] / micro_batches`` samples per micro-batch) and shard ratio. TP
   ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
-  replica bounds the stage (DP replicas meet at the gradient sync).
-* **TP all-reduces** — inside the stage's critical path, never overlapped: a transformer block (heads-sharded)
-  does 2 in forward and 2 in backward of its output (b·s·h elements), a column- or vocab-sharded layer 1 + 1;
-  full recompute repeats the forward ones.
-* **pipeline** — :func:`tessera.perf.pipeline.pipeline_time` over the stage times, with the boundary
-  send/recv of one micro-batch's activation and the DP gradient all-reduce of each stage over its slowest link.
+  replica bounds the stage (DP replicas meet at the gradient sync). Layers the runtime keeps replicated in a TP
+  group (embeddings, heads, MoE, conv: :func:`~tessera.perf.compute.runtime_splits`) cost their full time
+  on every TP rank. Profiles are looked up under the device's profile key: the GPU type, or on the CPU
+  stand-in the thread count the runtime gives each process sharing the host (``cpu@1t`` for 2 ranks on 2 cores).
+* **TP all-reduces** — inside the stage's critical path, never overlapped. The runtime's column-parallel
+  Linears (q, k, v and fc_in | gate, up) each all-reduce their input gradient in backward, the row-parallel
+  ones (proj, fc_out | down) their output in forward: 2 forward and 4 (GELU) or 5 (SwiGLU) backward all-reduces
+  of a block's b·s·h activation (in the autocast dtype); full recompute repeats the forward ones.
+* **pipeline** — :func:`tessera.perf.pipeline.pipeline_time` over the stage times, with the boundary send/recv
+  of one micro-batch's activation.
+* **after the pipeline** — each stage's gradient sync (the runtime's bucketed all-reduce of fp32 gradients
+  after the last backward, 25 MiB buckets issued back to back; ZeRO adds the owners' broadcast; a tied
+  embedding split across stages adds its all-reduce over both stages) and then its optimizer step (a
+  memory-bound pass over the stage's parameters, or its profiled time; under ZeRO each replica steps only
+  the parameters it owns). Stages do this concurrently, so the slowest stage's sync + step is added.
+* **communication times** — the measured table (``tessera profile comm``) where it covers the message: below
+  its smallest size the smallest size's time (latency-bound), above its largest one that point's bandwidth;
+  alpha-beta where nothing was measured.
 * **memory** — the memory module's fast formula per (stage, replica); feasible when every device's peak plus
   its CUDA context fits the GPU with the memory module's headroom.
 """
@@ -18,6 +31,7 @@ Composition (Crius §5.1: computation and communication are estimated apart and 
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -27,7 +41,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch
+from tessera.models.spec import Layer, ModelSpec, TransformerArch
 from tessera.perf.comm import (
     Collective,
     Link,
@@ -37,8 +51,12 @@ from tessera.perf.comm import (
 )
 from tessera.perf.compute import (
     HALF_PRECISIONS,
+    effective_tp,
     layer_signature,
     layer_time,
+    optimizer_time,
+    profile_device,
+    runtime_splits,
     shard_fraction,
 )
 from tessera.perf.costmodel import CostModel
@@ -46,8 +64,9 @@ from tessera.perf.pipeline import pipeline_time
 from tessera.plan import Device, Plan, Stage
 
 DEFAULT_INTER_NODE_BPS = 12.5e9  # ClusterSpec's default: 100 Gb/s InfiniBand / RoCE
-# TP all-reduces per pass, per layer sharding (Megatron: attention + MLP each end in one all-reduce).
-_TP_ALLREDUCES = {TPShard.HEADS: 2, TPShard.COLUMNS: 1, TPShard.VOCAB: 1, TPShard.REPLICATED: 0}
+GRAD_BUCKET_BYTES = (
+    25 * 2**20
+)  # the runtime's gradient all-reduce bucket (runtime.data_parallel.BUCKET_BYTES)
 
 
 @dataclass(frozen=True)
@@ -55,7 +74,7 @@ class Estimate:
     """What one iteration of a plan costs. iteration_time_s = compute_s + comm_s + bubble_s."""
 
     iteration_time_s: float
-    compute_s: float  # bottleneck stage's compute, all micro-batches
+    compute_s: float  # bottleneck stage's compute, all micro-batches, + the optimizer step (optimizer_s)
     comm_s: float  # exposed communication: TP inside the bottleneck stage, first-pass p2p, DP sync
     bubble_s: float  # pipeline fill and drain
     samples_per_s: float
@@ -65,6 +84,7 @@ class Estimate:
     feasible: bool  # every device fits its GPU
     stage_times_s: tuple[float, ...] = ()  # per micro-batch fwd + bwd (incl. TP comm) of each stage
     device_bytes_per_device: tuple[float, ...] = ()  # peak × fragmentation + CUDA context, per rank
+    optimizer_s: float = 0.0  # the optimizer step on the critical path (part of compute_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,7 +134,52 @@ def _attention_core_fraction(spec: ModelSpec, layer: Layer) -> float:
 
 
 def _comm(cost: CostModel, collective: Collective, nbytes: float, n: int, link: Link) -> float:
-    return comm_time(collective, nbytes, n, link, cost.comm_table) * cost.comm_factor(link.kind)
+    """Seconds of one collective: the measured table, clamped to its measured range, else alpha-beta.
+
+    Below the smallest measured message the time is the smallest one's (latency-bound: gloo and NCCL pay a
+    fixed cost per call), above the largest it grows at that point's bandwidth (bandwidth-bound); the table's
+    own interpolation covers everything between."""
+    if nbytes <= 0 or (n <= 1 and collective != Collective.SEND_RECV):
+        return 0.0
+    pts = cost.comm_table.points.get((str(collective), link.kind, int(n)))
+    if pts and nbytes < pts[0][0]:
+        t = pts[0][1]
+    elif pts and nbytes > pts[-1][0]:
+        t = pts[-1][1] * nbytes / pts[-1][0]
+    else:
+        t = comm_time(collective, nbytes, n, link, cost.comm_table)
+    return t * cost.comm_factor(link.kind)
+
+
+def _host_cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def device_key(plan: Plan, d: Device, topo: Topology) -> str:
+    """The profile key of device ``d`` in ``plan``: its GPU type; on the CPU stand-in, the threads its process
+    gets when all of the plan's processes on its node share the host's cores (as the runtime sets them)."""
+    gpu = topo.gpu(d)
+    if gpu.arch != "cpu":
+        return gpu.name
+    sharing = sum(1 for x in plan.devices if x.node == d.node)
+    return profile_device(gpu.name, max(1, _host_cpus() // max(1, sharing)))
+
+
+def tp_allreduces(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
+    """(forward, backward) all-reduces of one micro-batch through ``layer`` split over a TP group.
+
+    The runtime (own layers and DTensor alike) all-reduces the output of every row-parallel Linear in forward
+    (attention proj, fc_out | down) and the input gradient of every column-parallel Linear in backward (q, k,
+    v each, fc_in | gate and up). Layers it keeps replicated communicate nothing."""
+    if not runtime_splits(layer):
+        return 0, 0
+    swiglu = isinstance(spec.arch, TransformerArch) and spec.arch.mlp == "swiglu"
+    return 2, 3 + (2 if swiglu else 1)
+
+
+def _elem_scale(precision: str) -> float:
+    """Activation bytes relative to the spec's fp32 figures: autocast and bf16 parameters halve them."""
+    return 0.5 if precision in HALF_PRECISIONS else 1.0
 
 
 def _stage_time(
@@ -125,7 +190,7 @@ def _stage_time(
     recompute = plan.recompute.value
     layers = spec.layers[stage.layer_start : stage.layer_end]
     ratios = stage.ratios()
-    elem = 0.5 if precision in HALF_PRECISIONS else 1.0  # spec byte figures are fp32
+    elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float]] = {}
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
@@ -138,16 +203,18 @@ def _stage_time(
         seen.add(what)
         fwd = bwd = 0.0
         for layer in layers:
+            tp = effective_tp(layer, stage.tp_degree)
             lf = lb = 0.0
             for k, d in enumerate(devices):
                 gpu = topo.gpu(d)
-                ratio = ratios[k] if stage.tp_degree > 1 else None
-                key = (layer_signature(layer), gpu.name, ratio, mb)
+                ratio = ratios[k] if tp > 1 else None
+                dkey = device_key(plan, d, topo)
+                key = (layer_signature(layer), dkey, tp, ratio, mb)
                 if key not in cache:
                     t = layer_time(
-                        layer, gpu, tp=stage.tp_degree, micro_batch=mb, precision=precision,
+                        layer, gpu, tp=tp, micro_batch=mb, precision=precision,
                         recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
-                        attention_core_fraction=_attention_core_fraction(spec, layer),
+                        attention_core_fraction=_attention_core_fraction(spec, layer), device_type=dkey,
                     )  # fmt: skip
                     f = cost.compute_factor(gpu.name)
                     cache[key] = (t.fwd_s * f, t.bwd_s * f)
@@ -157,35 +224,144 @@ def _stage_time(
         tp_comm = 0.0
         if stage.tp_degree > 1:
             link = topo.link(devices)
-            passes = 3 if recompute == "full" else 2  # fwd, bwd (+ the recomputed fwd)
             for layer in layers:
-                n_ar = _TP_ALLREDUCES[layer.tp_shard]
-                if not n_ar:
+                n_fwd, n_bwd = tp_allreduces(spec, layer)
+                if not n_fwd + n_bwd:
                     continue
+                passes = n_bwd + n_fwd * (2 if recompute == "full" else 1)
                 nbytes = layer.out_bytes_per_sample * mb * elem
-                tp_comm += n_ar * passes * _comm(cost, Collective.ALL_REDUCE, nbytes, stage.tp_degree, link)
+                tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, stage.tp_degree, link)
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
 
 
+def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
+    """Whether the runtime runs this stage's ZeRO-3 through FSDP2 (``runtime.engine.use_fsdp``): a DP stage of
+    one GPU type without TP, in fp32 or bf16 autocast; otherwise ZeRO-3 falls back to ZeRO-2."""
+    return (
+        plan.zero >= 3
+        and stage.dp_degree > 1
+        and stage.tp_degree == 1
+        and len({d.gpu_type for d in stage.devices}) == 1
+        and plan.precision.value in ("fp32", "bf16")
+    )
+
+
+def _tied_split(plan: Plan, spec: ModelSpec) -> tuple[int, int] | None:
+    """(first, last) stage when a tied embedding/head pair lives on two stages (each holds a copy and the
+    runtime sums its gradient over both), else None."""
+    arch = spec.arch
+    if not isinstance(arch, TransformerArch) or not arch.tied_embeddings or plan.n_stages < 2:
+        return None
+    if spec.layers[0].kind != "embedding" or spec.layers[-1].kind != "head":
+        return None
+    return 0, plan.n_stages - 1
+
+
+def _tied_params(spec: ModelSpec) -> int:
+    arch = spec.arch
+    return arch.vocab * arch.hidden if isinstance(arch, TransformerArch) else 0
+
+
+def _bucketed_s(cost: CostModel, collective: Collective, nbytes: float, n: int, link: Link) -> float:
+    """The runtime's gradient buckets, issued back to back on one group (they run one after another)."""
+    full, rest = divmod(nbytes, GRAD_BUCKET_BYTES)
+    t = full * _comm(cost, collective, GRAD_BUCKET_BYTES, n, link) if full else 0.0
+    return t + (_comm(cost, collective, rest, n, link) if rest else 0.0)
+
+
 def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
-    """Gradient all-reduce of the stage (fp32 gradients) across its replicas, per TP rank; the slowest rank."""
-    if stage.dp_degree <= 1:
-        return 0.0
+    """Gradient sync of the stage after its last backward, per TP rank; the slowest rank.
+
+    fp32 gradients (masters under bf16-master) in 25 MiB buckets: all-reduced (ZeRO-0/1), or reduced to their
+    owner (ZeRO-2, ~ a reduce-scatter's volume); ZeRO-1/2 then broadcast the owners' updated parameters (~ an
+    all-gather). FSDP (ZeRO-3) communicates per micro-batch inside the stage instead (:func:`_fsdp_s`). A tied
+    embedding split over the first and last stage adds one all-reduce of it over both stages' ranks."""
+    index = plan.stages.index(stage)
+    worst = 0.0
+    tied = _tied_split(plan, spec)
+    if tied is not None and index in tied:
+        group = plan.stages[tied[0]].devices + plan.stages[tied[1]].devices
+        worst = _comm(cost, Collective.ALL_REDUCE, 4.0 * _tied_params(spec), len(group), topo.link(group))
+    if stage.dp_degree <= 1 or _uses_fsdp(plan, stage):
+        return worst
     layers = spec.layers[stage.layer_start : stage.layer_end]
     ratios = stage.ratios()
-    worst = 0.0
+    tied_sync = worst
     for k in range(stage.tp_degree):
-        ratio = ratios[k] if stage.tp_degree > 1 else None
-        grad_bytes = 4.0 * sum(
-            layer.params * shard_fraction(layer, stage.tp_degree, ratio) for layer in layers
-        )
+        grad_bytes = 0.0
+        for layer in layers:
+            tp = effective_tp(layer, stage.tp_degree)
+            grad_bytes += 4.0 * layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
-        t = _comm(cost, Collective.ALL_REDUCE, grad_bytes, stage.dp_degree, topo.link(group))
-        if plan.zero == 3:
-            t *= 1.5  # reduce-scatter of grads + all-gather of params in forward and again in backward
-        worst = max(worst, t)
+        link = topo.link(group)
+        n = stage.dp_degree
+        if plan.zero >= 2:
+            t = _bucketed_s(cost, Collective.REDUCE_SCATTER, grad_bytes, n, link)
+        else:
+            t = _bucketed_s(cost, Collective.ALL_REDUCE, grad_bytes, n, link)
+        if plan.zero >= 1:  # the owners' updated fp32 parameters, broadcast back
+            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, n, link)
+        worst = max(worst, t + tied_sync)
+    return worst
+
+
+def _fsdp_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
+    """Per micro-batch FSDP2 traffic of a ZeRO-3 stage: parameters all-gathered for the forward and again for
+    the backward, gradients reduce-scattered after it."""
+    if not _uses_fsdp(plan, stage):
+        return 0.0
+    nbytes = 4.0 * sum(layer.params for layer in spec.layers[stage.layer_start : stage.layer_end])
+    link = topo.link(stage.devices)
+    n = stage.dp_degree
+    return 2 * _comm(cost, Collective.ALL_GATHER, nbytes, n, link) + _comm(
+        cost, Collective.REDUCE_SCATTER, nbytes, n, link
+    )
+
+
+def _optimizer_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
+    """The optimizer step of the stage's slowest device over the parameters it updates.
+
+    Per layer from the profile (or the memory-bound roofline), for the rank's shard of split layers. A tied
+    head's profiled step includes its copy of the embedding (it was timed alone, as on a last stage); where the
+    stage also holds the embedding the pair is one parameter, so that copy's share comes off. Under ZeRO each
+    replica updates only the parameters it owns (~1/dp of them)."""
+    precision, opt = plan.precision.value, plan.optimizer.value
+    layers = spec.layers[stage.layer_start : stage.layer_end]
+    tied = _tied_params(spec)
+    holds_embedding = stage.layer_start == 0
+    split_tie = _tied_split(plan, spec) is not None
+    tied_head = bool(tied) and isinstance(spec.arch, TransformerArch) and spec.arch.tied_embeddings
+    ratios = stage.ratios()
+    worst = 0.0
+    done: set[tuple[str, int]] = set()
+    for j, d in enumerate(stage.devices):
+        k = j % stage.tp_degree
+        gpu = topo.gpu(d)
+        dkey = device_key(plan, d, topo)
+        if (dkey, k) in done:
+            continue  # replicas of one device type update the same parameters
+        done.add((dkey, k))
+        total = 0.0
+        for layer in layers:
+            tp = effective_tp(layer, stage.tp_degree)
+            ratio = ratios[k] if tp > 1 else None
+            t, source = optimizer_time(
+                layer, gpu, tp=tp, precision=precision, optimizer=opt, ratio=ratio,
+                profile=cost.profile, curves=cost.curves, device_type=dkey,
+            )  # fmt: skip
+            if layer.kind == "head" and tied_head:
+                own = max(layer.params, 1)
+                if source == "profile" and holds_embedding:
+                    t *= layer.params / (own + tied)
+                elif source == "roofline" and split_tie and not holds_embedding:
+                    t *= (own + tied) / own
+            total += t
+        total *= cost.compute_factor(gpu.name)
+        if plan.zero >= 1 and stage.dp_degree > 1:
+            total /= stage.dp_degree
+        worst = max(worst, total)
     return worst
 
 
@@ -278,10 +454,17 @@ class StageCost:
     peak_bytes: tuple[float, ...]  # per device of the stage, in stage order
     device_bytes: tuple[float, ...]
     feasible: bool
+    optimizer_s: float = 0.0  # one optimizer step of the stage's slowest device, after the DP sync
 
     @property
     def time_s(self) -> float:
+        """Per micro-batch: forward + backward + TP all-reduces."""
         return self.fwd_s + self.bwd_s + self.tp_comm_s
+
+    @property
+    def tail_s(self) -> float:
+        """Once per iteration, after the stage's last backward: gradient sync + optimizer step."""
+        return self.dp_sync_s + self.optimizer_s
 
 
 def stage_cost(
@@ -297,6 +480,7 @@ def stage_cost(
     cost = cost or CostModel()
     st = plan.stages[index]
     fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost)
+    tp_comm += _fsdp_s(plan, spec, st, topo, cost)
     peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
     feasible = True
@@ -315,6 +499,7 @@ def stage_cost(
         peak_bytes=tuple(dev_peak),
         device_bytes=tuple(dev_bytes),
         feasible=feasible,
+        optimizer_s=_optimizer_s(plan, spec, st, topo, cost),
     )
 
 
@@ -327,7 +512,10 @@ def compose(
     *,
     overlap_dp: bool = False,
 ) -> Estimate:
-    """The plan's estimate from its stages' costs and its boundaries' send/recv times."""
+    """The plan's estimate from its stages' costs and its boundaries' send/recv times.
+
+    iteration = pipeline (steady + bubble + first-pass p2p) + the slowest stage's tail (exposed gradient sync
+    + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward."""
     fwd = [c.fwd_s + c.tp_comm_s / 2 for c in costs]
     bwd = [c.bwd_s + c.tp_comm_s / 2 for c in costs]
     pt = pipeline_time(
@@ -336,11 +524,15 @@ def compose(
         plan.micro_batches,
         schedule=plan.schedule.value,
         p2p_s=p2p_s,
-        dp_sync_s=[c.dp_sync_s for c in costs],
-        overlap_dp=overlap_dp,
     )
+    syncs = [
+        max(0.0, c.dp_sync_s - b) if overlap_dp else c.dp_sync_s for c, b in zip(costs, bwd, strict=True)
+    ]
+    tails = [s + c.optimizer_s for s, c in zip(syncs, costs, strict=True)]
+    last = max(range(len(costs)), key=lambda i: tails[i])
+    sync_s, opt_s = syncs[last], costs[last].optimizer_s
     tp_in_steady = plan.micro_batches * costs[pt.bottleneck_stage].tp_comm_s
-    it = pt.iteration_time_s
+    it = pt.iteration_time_s + sync_s + opt_s
     peak_flops = sum(topo.gpu(d).peak_flops(plan.precision.value) for d in plan.devices)
     model_flops = 3.0 * spec.fwd_flops_per_sample * plan.global_batch
     by_rank: dict[int, tuple[float, float]] = {}
@@ -350,8 +542,8 @@ def compose(
     ranks = sorted(by_rank)
     return Estimate(
         iteration_time_s=it,
-        compute_s=pt.steady_s - tp_in_steady,
-        comm_s=tp_in_steady + pt.p2p_s + pt.dp_sync_s,
+        compute_s=pt.steady_s - tp_in_steady + opt_s,
+        comm_s=tp_in_steady + pt.p2p_s + sync_s,
         bubble_s=pt.bubble_s,
         samples_per_s=plan.global_batch / it,
         tokens_per_s_per_gpu=plan.global_batch * plan.seq_len / it / plan.world_size,
@@ -360,6 +552,7 @@ def compose(
         feasible=all(c.feasible for c in costs),
         stage_times_s=tuple(f + b for f, b in zip(fwd, bwd, strict=True)),
         device_bytes_per_device=tuple(by_rank[k][1] for k in ranks),
+        optimizer_s=opt_s,
     )
 
 

@@ -124,6 +124,7 @@ class CellEstimator:
         self._spaces: dict[tuple[CellShape, Rung, int], StageSpace] = {}
         self._nodes = self._node_slots()
         self._even_bounds: dict[int, list[tuple[int, int]]] = {}
+        self._speed_bounds: dict[tuple[float, ...], list[tuple[int, int]]] = {}
 
     # ------------------------------------------------------------------------------- placement
     def _node_slots(self) -> dict[str, list[str]]:
@@ -162,8 +163,11 @@ class CellEstimator:
             bounds = self._even_bounds[S]
         else:
             prec = self.settings.precision
-            speeds = [sum(self.topo.gpu(d).peak_flops(prec) for d in grp) for grp in groups]
-            bounds = list(partition_by_speed([x.fwd_flops_per_sample for x in self.spec.layers], speeds))
+            speeds = tuple(sum(self.topo.gpu(d).peak_flops(prec) for d in grp) for grp in groups)
+            if speeds not in self._speed_bounds:
+                flops = [x.fwd_flops_per_sample for x in self.spec.layers]
+                self._speed_bounds[speeds] = list(partition_by_speed(flops, speeds))
+            bounds = self._speed_bounds[speeds]
         return bounds, groups
 
     def space(self, shape: CellShape, rung: Rung, micro_batches: int | None = None) -> StageSpace | None:
@@ -293,7 +297,14 @@ def smallest_count(
         attention=settings.attention,
         schedule=settings.schedule,
     )
-    rows = smallest_fitting_layouts(spec, base, gpu.name, top=1, max_gpus=max_gpus)
+    try:
+        rows = smallest_fitting_layouts(spec, base, gpu.name, top=1, max_gpus=max_gpus)
+    except ValueError:  # a model the formula does not cover (convolutional): weights + Adam state alone
+        need = 16.0 * spec.params / (gpu.memory_bytes * (1 - DEFAULT_HEADROOM_FRACTION) - gpu.context_bytes)
+        n = 1
+        while n < need:
+            n *= 2
+        return n if n <= max_gpus else None
     return rows[0].n_gpus if rows else None
 
 

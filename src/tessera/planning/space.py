@@ -5,7 +5,7 @@ stage's (dp, tp) factorization of its device count, plus plan-wide settings (mic
 Because the cost model prices stages independently (:func:`tessera.perf.estimate.stage_cost`) and only the
 boundary send/recv couples neighbours, a plan's iteration time is
 
-    Σ_s t_s + (B − 1) · max_s t_s + 2 · Σ_s p2p(s, s + 1) + max_s dp_sync_s
+    Σ_s t_s + (B − 1) · max_s t_s + 2 · Σ_s p2p(s, s + 1) + max_s (dp_sync_s + optimizer_s)
 
 so the cost of every combination of per-stage options can be assembled from ``Σ options`` stage costs (Crius
 §5.1's 2^S assembly from two profiled variants per stage) instead of pricing every combination from scratch.
@@ -251,7 +251,7 @@ class StageSpace:
         B = self.micro_batches
         S = self.n_stages
         t = [np.array([self.stage_cost(s, j).time_s for j in a]) for s, a in enumerate(allowed)]
-        sync = [np.array([self.stage_cost(s, j).dp_sync_s for j in a]) for s, a in enumerate(allowed)]
+        sync = [np.array([self.stage_cost(s, j).tail_s for j in a]) for s, a in enumerate(allowed)]
         ok = [np.array([self.stage_cost(s, j).feasible for j in a]) for s, a in enumerate(allowed)]
         p2p = [
             np.array([[self.p2p(s, j, k) for k in allowed[s + 1]] for j in allowed[s]]) for s in range(S - 1)
@@ -290,7 +290,7 @@ class StageSpace:
     ) -> Choice | None:
         """Too many combinations to list: fix the bottleneck stage time τ (one of the options' times), then
         a Viterbi pass minimizes Σ t + 2 Σ p2p over options with t ≤ τ; the best over τ of the exact total.
-        Exact but for the DP-sync term, which is added after the choice."""
+        Exact but for the tail (DP sync + optimizer step), which is added after the choice."""
         B, S = self.micro_batches, self.n_stages
         taus = np.unique(np.concatenate([x[o] for x, o in zip(t, ok, strict=True)]))
         best: tuple[float, list[int]] | None = None

@@ -1,0 +1,274 @@
+"""Measure collectives on this machine and fill a :class:`~tessera.perf.comm.CommTable` (Crius §5.1: the
+interconnect does not change after setup, so communication is profiled once, offline, and interpolated).
+
+``N`` local processes (gloo over TCP loopback on CPU, NCCL on GPUs) time all-reduce, all-gather, reduce-scatter
+and point-to-point send/recv over message sizes from 1 KiB up (powers of 4). Sizes follow the table's
+convention: the full tensor for all-reduce, the gathered tensor for all-gather / reduce-scatter, the message for
+send/recv. Each point is the median over repeats of the slowest rank (a collective ends when its last rank
+does); send/recv is half a ping-pong between ranks 0 and 1 (a group of 2).
+
+The table is stored under the link kind the estimator looks up for these devices: ``loopback`` for CPU processes
+on one host, the GPU's intra-node link (``nvlink4``, ``pcie4``, …) on a GPU node. Processes run with the thread
+count the runtime gives them (``cpus // N``), so gloo's copies compete for cores as they do in training.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import socket
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from tessera.perf.comm import Collective, CommTable
+
+KiB = 1024
+MiB = 1024 * KiB
+DEFAULT_MIN_BYTES = 1 * KiB
+DEFAULT_MAX_BYTES = 64 * MiB
+COLLECTIVES = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.SEND_RECV)
+LARGE_BYTES = 4 * MiB  # above this, fewer repeats: each one takes long and varies little
+
+
+@dataclass(frozen=True)
+class CommPoint:
+    collective: str
+    n: int  # ranks in the group
+    nbytes: int
+    time_s: float  # median over repeats of the slowest rank
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.nbytes / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CommProfileRun:
+    backend: str
+    link_kind: str
+    procs: int
+    threads: int | None
+    points: tuple[CommPoint, ...]
+
+    def table(self) -> CommTable:
+        t = CommTable()
+        self.fill(t)
+        return t
+
+    def fill(self, table: CommTable) -> None:
+        """Add every measured point to ``table`` under this run's link kind."""
+        for p in self.points:
+            table.add(p.collective, self.link_kind, p.n, p.nbytes, p.time_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["points"] = [{**asdict(p), "bandwidth_Bps": p.bandwidth_Bps} for p in self.points]
+        return d
+
+
+def message_sizes(max_bytes: int = DEFAULT_MAX_BYTES, min_bytes: int = DEFAULT_MIN_BYTES) -> list[int]:
+    """Powers of 4 from ``min_bytes`` up to ``max_bytes`` (inclusive when it falls on one)."""
+    if min_bytes < 4 or max_bytes < min_bytes:
+        raise ValueError(f"max-bytes: need max >= min >= 4 bytes, got max {max_bytes}, min {min_bytes}")
+    out, n = [], int(min_bytes)
+    while n <= max_bytes:
+        out.append(n)
+        n *= 4
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def link_kind_for(backend: str) -> str:
+    """Link kind of the measured processes: ``loopback`` for gloo on CPU, else the local GPU's link."""
+    if backend != "nccl":
+        return "loopback"
+    import torch
+
+    from tessera.hardware import get_gpu
+    from tessera.perf.profiler import catalog_name
+
+    props = torch.cuda.get_device_properties(0)
+    name = catalog_name(props.name, int(props.total_memory))
+    return get_gpu(name).link.kind if name else "pcie"
+
+
+@dataclass(frozen=True)
+class _Args:
+    rank: int
+    world: int
+    port: int
+    backend: str
+    sizes: tuple[int, ...]
+    collectives: tuple[str, ...]
+    warmup: int
+    repeats: int
+    timeout_s: float
+    threads: int
+
+
+def _worker(args: _Args, q: Any) -> None:
+    """One rank: join the group, time every (collective, size), send the per-repeat times to the parent."""
+    try:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(args.threads)
+        device = torch.device("cpu")
+        if args.backend == "nccl":
+            device = torch.device("cuda", args.rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            args.backend,
+            init_method=f"tcp://127.0.0.1:{args.port}",
+            rank=args.rank,
+            world_size=args.world,
+            timeout=timedelta(seconds=args.timeout_s),
+        )
+
+        def sync() -> None:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+        results: dict[tuple[str, int], list[float]] = {}
+        n = args.world
+        for coll in args.collectives:
+            for nbytes in args.sizes:
+                numel = max(n, nbytes // 4)
+                numel -= numel % n  # gathered / scattered tensors split evenly
+                full = torch.ones(numel, device=device)
+                part = torch.ones(numel // n, device=device)
+                fn = _operation(dist, coll, full, part, args.rank)
+                reps = args.repeats if nbytes <= LARGE_BYTES else max(3, args.repeats // 2)
+                times = []
+                for k in range(args.warmup + reps):
+                    dist.barrier()
+                    sync()
+                    t0 = time.perf_counter()
+                    fn()
+                    sync()
+                    dt = time.perf_counter() - t0
+                    if coll == Collective.SEND_RECV:
+                        dt /= 2  # one way of the round trip
+                    if k >= args.warmup:
+                        times.append(dt)
+                results[(str(coll), int(numel * 4))] = times
+        dist.barrier()
+        dist.destroy_process_group()
+        q.put(("ok", args.rank, results))
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the parent as one line
+        q.put(("error", args.rank, f"{type(e).__name__}: {e}".splitlines()[0][:300]))
+
+
+def _operation(dist: Any, coll: str, full: Any, part: Any, rank: int) -> Callable[[], None]:
+    """One timed operation. Send/recv is a ping-pong: rank 0 sends to 1 and waits for the echo; other ranks
+    (groups > 2) sit it out."""
+    # the tensor forms of all-gather / reduce-scatter (named *_single in recent torch)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+    def fn() -> None:
+        if coll == Collective.ALL_REDUCE:
+            dist.all_reduce(full)
+        elif coll == Collective.ALL_GATHER:
+            gather(full, part)
+        elif coll == Collective.REDUCE_SCATTER:
+            scatter(part, full)
+        elif rank == 0:
+            dist.send(full, 1)
+            dist.recv(full, 1)
+        elif rank == 1:
+            dist.recv(full, 0)
+            dist.send(full, 0)
+
+    return fn
+
+
+def profile_comm(
+    procs: int = 2,
+    *,
+    sizes: Sequence[int] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    collectives: Sequence[Collective | str] = COLLECTIVES,
+    backend: str | None = None,
+    warmup: int = 2,
+    repeats: int = 7,
+    timeout_s: float = 120.0,
+    table: CommTable | None = None,
+) -> CommProfileRun:
+    """Spawn ``procs`` local processes, time the collectives over ``sizes`` (default: powers of 4 from 1 KiB to
+    ``max_bytes``) and return the points; with ``table``, also add them to it.
+
+    ``backend``: "gloo" or "nccl" (default: NCCL when this machine has at least ``procs`` GPUs). Every rank
+    runs under a process-group ``timeout_s``, and the whole measurement under a wall-clock limit derived from
+    it, so a dead peer ends the run with an error instead of a hang.
+    """
+    import torch
+    import torch.multiprocessing as mp
+
+    if procs < 2:
+        raise ValueError(f"procs: collectives need at least 2 processes, got {procs}")
+    colls = tuple(str(Collective(c)) for c in collectives)
+    sizes = tuple(int(s) for s in (sizes if sizes is not None else message_sizes(max_bytes)))
+    if not sizes or any(s < 4 for s in sizes):
+        raise ValueError(f"max-bytes: message sizes must be >= 4 bytes, got {list(sizes)}")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= procs else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend: {backend!r} is not one of gloo, nccl")
+    threads = max(1, (os.cpu_count() or 1) // procs)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    workers = []
+    for rank in range(procs):
+        a = _Args(rank, procs, port, backend, sizes, colls, warmup, repeats, timeout_s, threads)
+        p = ctx.Process(target=_worker, args=(a, q), daemon=True, name=f"tessera-comm{rank}")
+        p.start()
+        workers.append(p)
+    got: dict[int, dict[tuple[str, int], list[float]]] = {}
+    deadline = time.monotonic() + timeout_s + 60.0 + 2.0 * len(sizes) * len(colls)
+    try:
+        while len(got) < procs:
+            try:
+                kind, rank, payload = q.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(workers) if p.exitcode not in (None, 0) and r not in got]
+                if dead:
+                    raise RuntimeError(
+                        f"comm profile failed: rank {dead[0]} exited with code {workers[dead[0]].exitcode}"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"comm profile failed: no result within {timeout_s:.0f} s") from None
+                continue
+            if kind == "error":
+                raise RuntimeError(f"comm profile failed: rank {rank} raised {payload}")
+            got[rank] = payload
+    finally:
+        for p in workers:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    points = []
+    for key in got[0]:
+        coll, nbytes = key
+        per_rank = [got[r][key] for r in range(procs)]
+        slowest = [max(ts) for ts in zip(*per_rank, strict=True)]
+        n = 2 if coll == Collective.SEND_RECV else procs
+        points.append(CommPoint(coll, n, nbytes, statistics.median(slowest)))
+    run = CommProfileRun(
+        backend, link_kind_for(backend), procs, threads if backend == "gloo" else None, tuple(points)
+    )
+    if table is not None:
+        run.fill(table)
+    return run

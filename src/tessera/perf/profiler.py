@@ -1,0 +1,415 @@
+"""Single-device distributed profiling (Crius §5.1): every layer's per-device shard timed on the one device at hand.
+
+Why one device is enough: under a DP-only plan a device runs the whole layer on its micro-batch, under a
+TP-only plan the ``1/tp`` shard of it plus all-reduces. The shard's compute does not depend on where its peers
+are, and the all-reduces are costed by the communication model (``tessera profile comm``), so building rank 0's
+shard (the zoo's ``TPShare``, no process group) and timing its forward and backward gives the compute term of
+every (TP degree, micro-batch) a planner will ask about — without the cluster.
+
+What is timed mirrors what the runtime runs on a rank:
+
+* the layer as the zoo builds it (dropout on, ``train()``), fed the input the previous layer produces (the chain
+  is traced once on real tensors), with a gradient flowing into that input (stage inputs and intermediate
+  activations both need one);
+* forward under the precision's autocast (bf16-master: bf16 parameters and activations), and for the head the
+  loss (``BlockModel.loss``: cross-entropy on fp32 logits) inside the forward, as the last stage computes it;
+* the optimizer step over the layer's parameters (AdamW/Adam/SGD with the runtime's hyper-parameters, fp32
+  masters for bf16-master) — once per iteration, so timed apart;
+* layers the runtime keeps replicated under TP (:func:`tessera.perf.compute.runtime_splits`) are timed only at
+  TP 1; the estimate prices them there at every TP degree;
+* on the CPU stand-in device under the thread count the runtime gives each of ``processes`` ranks sharing the
+  host (``cpus // processes``), keyed ``cpu@{threads}t``; on CUDA with ``torch.cuda.synchronize`` around each
+  timed region, keyed by the catalog name of the GPU.
+
+Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
+once; each figure is the median of ``repeats`` runs after ``warmup`` untimed ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from tessera.hardware import get_gpu, gpu_catalog
+from tessera.models.spec import ModelSpec
+from tessera.perf.compute import Profile, layer_signature, profile_device, runtime_splits
+
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-master")
+OPTIMIZERS = ("adamw", "adam", "sgd")
+
+
+@dataclass(frozen=True)
+class LayerMeasurement:
+    """One profiled (layer, TP degree, micro-batch): medians in seconds on one device."""
+
+    layer: int  # first spec layer with this signature
+    name: str
+    tp: int
+    micro_batch: int
+    fwd_s: float
+    bwd_s: float
+    optimizer_s: float  # one step over this layer's (shard's) parameters
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """What one profiling run measured, and the device key its figures were stored under."""
+
+    model: str
+    device_type: str  # the Profile key (``cpu@2t``, ``H100-80GB``, …)
+    threads: int | None  # CPU threads per rank; None on GPUs
+    precision: str
+    optimizer: str
+    seq_len: int
+    rows: tuple[LayerMeasurement, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rows"] = [r.to_dict() for r in self.rows]
+        return d
+
+
+# ---------------------------------------------------------------------------------------------- devices
+def catalog_name(device_name: str, total_memory_bytes: int | None = None) -> str | None:
+    """The catalog GPU type of a CUDA device name (``NVIDIA H100 80GB HBM3`` → ``H100-80GB``), or None.
+
+    Candidates are catalog names and aliases found inside the device name (ignoring case, spaces and dashes);
+    the longest wins, ties broken by the memory size closest to the device's."""
+    norm = _norm(device_name.replace("NVIDIA", "").replace("Tesla", ""))
+    best: tuple[int, float, str] | None = None
+    for name, spec in gpu_catalog().items():
+        for alias in (name, *spec.aliases):
+            a = _norm(alias)
+            if len(a) >= 2 and a in norm:
+                mem_gap = abs(spec.memory_bytes - total_memory_bytes) if total_memory_bytes else 0.0
+                cand = (-len(a), mem_gap, name)
+                if best is None or cand < best:
+                    best = cand
+    return best[2] if best else None
+
+
+def _norm(s: str) -> str:
+    return "".join(ch for ch in s.lower() if ch.isalnum())
+
+
+def cpu_threads(processes: int = 1) -> int:
+    """Threads the runtime gives each of ``processes`` ranks on this host (``runtime.worker`` does the same)."""
+    return max(1, (os.cpu_count() or 1) // max(1, processes))
+
+
+def device_type_of(device: torch.device, threads: int | None = None) -> str:
+    """The Profile key of ``device``: ``cpu@{threads}t`` on CPU, the catalog name of a CUDA GPU (its raw
+    name when the catalog has no match)."""
+    if device.type == "cpu":
+        return profile_device(get_gpu("cpu").name, threads or torch.get_num_threads())
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return catalog_name(props.name, int(props.total_memory)) or props.name
+    return device.type
+
+
+def default_device() -> torch.device:
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
+
+
+@contextlib.contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------------------------- building
+def _check_spec(spec: ModelSpec) -> None:
+    if spec.arch is None or spec.family not in ("gpt", "llama", "bert", "moe", "wide_resnet"):
+        raise ValueError(f"model: {spec.name!r} has no PyTorch implementation in the zoo to profile")
+
+
+def _build(spec: ModelSpec, index: int, tp: int, attention: str) -> nn.Module:
+    """Layer ``index`` alone as a BlockModel (rank 0's shard when ``tp > 1``), the way the runtime builds it."""
+    from tessera.models.nn_common import TPShare
+    from tessera.models.zoo import build_model
+
+    share = TPShare(degree=tp, rank=0) if tp > 1 else None
+    return build_model(
+        spec.arch,  # type: ignore[arg-type]
+        family=spec.family,
+        layer_range=(index, index + 1),
+        tp=share,
+        attention=attention,
+        recompute="none",
+    )
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_optimizer(kind: str, params: list[nn.Parameter], lr: float = 1e-3) -> torch.optim.Optimizer:
+    """The runtime's optimizers with its fixed hyper-parameters (``runtime.engine.make_optimizer``)."""
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    raise ValueError(f"optimizer: {kind!r} is not one of {', '.join(OPTIMIZERS)}")
+
+
+def trace_inputs(
+    spec: ModelSpec, batch: int, *, device: torch.device, precision: str = "fp32", attention: str = "flash"
+) -> tuple[dict[tuple, torch.Tensor], torch.Tensor]:
+    """(input of the first layer of each signature, targets) for ``batch`` samples, by running the model's
+    layers once in order on real tensors (identical layers reuse one module). Values are what the model
+    produces, shapes and dtypes exactly what each layer receives in training."""
+    built: dict[tuple, nn.Module] = {}
+    inputs: dict[tuple, torch.Tensor] = {}
+    g = torch.Generator().manual_seed(0)
+    first = _build(spec, 0, 1, attention)
+    x, _ = first.make_batch(batch, spec.seq_len, generator=g)  # type: ignore[operator]
+    last = _build(spec, spec.n_layers - 1, 1, attention)
+    _, targets = last.make_batch(batch, spec.seq_len, generator=g)  # type: ignore[operator]
+    x = x.to(device)
+    with torch.no_grad():
+        for i, layer in enumerate(spec.layers):
+            sig = layer_signature(layer)
+            if sig not in built:
+                built[sig] = (
+                    first if i == 0 else last if i == spec.n_layers - 1 else _build(spec, i, 1, attention)
+                )
+                built[sig].to(device)
+                if precision == "bf16-master":
+                    built[sig].to(torch.bfloat16)
+                if x.is_floating_point() and precision == "bf16-master":
+                    x = x.to(torch.bfloat16)
+                inputs[sig] = x
+            module = built[sig]
+            if i < spec.n_layers - 1:
+                with _autocast(device, precision):
+                    x = module.layers[0](x)  # type: ignore[index]
+    return inputs, targets.to(device)
+
+
+# ---------------------------------------------------------------------------------------------- timing
+def _median_time(fn: Callable[[], tuple[float, ...]], warmup: int, repeats: int) -> tuple[float, ...]:
+    for _ in range(warmup):
+        fn()
+    runs = [fn() for _ in range(max(1, repeats))]
+    return tuple(statistics.median(r[k] for r in runs) for k in range(len(runs[0])))
+
+
+def time_layer(
+    model: nn.Module,
+    x: torch.Tensor,
+    targets: torch.Tensor | None,
+    *,
+    device: torch.device,
+    precision: str,
+    warmup: int,
+    repeats: int,
+) -> tuple[float, float]:
+    """Median (forward s, backward s) of ``model.layers[0]`` on input ``x``; ``targets``: add the loss."""
+    layer = model.layers[0]  # type: ignore[index]
+    params = [p for p in model.parameters() if p.requires_grad]
+    x = x.detach().clone()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    grad_out: list[torch.Tensor] = []
+
+    def run() -> tuple[float, float]:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        _sync(device)
+        t0 = time.perf_counter()
+        with _autocast(device, precision):
+            out = layer(x)
+            if targets is not None:
+                out = model.loss(out, targets)  # type: ignore[operator]
+        _sync(device)
+        t1 = time.perf_counter()
+        if targets is not None:
+            out.backward()
+        else:
+            if not grad_out:
+                grad_out.append(torch.randn_like(out) * 1e-3)
+            out.backward(grad_out[0])
+        _sync(device)
+        return t1 - t0, time.perf_counter() - t1
+
+    fwd, bwd = _median_time(run, warmup, repeats)
+    return fwd, bwd
+
+
+def time_optimizer(
+    model: nn.Module, *, device: torch.device, precision: str, optimizer: str, warmup: int, repeats: int
+) -> float:
+    """Median seconds of one optimizer step over ``model``'s parameters, with the precision's bookkeeping
+    around it as the runtime does it (bf16-master: grads into fp32 masters and back; fp16: unscale + check)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    masters = (
+        [nn.Parameter(p.detach().float().clone()) for p in params] if precision == "bf16-master" else params
+    )
+    opt = make_optimizer(optimizer, masters)
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+
+    def run() -> tuple[float]:
+        _sync(device)
+        t0 = time.perf_counter()
+        if precision == "bf16-master":
+            for p, m in zip(params, masters, strict=True):
+                m.grad = p.grad.float()  # type: ignore[union-attr]
+        if precision == "fp16":
+            found = torch.zeros(1, device=device)
+            for p in masters:
+                g = p.grad
+                assert g is not None
+                g.mul_(1.0)
+                if not torch.isfinite(g).all():
+                    found.fill_(1.0)
+        opt.step()
+        if precision == "bf16-master":
+            with torch.no_grad():
+                for p, m in zip(params, masters, strict=True):
+                    p.copy_(m)
+        _sync(device)
+        return (time.perf_counter() - t0,)
+
+    return _median_time(run, max(1, warmup), repeats)[0]
+
+
+# -------------------------------------------------------------------------------------------- profiling
+def profile_layers(
+    spec: ModelSpec,
+    *,
+    micro_batches: Sequence[int] = (1,),
+    tp_degrees: Sequence[int] = (1,),
+    precision: str = "fp32",
+    optimizer: str = "adamw",
+    attention: str = "flash",
+    processes: int = 1,
+    device: torch.device | str | None = None,
+    layer_range: tuple[int, int] | None = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    profile: Profile | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> ProfileRun:
+    """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
+
+    ``processes``: how many ranks will share this host (CPU only: sets the thread count and the device key,
+    as the runtime does). Results go into ``profile`` (if given) under the device key; ``on_step(label)`` is
+    called after each measurement (progress bars).
+    """
+    _check_spec(spec)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer: {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+    if not micro_batches or any(b < 1 for b in micro_batches):
+        raise ValueError(f"micro-batch: every size must be >= 1, got {list(micro_batches)}")
+    if not tp_degrees or any(t < 1 for t in tp_degrees):
+        raise ValueError(f"tp: every degree must be >= 1, got {list(tp_degrees)}")
+    dev = torch.device(device) if device is not None else default_device()
+    threads = cpu_threads(processes) if dev.type == "cpu" else None
+    start, end = layer_range or (0, spec.n_layers)
+    if not 0 <= start < end <= spec.n_layers:
+        raise ValueError(f"layers: range [{start}, {end}) outside {spec.name}'s {spec.n_layers} layers")
+    for t in tp_degrees:
+        for layer in spec.layers[start:end]:
+            if runtime_splits(layer) and t > layer.tp_units:
+                raise ValueError(f"tp: {t} ranks for the {layer.tp_units} units of {layer.name}")
+    rows: list[LayerMeasurement] = []
+    with _threads(threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        key = device_type_of(dev, threads)
+        inputs, targets = trace_inputs(
+            spec, max(micro_batches), device=dev, precision=precision, attention=attention
+        )
+        seen: set[tuple] = set()
+        for i in range(start, end):
+            layer = spec.layers[i]
+            sig = layer_signature(layer)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            head = i == spec.n_layers - 1
+            for t in sorted(set(tp_degrees)):
+                if t > 1 and not runtime_splits(layer):
+                    continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
+                model = _build(spec, i, t, attention).to(dev)
+                if precision == "bf16-master":
+                    model.to(torch.bfloat16)
+                model.train()
+                opt_s = time_optimizer(
+                    model,
+                    device=dev,
+                    precision=precision,
+                    optimizer=optimizer,
+                    warmup=warmup,
+                    repeats=repeats,
+                )
+                if profile is not None:
+                    profile.put_optimizer(layer, key, t, precision, optimizer, time_s=opt_s)
+                for b in sorted(set(micro_batches)):
+                    fwd, bwd = time_layer(
+                        model,
+                        inputs[sig][:b],
+                        targets[:b] if head else None,
+                        device=dev,
+                        precision=precision,
+                        warmup=warmup,
+                        repeats=repeats,
+                    )
+                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
+                    if profile is not None:
+                        profile.put(layer, key, t, b, precision, fwd_s=fwd, bwd_s=bwd)
+                    if on_step is not None:
+                        on_step(f"{layer.name} tp{t} mb{b}")
+                del model
+    return ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(rows))
+
+
+def count_steps(
+    spec: ModelSpec,
+    micro_batches: Sequence[int],
+    tp_degrees: Sequence[int],
+    layer_range: tuple[int, int] | None = None,
+) -> int:
+    """How many measurements :func:`profile_layers` will take (for progress bars)."""
+    start, end = layer_range or (0, spec.n_layers)
+    sigs = {layer_signature(layer): layer for layer in spec.layers[start:end]}
+    n = 0
+    for layer in sigs.values():
+        n += len({t for t in tp_degrees if t == 1 or runtime_splits(layer)}) * len(set(micro_batches))
+    return n
