@@ -50,7 +50,9 @@ def main() -> None:
 
     # --- one Cell at a time
     cell_ms: list[float] = []
-    shapes = [CellShape.of({t: n}, S) for n in (2, 4, 8, 16, 32) for S in (1, 2, 4, 8) if S <= n for t in TYPES]
+    shapes = [
+        CellShape.of({t: n}, S) for n in (2, 4, 8, 16, 32) for S in (1, 2, 4, 8) if n >= S for t in TYPES
+    ]
     shapes += [CellShape.of({a: n, b: n}, S) for n in (2, 4, 8, 16) for S in (1, 2, 4, 8)
                for i, a in enumerate(TYPES) for b in TYPES[i + 1 :]]  # fmt: skip
     per_job = max(1, args.cells // len(JOBS))

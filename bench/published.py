@@ -67,7 +67,9 @@ GPU = "A100-80GB"
 SEQ_LEN = 2048
 VOCAB = 51200
 PEAK_FLOPS = 312e12  # A100 dense bf16 peak, Megatron's denominator
-PRECISION = "bf16-master"  # Megatron's mixed precision: bf16 params/activations, fp32 main params + grads + Adam
+PRECISION = (
+    "bf16-master"  # Megatron's mixed precision: bf16 params/activations, fp32 main params + grads + Adam
+)
 RECOMPUTE = "selective"
 ATTENTION = "math"  # Megatron-LM 2022: fused scale-mask-softmax, no flash attention
 
@@ -136,7 +138,9 @@ def build_plan(c: Config, spec: ModelSpec) -> Plan:
     stages = tuple(
         replace(
             st,
-            devices=tuple(replace(d, node=f"dgx-{d.rank // gpn}", local_index=d.rank % gpn) for d in st.devices),
+            devices=tuple(
+                replace(d, node=f"dgx-{d.rank // gpn}", local_index=d.rank % gpn) for d in st.devices
+            ),
         )
         for st in plan.stages
     )
@@ -154,7 +158,9 @@ def _ar(cost: CostModel, nbytes: float, n: int, link: Link) -> float:
     return comm_time(Collective.ALL_REDUCE, nbytes, n, link, cost.comm_table) * cost.comm_factor(link.kind)
 
 
-def megatron_runtime(c: Config, spec: ModelSpec, plan: Plan, topo: Topology, cost: CostModel) -> dict[str, Any]:
+def megatron_runtime(
+    c: Config, spec: ModelSpec, plan: Plan, topo: Topology, cost: CostModel
+) -> dict[str, Any]:
     """One iteration of Megatron's implementation of ``plan``, from Tessera's compute, comm and pipeline model.
 
     Every layer splits over the TP group (blocks by heads, embedding/head by vocabulary). TP collectives per
@@ -350,7 +356,9 @@ def print_table(result: dict[str, Any], console: Console | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", metavar="NAME", help="configs to run (22B 175B 530B 1T); default all")
+    ap.add_argument(
+        "--only", nargs="*", metavar="NAME", help="configs to run (22B 175B 530B 1T); default all"
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="where to write the JSON")
     args = ap.parse_args(argv)
     configs = CONFIGS
