@@ -1,0 +1,343 @@
+"""The Policy interface: how a scheduling policy plugs into the scheduler core.
+
+A policy is one file in ``tessera/scheduler/policies/`` holding one class::
+
+    from tessera.scheduler.policy import Policy, SchedulingContext, register
+
+    @register("my-policy")                      # discovered by name; variants may stack more @register lines
+    @register("my-policy-x", some_option=True)  # … each with its own constructor defaults
+    class MyPolicy(Policy):
+        \"\"\"Cite the paper rules it implements here.\"\"\"
+
+        every_round = False   # True: called every round even when nothing arrived or finished (time-sharing)
+
+        def __init__(self, some_option: bool = False):
+            self.some_option = some_option
+
+        def schedule(self, ctx: SchedulingContext) -> None:
+            for js in ctx.pending:                                   # queued jobs, arrival order
+                for opt in ctx.knowledge.cells(js.job):              # or dp_rate(...) for DP-only data
+                    if ctx.reserve(js.job_id, opt.gpus, opt.n_stages):  # virtual allocation (HAS placement)
+                        break
+
+The core calls ``schedule`` at round boundaries (default every 300 s) when something happened since the last
+round — arrivals, completions, node failures or repairs (``ctx.events``) — or every round when ``every_round``.
+``ctx`` starts from the current allocations; the policy changes them *virtually* with :meth:`~SchedulingContext.
+reserve`, :meth:`~SchedulingContext.release` and :meth:`~SchedulingContext.drop`, and the core then finalizes
+(binds) the result: jobs whose GPUs changed restart (rescale / migration), jobs that lost their GPUs are
+preempted back to the queue. ``schedule`` may instead return a :class:`Decision` built by hand; either way the
+core validates it (capacity, nodes up, memory fit) and raises :class:`PolicyError` on a bad one.
+
+What a policy may know (Crius §8.1): ``ctx.knowledge`` answers DP-only throughput (:meth:`~tessera.scheduler.
+knowledge.Knowledge.dp_rate`) — the baselines' data — and Cell estimates (:meth:`~tessera.scheduler.knowledge.
+Knowledge.cells`, ``cell_rate``) — Tessera's; ``fits`` is the memory module. The true speed of a job on its
+allocation (the tuned plan's) is the backend's business; running jobs expose what was measured
+(``JobState.rate_iters_per_s``), as a real system would observe it.
+
+Phases (the Kubernetes scheduling framework): :class:`PhasedPolicy` runs candidates → filter → score → reserve
+per job, each an overridable method; the core binds. ``fcfs`` is the reference policy written that way.
+
+Testing a policy without the simulator: :func:`tessera.scheduler.testing.make_context` builds a context from
+a few nodes, jobs and a hand-written throughput table; call ``policy.schedule(ctx)`` and inspect
+``ctx.decision()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tessera.errors import UnknownNameError
+from tessera.scheduler.knowledge import CellOption, Knowledge
+from tessera.scheduler.placement import Placement, place
+from tessera.scheduler.state import Allocation, ClusterState, GPUs, Job, JobState, gpus_of
+
+Candidate = CellOption  # what the candidates phase yields: GPUs, a stage count and the policy's rate estimate
+
+
+class PolicyError(RuntimeError):
+    """A policy returned an impossible decision (a bug in the policy, never bad user input)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The allocations every job should hold after this round (absent = pending), and jobs dropped (given up
+    by a deadline-aware policy)."""
+
+    allocations: Mapping[int, Allocation]
+    dropped: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class RoundEvents:
+    """What happened since the policy was last called."""
+
+    arrived: tuple[int, ...] = ()
+    finished: tuple[int, ...] = ()
+    evicted: tuple[int, ...] = ()  # jobs that lost their GPUs to a node failure
+    nodes_failed: tuple[int, ...] = ()
+    nodes_repaired: tuple[int, ...] = ()
+    resumed: tuple[int, ...] = ()  # jobs whose restart (rescale, migration) completed
+
+    @property
+    def any(self) -> bool:
+        return bool(self.arrived or self.finished or self.evicted or self.nodes_failed or self.nodes_repaired)
+
+
+class SchedulingContext:
+    """One round's view for a policy, and its virtual allocation.
+
+    ``pending`` (arrival order) and ``running`` are the jobs as of the round start; ``jobs`` maps every active
+    job id to its :class:`JobState` (read-only). ``cluster`` is a private copy of the cluster whose free GPUs
+    follow the virtual allocation.
+    """
+
+    def __init__(
+        self,
+        *,
+        now_s: float,
+        cluster: ClusterState,
+        knowledge: Knowledge,
+        pending: Sequence[JobState],
+        running: Sequence[JobState],
+        events: RoundEvents = RoundEvents(),
+        round_s: float = 300.0,
+        keep_in_node: bool = True,
+    ) -> None:
+        self.now_s, self.round_s = now_s, round_s
+        self.knowledge = knowledge
+        self.pending, self.running = list(pending), list(running)
+        self.jobs: dict[int, JobState] = {js.job_id: js for js in (*self.running, *self.pending)}
+        self.events = events
+        self.keep_in_node = keep_in_node
+        self.cluster = cluster.copy()
+        self._alloc: dict[int, Allocation] = {}
+        self._dropped: set[int] = set()
+        for js in self.running:
+            if js.allocation is not None:
+                self._alloc[js.job_id] = js.allocation
+
+    # ------------------------------------------------------------------ reading
+    def allocation(self, job_id: int) -> Allocation | None:
+        """The job's allocation in the virtual state."""
+        return self._alloc.get(job_id)
+
+    @property
+    def allocations(self) -> Mapping[int, Allocation]:
+        return self._alloc
+
+    def free_by_type(self) -> dict[str, int]:
+        return self.cluster.free_by_type()
+
+    def capacity_by_type(self) -> dict[str, int]:
+        return self.cluster.capacity_by_type()
+
+    def place(self, gpus: GPUs | Mapping[str, int], *, keep_in_node: bool | None = None) -> Placement | None:
+        """Where HAS best-fit would put these GPUs in the virtual state now (nothing is reserved)."""
+        kin = self.keep_in_node if keep_in_node is None else keep_in_node
+        return place(self.cluster, gpus if isinstance(gpus, tuple) else gpus_of(gpus), keep_in_node=kin)
+
+    def fits(self, job: Job, gpus: GPUs | Mapping[str, int]) -> bool:
+        """Whether any plan of the job fits these GPUs' memory."""
+        return self.knowledge.fits(job, gpus if isinstance(gpus, tuple) else gpus_of(gpus))
+
+    # ------------------------------------------------------------------ virtual allocation
+    def release(self, job_id: int) -> Allocation | None:
+        """Take the job's GPUs back (it will be preempted unless reserved again). Returns what it held."""
+        a = self._alloc.pop(job_id, None)
+        if a is not None:
+            self.cluster.give(a.placement)
+        return a
+
+    def release_all(self) -> None:
+        for jid in list(self._alloc):
+            self.release(jid)
+
+    def reserve(
+        self,
+        job_id: int,
+        gpus: GPUs | Mapping[str, int],
+        n_stages: int | None = None,
+        *,
+        placement: Placement | None = None,
+        keep_in_node: bool | None = None,
+    ) -> Allocation | None:
+        """Give the job these GPUs (filter: memory fit and free capacity; reserve: HAS best-fit placement, or
+        ``placement`` as given). A job that already holds exactly these GPU counts keeps its GPUs (no restart).
+        On failure nothing changes and None is returned."""
+        gpus = gpus if isinstance(gpus, tuple) else gpus_of(gpus)
+        js = self.jobs.get(job_id)
+        if js is None:
+            raise KeyError(f"job {job_id} is not active this round")
+        if not gpus or not self.knowledge.fits(js.job, gpus):
+            return None
+        old = self._alloc.get(job_id)
+        if old is not None and placement is None and old.gpus == gpus:
+            if n_stages is not None and n_stages != old.n_stages:
+                old = Allocation(old.placement, old.gpus, n_stages)
+                self._alloc[job_id] = old
+            return old
+        if old is not None:
+            self.release(job_id)
+        if placement is None:
+            kin = self.keep_in_node if keep_in_node is None else keep_in_node
+            placement = place(self.cluster, gpus, keep_in_node=kin)
+        elif not self.cluster.can_take(placement) or self.cluster.gpus_of_placement(placement) != gpus:
+            placement = None
+        if placement is None:
+            if old is not None:
+                self.cluster.take(old.placement)
+                self._alloc[job_id] = old
+            return None
+        self.cluster.take(placement)
+        a = Allocation(tuple(sorted(placement)), gpus, n_stages)
+        self._alloc[job_id] = a
+        return a
+
+    def drop(self, job_id: int) -> None:
+        """Give up on a job (deadline-aware policies): it leaves the system unfinished."""
+        self.release(job_id)
+        self._dropped.add(job_id)
+
+    def decision(self) -> Decision:
+        return Decision(dict(self._alloc), frozenset(self._dropped))
+
+
+class Policy(ABC):
+    """Turns the cluster state and the queue into allocations (see the module doc for how to write one)."""
+
+    name: ClassVar[str] = ""
+    every_round: ClassVar[bool] = False
+
+    def reset(self) -> None:  # noqa: B027 - optional hook
+        """Forget per-run state (a new simulation is starting)."""
+
+    @abstractmethod
+    def schedule(self, ctx: SchedulingContext) -> Decision | None:
+        """Decide this round: change ``ctx`` virtually (and return None) or return a Decision."""
+
+
+class PhasedPolicy(Policy):
+    """A policy as phases, job by job in :meth:`order`: :meth:`candidates` → :meth:`filter` → :meth:`score`
+    → reserve (HAS placement). Running jobs keep their GPUs unless :meth:`prepare` changes them."""
+
+    def prepare(self, ctx: SchedulingContext) -> None:  # noqa: B027 - optional hook
+        """Before placing queued jobs (e.g. release GPUs of jobs to preempt)."""
+
+    def order(self, ctx: SchedulingContext) -> Iterable[JobState]:
+        return ctx.pending
+
+    @abstractmethod
+    def candidates(self, ctx: SchedulingContext, js: JobState) -> Iterable[Candidate]: ...
+
+    def filter(self, ctx: SchedulingContext, js: JobState, cand: Candidate) -> bool:
+        return ctx.fits(js.job, cand.gpus) and all(ctx.cluster.free_of(t) >= n for t, n in cand.gpus)
+
+    def score(self, ctx: SchedulingContext, js: JobState, cand: Candidate) -> float:
+        """Higher is better; ties keep the candidates' order. Default: keep the order."""
+        return 0.0
+
+    def on_unplaced(self, ctx: SchedulingContext, js: JobState) -> bool:
+        """A job found no place: True goes on with the next job (backfilling), False ends the round."""
+        return True
+
+    def schedule(self, ctx: SchedulingContext) -> Decision | None:
+        self.prepare(ctx)
+        for js in list(self.order(ctx)):
+            if ctx.allocation(js.job_id) is not None:
+                continue
+            cands = [c for c in self.candidates(ctx, js) if self.filter(ctx, js, c)]
+            placed = False
+            if cands:
+                scored = sorted(enumerate(cands), key=lambda ic: (-self.score(ctx, js, ic[1]), ic[0]))
+                for _, c in scored:
+                    if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
+                        placed = True
+                        break
+            if not placed and not self.on_unplaced(ctx, js):
+                break
+        return None
+
+
+# -------------------------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class _Entry:
+    cls: type[Policy]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, _Entry] = {}
+_DISCOVERED = False
+_BROKEN: dict[str, str] = {}  # policy modules that failed to import: module → error
+
+
+def register(name: str, **defaults: Any) -> Callable[[type[Policy]], type[Policy]]:
+    """Class decorator: make the policy available as ``name`` (with constructor ``defaults``)."""
+
+    def deco(cls: type[Policy]) -> type[Policy]:
+        if name in _REGISTRY and _REGISTRY[name].cls.__qualname__ != cls.__qualname__:
+            raise ValueError(f"policy name {name!r} is already registered by {_REGISTRY[name].cls.__name__}")
+        _REGISTRY[name] = _Entry(cls, dict(defaults))
+        if not cls.name:
+            cls.name = name
+        return cls
+
+    return deco
+
+
+def _discover() -> None:
+    """Import every module of ``tessera.scheduler.policies`` so their ``@register`` lines run."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    import tessera.scheduler.policies as pkg
+
+    for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if not m.name.startswith("_"):
+            try:
+                importlib.import_module(f"{pkg.__name__}.{m.name}")
+            except Exception as e:  # one broken policy file must not take the others down
+                _BROKEN[m.name] = f"{type(e).__name__}: {e}"
+    _DISCOVERED = True
+
+
+def policy_names() -> list[str]:
+    """Every registered policy name (discovering the policies package first)."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    """A fresh policy instance by name; ``options`` override the registered defaults."""
+    _discover()
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        err = UnknownNameError("policy", name, _REGISTRY)
+        if _BROKEN:
+            err.message += (
+                " (policy modules that failed to import: "
+                + "; ".join(f"{m}: {e}" for m, e in sorted(_BROKEN.items()))
+                + ")"
+            )
+        raise err
+    p = entry.cls(**{**entry.defaults, **options})
+    p.name = name  # type: ignore[misc]  # the variant's name (class attribute holds the first registered)
+    return p
+
+
+__all__ = [
+    "Candidate",
+    "Decision",
+    "PhasedPolicy",
+    "Policy",
+    "PolicyError",
+    "RoundEvents",
+    "SchedulingContext",
+    "get_policy",
+    "policy_names",
+    "register",
+]

@@ -1,0 +1,254 @@
+"""The scheduler's nouns: jobs as submitted, their live state, allocations, and the cluster's free GPUs.
+
+Both backends (the simulator and the live service) share these. ``Job`` is immutable (what the user asked
+for); ``JobState`` is the scheduler's mutable record of one job (status, allocation, progress), owned by the
+:class:`~tessera.scheduler.core.Scheduler` — policies read it and never write it. ``Allocation`` is what a
+policy decides for one job: GPUs by type, the concrete (node, GPUs) placement and optionally the Cell's stage
+count. ``ClusterState`` keeps free GPUs per node in a numpy array so placement and "what is free" are cheap.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.hardware import ClusterSpec, get_gpu
+
+# A Cell's GPUs: (GPU type, count) pairs sorted by type name — the same form as ``CellShape.gpus``.
+GPUs = tuple[tuple[str, int], ...]
+
+
+def gpus_of(gpus: Mapping[str, int] | Iterable[tuple[str, int]]) -> GPUs:
+    """Normalize {type: count} or pairs into the sorted ``GPUs`` tuple (zero counts dropped, types merged)."""
+    items = gpus.items() if isinstance(gpus, Mapping) else gpus
+    merged: dict[str, int] = {}
+    for t, n in items:
+        if n < 0:
+            raise ValueError(f"GPU count for {t} must be >= 0, got {n}")
+        if n:
+            merged[t] = merged.get(t, 0) + int(n)
+    return tuple(sorted(merged.items()))
+
+
+def n_gpus_of(gpus: GPUs) -> int:
+    return sum(n for _, n in gpus)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job as submitted: model and batch, amount of work, arrival, and what the user requested.
+
+    ``requested_gpus`` / ``requested_type`` are the user's request (a trace's GPU count, a GPU type); either
+    may be None for a serverless job (Frenzy), in which case policies derive N from memory. ``total_iterations``
+    is the work: iterations of ``global_batch`` samples. ``deadline_s`` is absolute simulation time.
+    """
+
+    job_id: int
+    model: str
+    global_batch: int
+    arrival_s: float
+    total_iterations: float
+    requested_gpus: int | None = None
+    requested_type: str | None = None
+    deadline_s: float | None = None
+    name: str = ""
+
+    @property
+    def config(self) -> tuple[str, int]:
+        """The throughput-table key: jobs of one (model, global batch) run at the same speed."""
+        return (self.model, self.global_batch)
+
+    @property
+    def requested(self) -> GPUs | None:
+        """The requested GPUs as a ``GPUs`` tuple, when both type and count are known."""
+        if self.requested_gpus is None or self.requested_type is None:
+            return None
+        return ((self.requested_type, self.requested_gpus),)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs held by one job: ``placement`` = (node index, GPUs on it) sorted by node index, ``gpus`` = the
+    same GPUs by type, and the stage count of the Cell chosen (None: the planner picks the best)."""
+
+    placement: tuple[tuple[int, int], ...]
+    gpus: GPUs
+    n_stages: int | None = None
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(n for _, n in self.placement)
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(i for i, _ in self.placement)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(t for t, _ in self.gpus)
+
+    def same_gpus(self, other: Allocation | None) -> bool:
+        """Same physical GPUs (the job keeps running without a restart)."""
+        return other is not None and self.placement == other.placement
+
+    def to_dict(self) -> dict:
+        return {
+            "gpus": dict(self.gpus),
+            "placement": [list(p) for p in self.placement],
+            "n_stages": self.n_stages,
+        }
+
+
+class JobStatus(enum.Enum):
+    PENDING = "pending"  # submitted, not holding GPUs (never started, preempted, or lost its node)
+    RUNNING = "running"  # holding GPUs (possibly still restarting: see ``JobState.paused_until_s``)
+    FINISHED = "finished"
+    DROPPED = "dropped"  # a deadline-aware policy gave up on it
+
+
+@dataclass
+class JobState:
+    """The scheduler's live record of one job. Policies read it; only the scheduler core writes it.
+
+    Progress is kept as a linear model the backend updates: ``done_iterations`` as of ``as_of_s``, advancing at
+    ``rate_iters_per_s`` once ``paused_until_s`` (restart / rescale in progress) has passed.
+    """
+
+    job: Job
+    status: JobStatus = JobStatus.PENDING
+    allocation: Allocation | None = None
+    done_iterations: float = 0.0
+    as_of_s: float = 0.0
+    rate_iters_per_s: float = 0.0  # measured speed on the current allocation (0 when not running)
+    paused_until_s: float = 0.0
+    restarts: int = 0  # allocation changes after the first start (rescale, migration, resume, failure)
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    last_change_s: float = 0.0  # when the allocation last changed (start, rescale, preemption)
+    attained_gpu_s: float = 0.0  # GPU-seconds received so far (as of ``as_of_s``), for LAS-style policies
+    meta: dict = field(default_factory=dict)  # per-policy scratch space (the policy's own bookkeeping)
+
+    @property
+    def job_id(self) -> int:
+        return self.job.job_id
+
+    def done_at(self, now_s: float) -> float:
+        """Iterations done by ``now_s`` (extrapolated from the last report)."""
+        if self.status is not JobStatus.RUNNING or self.rate_iters_per_s <= 0:
+            return self.done_iterations
+        start = max(self.as_of_s, self.paused_until_s)
+        return min(
+            self.job.total_iterations, self.done_iterations + self.rate_iters_per_s * max(0.0, now_s - start)
+        )
+
+    def remaining_at(self, now_s: float) -> float:
+        return max(0.0, self.job.total_iterations - self.done_at(now_s))
+
+    def attained_at(self, now_s: float) -> float:
+        """GPU-seconds attained by ``now_s``."""
+        if self.status is not JobStatus.RUNNING or self.allocation is None:
+            return self.attained_gpu_s
+        return self.attained_gpu_s + self.allocation.n_gpus * max(0.0, now_s - self.as_of_s)
+
+    @property
+    def n_gpus(self) -> int:
+        return self.allocation.n_gpus if self.allocation else 0
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of the cluster as the scheduler sees it."""
+
+    index: int
+    name: str
+    gpu_type: str
+    n_gpus: int
+    gpu_memory_bytes: int
+
+
+class ClusterState:
+    """Nodes and their free GPUs (a numpy vector), with per-type views and take/give operations.
+
+    Cheap to :meth:`copy` (one small array), so a policy's virtual allocation works on a copy.
+    """
+
+    def __init__(
+        self, nodes: Sequence[NodeInfo], free: np.ndarray | None = None, up: np.ndarray | None = None
+    ):
+        self.nodes = tuple(nodes)
+        self.capacity = np.array([n.n_gpus for n in self.nodes], dtype=np.int64)
+        self.free = self.capacity.copy() if free is None else free.astype(np.int64, copy=True)
+        self.up = np.ones(len(self.nodes), dtype=bool) if up is None else up.copy()
+        self.types: tuple[str, ...] = tuple(sorted({n.gpu_type for n in self.nodes}))
+        self.type_index = np.array([self.types.index(n.gpu_type) for n in self.nodes], dtype=np.int64)
+        self.memory = np.array([n.gpu_memory_bytes for n in self.nodes], dtype=np.int64)
+        self._nodes_of_type = {t: np.flatnonzero(self.type_index == i) for i, t in enumerate(self.types)}
+
+    @classmethod
+    def from_spec(cls, spec: ClusterSpec) -> ClusterState:
+        return cls(
+            [
+                NodeInfo(i, n.name, n.gpu_type, n.n_gpus, get_gpu(n.gpu_type).memory_bytes)
+                for i, n in enumerate(spec.nodes())
+            ]
+        )
+
+    @classmethod
+    def of(cls, nodes: Iterable[tuple[str, int]]) -> ClusterState:
+        """A cluster from (GPU type, GPUs per node) pairs, one per node — handy in tests."""
+        return cls(
+            [
+                NodeInfo(i, f"{get_gpu(t).name.lower()}-{i}", get_gpu(t).name, n, get_gpu(t).memory_bytes)
+                for i, (t, n) in enumerate(nodes)
+            ]
+        )
+
+    def copy(self) -> ClusterState:
+        out = object.__new__(ClusterState)
+        out.nodes, out.capacity, out.types = self.nodes, self.capacity, self.types
+        out.type_index, out.memory, out._nodes_of_type = self.type_index, self.memory, self._nodes_of_type
+        out.free, out.up = self.free.copy(), self.up.copy()
+        return out
+
+    def nodes_of_type(self, gpu_type: str) -> np.ndarray:
+        return self._nodes_of_type.get(gpu_type, np.empty(0, dtype=np.int64))
+
+    def capacity_by_type(self) -> dict[str, int]:
+        """GPUs per type on nodes that are up."""
+        cap = np.bincount(self.type_index, weights=self.capacity * self.up, minlength=len(self.types))
+        return {t: int(cap[i]) for i, t in enumerate(self.types)}
+
+    def free_by_type(self) -> dict[str, int]:
+        f = np.bincount(self.type_index, weights=self.free * self.up, minlength=len(self.types))
+        return {t: int(f[i]) for i, t in enumerate(self.types)}
+
+    def free_of(self, gpu_type: str) -> int:
+        idx = self.nodes_of_type(gpu_type)
+        return int((self.free[idx] * self.up[idx]).sum())
+
+    @property
+    def total_gpus(self) -> int:
+        return int(self.capacity.sum())
+
+    def gpus_of_placement(self, placement: Iterable[tuple[int, int]]) -> GPUs:
+        return gpus_of((self.nodes[i].gpu_type, n) for i, n in placement)
+
+    def can_take(self, placement: Iterable[tuple[int, int]]) -> bool:
+        return all(self.up[i] and 0 < n <= self.free[i] for i, n in placement)
+
+    def take(self, placement: Iterable[tuple[int, int]]) -> None:
+        for i, n in placement:
+            if not self.up[i] or n > self.free[i] or n <= 0:
+                raise ValueError(
+                    f"node {self.nodes[i].name}: cannot take {n} GPUs ({self.free[i]} free, up={bool(self.up[i])})"
+                )
+            self.free[i] -= n
+
+    def give(self, placement: Iterable[tuple[int, int]]) -> None:
+        for i, n in placement:
+            self.free[i] += n
+            if self.free[i] > self.capacity[i]:
+                raise ValueError(f"node {self.nodes[i].name}: freed more GPUs than it has")

@@ -1,0 +1,78 @@
+"""Frenzy HAS best-fit placement: the paper's hand-checkable cases and topology awareness."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.scheduler.placement import best_fit, first_satisfiable, place, place_by_memory
+from tessera.scheduler.state import ClusterState, NodeInfo
+
+GB = 10**9
+
+
+def _cluster(nodes: list[tuple[int, int]], free: list[int] | None = None) -> ClusterState:
+    """Nodes as (GPUs, GB per GPU); optional free counts."""
+    infos = [NodeInfo(i, f"n{i}", f"T{mem}", n, mem * GB) for i, (n, mem) in enumerate(nodes)]
+    cs = ClusterState(infos)
+    if free is not None:
+        cs.free[:] = free
+    return cs
+
+
+def test_has_prefers_tightest_node_job_2x32_on_3x40_not_6x80():
+    # Frenzy §IV-B: Job(2, 32) goes to Node(3, 40) rather than Node(6, 80)
+    cs = _cluster([(6, 80), (3, 40)])
+    assert place_by_memory(cs, 2, 32 * GB) == ((1, 2),)
+
+
+def test_has_keeps_job_4x35_on_one_node_not_four():
+    # Frenzy §IV-B: Job(4, 35) on one Node(4, 40) rather than four Node(1, 40)
+    cs = _cluster([(1, 40), (1, 40), (1, 40), (1, 40), (4, 40)])
+    assert place_by_memory(cs, 4, 35 * GB) == ((4, 4),)
+
+
+def test_has_skips_gpus_too_small():
+    cs = _cluster([(8, 24), (2, 40)])
+    assert place_by_memory(cs, 2, 32 * GB) == ((1, 2),)
+    assert place_by_memory(cs, 3, 32 * GB) is None
+
+
+def test_greedy_spread_from_the_node_with_most_free_when_no_node_fits():
+    cs = _cluster([(4, 40), (4, 40), (4, 40)], free=[3, 1, 2])
+    # 5 GPUs exceed any node: take the most-free node (3) whole, then best-fit the remaining 2 (node 2)
+    assert place_by_memory(cs, 5, 1) == ((0, 3), (2, 2))
+
+
+def test_topology_awareness_waits_instead_of_spreading_a_job_that_fits_one_node():
+    cs = _cluster([(4, 40), (4, 40)], free=[2, 2])
+    assert place_by_memory(cs, 4, 1) is None  # fits a 4-GPU node: never split over two
+    assert place_by_memory(cs, 4, 1, keep_in_node=False) == ((0, 2), (1, 2))
+
+
+def test_best_fit_does_not_modify_free_and_ties_take_lowest_index():
+    free = np.array([2, 2, 4])
+    cap = np.array([4, 4, 4])
+    assert best_fit(free, cap, np.arange(3), 2) == ((0, 2),)
+    assert list(free) == [2, 2, 4]
+
+
+def test_place_by_type_all_or_nothing():
+    cs = ClusterState.of([("A100-40GB", 4), ("A10", 2), ("A10", 2)])
+    assert place(cs, (("A10", 2), ("A100-40GB", 4))) == ((0, 4), (1, 2))
+    assert place(cs, (("A10", 4), ("A100-40GB", 4))) == ((0, 4), (1, 2), (2, 2))
+    assert place(cs, (("A10", 6),)) is None
+    assert place(cs, (("V100-32GB", 1),)) is None
+
+
+def test_place_skips_nodes_that_are_down():
+    cs = ClusterState.of([("A10", 2), ("A10", 2)])
+    cs.up[0] = False
+    assert place(cs, (("A10", 2),)) == ((1, 2),)
+
+
+def test_first_satisfiable_walks_plans_in_order():
+    cs = _cluster([(2, 40), (4, 24)], free=[1, 4])
+    plans = [(1, 45 * GB), (2, 35 * GB), (4, 20 * GB)]
+    assert first_satisfiable(cs, plans) == 2
+    cs.free[0] = 2
+    assert first_satisfiable(cs, plans) == 1
