@@ -1,0 +1,226 @@
+"""Gavel (Narayanan et al., OSDI'20): heterogeneity-aware max-sum-throughput, one LP, round-based time shares.
+
+Rules implemented:
+
+* **Effective throughput** (Gavel §3.1): a job's throughput under an allocation X is Σ_t T[j, t] · X[j, t],
+  where X[j, t] is the fraction of wall time job j spends on GPU type t and T[j, t] its throughput on its
+  *requested* GPU count of type t (Gavel never changes a job's GPU count — its ``scale_factor``).
+* **Max-sum-throughput policy** (Gavel §4.1, ``policies/max_sum_throughput.py``):
+  maximize Σ_j Σ_t T[j, t] · X[j, t]  s.t.  X ≥ 0,  Σ_t X[j, t] ≤ 1,  Σ_j scale_j · X[j, t] ≤ capacity_t.
+  Throughputs are normalized per job (÷ its throughput on its requested GPUs), so the objective is the
+  cluster throughput the metrics report, and a small model's many steps per second do not drown a large
+  one. Solved with scipy's HiGHS (:func:`max_sum_throughput`).
+* **Round-based mechanism** (Gavel §5, ``scheduler.py`` ``_update_priorities`` /
+  ``_schedule_jobs_on_workers_helper``): each round, priority[j, t] = X[j, t] / (fraction of time j has
+  received on t since the allocation was computed); entries (job, type) are taken greedily in descending
+  (priority, deficit, allocation) order, a job at most once, when its scale factor still fits the type's
+  free GPUs (:func:`assign_round`). A job that keeps its type keeps its GPUs (Gavel's lease extension).
+* The allocation is recomputed when the set of active jobs changes (arrivals, completions), as Gavel does.
+
+Information: DP-only throughput (Crius §8.1), never Tessera's Cells; the job still runs the best plan for the
+GPUs it gets. Memory-infeasible (type, count) pairs have T = 0 and are never allocated.
+
+Scale: jobs with the same normalized throughput row and scale factor are interchangeable in the LP, so it
+is solved over *job classes* (variables per class and type, Σ_t X[c, t] ≤ |c|) and each member gets an equal
+share — an optimal solution of the per-job LP by symmetry. The LP has (#classes × #types) variables however
+long the queue is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from tessera.scheduler.knowledge import Knowledge
+from tessera.scheduler.policy import Policy, SchedulingContext, register
+from tessera.scheduler.state import Job
+
+# Gavel gives a never-run job with a positive allocation an effectively infinite priority.
+UNSERVED_PRIORITY = 1e9
+
+
+def max_sum_throughput(
+    throughput: np.ndarray,
+    scale: Sequence[int] | np.ndarray,
+    capacity: Sequence[int] | np.ndarray,
+    count: Sequence[int] | np.ndarray | None = None,
+) -> np.ndarray:
+    """Gavel's max-sum-throughput LP. ``throughput[m, k]`` of job (class) m on type k (0 = cannot run there),
+    ``scale[m]`` GPUs per job, ``capacity[k]`` GPUs per type, ``count[m]`` jobs in the class (default 1).
+    Returns X[m, k]: the time share of class m on type k, summed over its members (Σ_k X[m, k] ≤ count[m])."""
+    T = np.asarray(throughput, dtype=np.float64)
+    if T.ndim != 2:
+        raise ValueError(f"throughput must be a 2-D (jobs × types) array, got shape {T.shape}")
+    m, k = T.shape
+    if m == 0 or k == 0:
+        return np.zeros((m, k))
+    s = np.asarray(scale, dtype=np.float64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    cnt = np.ones(m) if count is None else np.asarray(count, dtype=np.float64)
+    if s.shape != (m,) or cnt.shape != (m,) or cap.shape != (k,):
+        raise ValueError("scale and count need one entry per job, capacity one per type")
+    # variable (i, t) ↦ i·k + t
+    rows_job = np.repeat(np.arange(m), k)
+    rows_type = m + np.tile(np.arange(k), m)
+    cols = np.arange(m * k)
+    data = np.concatenate([np.ones(m * k), np.repeat(s, k)])
+    A = coo_matrix(
+        (data, (np.concatenate([rows_job, rows_type]), np.concatenate([cols, cols]))), shape=(m + k, m * k)
+    ).tocsr()
+    b = np.concatenate([cnt, cap])
+    upper = np.where(T.ravel() > 0, np.repeat(cnt, k), 0.0)
+    res = linprog(
+        -T.ravel(), A_ub=A, b_ub=b, bounds=np.column_stack([np.zeros(m * k), upper]), method="highs"
+    )
+    if res.status != 0:  # the zero allocation is always feasible, so this is a solver failure
+        raise RuntimeError(f"Gavel LP failed: {res.message}")
+    return np.clip(res.x.reshape(m, k), 0.0, None)
+
+
+def priorities(allocation: np.ndarray, received_s: np.ndarray, elapsed_s: np.ndarray) -> np.ndarray:
+    """Gavel's per-(job, type) priority: allocation ÷ the fraction of time received there so far; a job with a
+    positive share and no time yet gets :data:`UNSERVED_PRIORITY` × its share."""
+    X = np.asarray(allocation, dtype=np.float64)
+    rec = np.asarray(received_s, dtype=np.float64)
+    el = np.asarray(elapsed_s, dtype=np.float64)[:, None]
+    frac = np.divide(rec, el, out=np.zeros_like(rec), where=el > 0)
+    return np.where(frac > 0, X / np.where(frac > 0, frac, 1.0), X * UNSERVED_PRIORITY)
+
+
+def assign_round(
+    allocation: np.ndarray,
+    received_s: np.ndarray,
+    elapsed_s: np.ndarray,
+    throughput: np.ndarray,
+    scale: Sequence[int] | np.ndarray,
+    free: Sequence[int] | np.ndarray,
+) -> list[int | None]:
+    """One Gavel round: per job, the type index it runs on this round, or None. Entries are taken in
+    descending (priority, deficit, allocation) order over all (job, type) pairs — Gavel's global queue —
+    skipping jobs already placed, zero throughputs and scale factors that no longer fit."""
+    X = np.asarray(allocation, dtype=np.float64)
+    m, k = X.shape
+    prio = priorities(X, received_s, elapsed_s)
+    deficit = X * np.asarray(elapsed_s, dtype=np.float64)[:, None] - np.asarray(received_s, dtype=np.float64)
+    T = np.asarray(throughput, dtype=np.float64)
+    left = np.array(free, dtype=np.int64)
+    s = np.asarray(scale, dtype=np.int64)
+    # lexsort sorts by the last key first; negate for descending; job index, then type, break ties stably
+    order = np.lexsort((np.tile(np.arange(k), m), np.repeat(np.arange(m), k), -X.ravel(), -deficit.ravel(),
+                        -prio.ravel()))  # fmt: skip
+    out: list[int | None] = [None] * m
+    for flat in order:
+        j, t = divmod(int(flat), k)
+        if out[j] is not None or T[j, t] <= 0 or s[j] > left[t]:
+            continue
+        out[j] = t
+        left[t] -= s[j]
+    return out
+
+
+def job_scale(kn: Knowledge, job: Job) -> int | None:
+    """Gavel's scale factor: the requested GPU count (the fewest GPUs DP-only fits on some type when the job
+    requested none)."""
+    if job.requested_gpus:
+        return job.requested_gpus
+    counts = [n for t in kn.gpu_types if (n := kn.min_gpus(job, t, dp_only=True))]
+    return min(counts) if counts else None
+
+
+@register("gavel")
+class Gavel(Policy):
+    """Gavel max-sum-throughput with its round-based priority mechanism (see the module doc)."""
+
+    every_round = True  # time-sharing: priorities change every round
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._lp_key: tuple | None = None
+        self._share: dict[int, np.ndarray] = {}  # job id → X row (time share per type)
+        self._received: dict[int, np.ndarray] = {}  # job id → seconds run per type since the LP
+        self._elapsed: dict[int, float] = {}  # job id → seconds since the LP (while active)
+        self._rows: dict[tuple, np.ndarray] = {}  # (config, scale, types) → normalized DP throughput row
+        self._last_now: float | None = None
+        self.lp_solves = 0
+
+    def _row(self, kn: Knowledge, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
+        key = (job.config, scale, types)
+        row = self._rows.get(key)
+        if row is None:
+            row = np.array([kn.dp_rate(job, t, scale) for t in types], dtype=np.float64)
+            top = row.max(initial=0.0)
+            row = row / top if top > 0 else row
+            self._rows[key] = row
+        return row
+
+    def schedule(self, ctx: SchedulingContext) -> None:
+        kn, types = ctx.knowledge, ctx.cluster.types
+        k = len(types)
+        states = [*ctx.running, *ctx.pending]
+        if not states:
+            return
+        # 1. time accounting since the last round (Gavel's job_time_so_far / worker_time_so_far)
+        dt = 0.0 if self._last_now is None else max(0.0, ctx.now_s - self._last_now)
+        self._last_now = ctx.now_s
+        if dt > 0:
+            for js in ctx.running:
+                rec = self._received.get(js.job_id)
+                if rec is not None and js.allocation is not None:
+                    rec[types.index(js.allocation.gpu_types[0])] += dt
+            for jid in self._elapsed:
+                self._elapsed[jid] += dt
+
+        scales = {js.job_id: job_scale(kn, js.job) for js in states}
+        live = [js for js in states if scales[js.job_id]]
+        cap = ctx.capacity_by_type()
+        capacity = np.array([cap.get(t, 0) for t in types], dtype=np.float64)
+
+        # 2. the allocation: recomputed when the active set or the capacity changes
+        key = (frozenset(js.job_id for js in live), tuple(capacity))
+        if key != self._lp_key:
+            self._lp_key = key
+            classes: dict[tuple, list[int]] = {}
+            for js in live:
+                classes.setdefault((js.job.config, scales[js.job_id]), []).append(js.job_id)
+            members = list(classes.values())
+            first = {js.job_id: js for js in live}
+            T = np.array([self._row(kn, first[m[0]].job, scales[m[0]], types) for m in members]).reshape(
+                -1, k
+            )
+            X = max_sum_throughput(T, [scales[m[0]] for m in members], capacity, [len(m) for m in members])
+            self.lp_solves += 1
+            self._share = {jid: X[i] / len(m) for i, m in enumerate(members) for jid in m}
+            self._received = {js.job_id: np.zeros(k) for js in live}
+            self._elapsed = {js.job_id: 0.0 for js in live}
+
+        # 3. this round's assignment by priority
+        ids = [js.job_id for js in live]
+        X = np.array([self._share[j] for j in ids]).reshape(-1, k)
+        T = np.array([self._row(kn, js.job, scales[js.job_id], types) for js in live]).reshape(-1, k)
+        s = np.array([scales[j] for j in ids], dtype=np.int64)
+        chosen = assign_round(
+            X,
+            np.array([self._received[j] for j in ids]).reshape(-1, k),
+            np.array([self._elapsed[j] for j in ids]),
+            T,
+            s,
+            capacity.astype(np.int64),
+        )
+
+        # 4. bind virtually: jobs keeping their type keep their GPUs (lease extension); the rest move
+        target = {j: (types[c] if c is not None else None) for j, c in zip(ids, chosen, strict=True)}
+        for js in ctx.running:
+            a = ctx.allocation(js.job_id)
+            if a is not None and (
+                target.get(js.job_id) is None or a.gpus != ((target[js.job_id], a.n_gpus),)
+            ):
+                ctx.release(js.job_id)
+        todo = [(j, t) for j, t in target.items() if t is not None and ctx.allocation(j) is None]
+        todo.sort(key=lambda jt: -scales[jt[0]])  # largest first, against fragmentation (Gavel does the same)
+        for j, t in todo:
+            ctx.reserve(j, ((t, scales[j]),))
