@@ -104,3 +104,22 @@ def test_policy_never_changes_gpu_count():
     ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(1, gpus=2)])
     get_policy("gavel").schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((A100, 2),)
+
+
+def test_dp_profile_stands_in_where_dp_only_cannot_hold_the_job():
+    from tessera.hardware import get_gpu
+    from tessera.scheduler.policies.gavel import DPProfile
+
+    # DP-only fits from 4 A100s (rate 4.0); the job also fits 2 A100 or 2 V100 with other plans
+    true = {(A100, 2): 3.0, (A100, 4): 5.0, (V100, 2): 1.0}
+    kn = table_knowledge({("m", 8): true}, dp={("m", 8): {(A100, 4): 4.0}})
+    prof = DPProfile(kn.view())
+    j = job(1)
+    assert prof.has_dp(j)
+    assert prof.rate(j, A100, 4) == 4.0  # the DP-only figure itself
+    assert prof.rate(j, A100, 2) == pytest.approx(2.0)  # linear in GPUs, anchored to the DP figure
+    ratio = get_gpu(V100).peak_flops("fp16") / get_gpu(A100).peak_flops("fp16")
+    assert prof.rate(j, V100, 2) == pytest.approx(2.0 * ratio)  # and in peak FLOP/s
+    assert prof.rate(j, V100, 1) == 0.0  # does not fit at all
+    none = table_knowledge({("big", 8): {(A100, 8): 1.0}}, dp={("big", 8): {}})
+    assert not DPProfile(none.view()).has_dp(job(2, "big"))

@@ -34,7 +34,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from tessera.scheduler.knowledge import Knowledge
+from tessera.hardware import get_gpu
+from tessera.scheduler.knowledge import Knowledge, powers_of_two
 from tessera.scheduler.policy import Policy, SchedulingContext, register
 from tessera.scheduler.state import Job
 
@@ -121,12 +122,59 @@ def assign_round(
     return out
 
 
+class DPProfile:
+    """The baselines' throughput data (Crius §8.1: "only allow them to schedule jobs with data profiled from
+    data parallelism"): the DP-only rate of a job on n GPUs of a type.
+
+    Large models do not fit data-parallel-only at any count, so a profile of them does not exist; rather than
+    never scheduling them, a baseline then assumes the job scales linearly with GPU count × peak FLOP/s,
+    anchored to the job's DP-only figures where any exist (else in arbitrary units: the policies here use a
+    job's rates only relative to each other). Memory feasibility always comes from the memory module
+    (``fits``), so no allocation is ever infeasible. Shared by the baseline policies; cached per configuration.
+    """
+
+    def __init__(self, kn: Knowledge) -> None:
+        self.kn = kn
+        self._rate: dict[tuple, float] = {}
+        self._anchor: dict[tuple, tuple[float, bool]] = {}
+
+    def _anchor_of(self, job: Job) -> tuple[float, bool]:
+        a = self._anchor.get(job.config)
+        if a is None:
+            best = 0.0
+            for t in self.kn.gpu_types:
+                peak = get_gpu(t).peak_flops("fp16")
+                for n in powers_of_two(1, min(64, self.kn.capacity.get(t, 0))):
+                    r = self.kn.dp_rate(job, t, n)
+                    if r > 0:
+                        best = max(best, r / (n * peak))
+            a = self._anchor[job.config] = (
+                (best, True) if best > 0 else (1.0 / get_gpu("A100-40GB").peak_flops("fp16"), False)
+            )
+        return a
+
+    def has_dp(self, job: Job) -> bool:
+        """Whether DP-only data exists for the job at all (some type and count holds it)."""
+        return self._anchor_of(job)[1]
+
+    def rate(self, job: Job, gpu_type: str, n_gpus: int) -> float:
+        """Iterations/s the baseline believes the job runs at on ``n_gpus`` of ``gpu_type`` (0: cannot run)."""
+        key = (job.config, gpu_type, n_gpus)
+        r = self._rate.get(key)
+        if r is None:
+            r = self.kn.dp_rate(job, gpu_type, n_gpus)
+            if r <= 0 and n_gpus >= 1 and self.kn.fits(job, ((gpu_type, n_gpus),)):
+                r = self._anchor_of(job)[0] * n_gpus * get_gpu(gpu_type).peak_flops("fp16")
+            self._rate[key] = r
+        return r
+
+
 def job_scale(kn: Knowledge, job: Job) -> int | None:
-    """Gavel's scale factor: the requested GPU count (the fewest GPUs DP-only fits on some type when the job
+    """Gavel's scale factor: the requested GPU count (the fewest GPUs that fit on some type when the job
     requested none)."""
     if job.requested_gpus:
         return job.requested_gpus
-    counts = [n for t in kn.gpu_types if (n := kn.min_gpus(job, t, dp_only=True))]
+    counts = [n for t in kn.gpu_types if (n := kn.min_gpus(job, t))]
     return min(counts) if counts else None
 
 
@@ -146,13 +194,14 @@ class Gavel(Policy):
         self._elapsed: dict[int, float] = {}  # job id → seconds since the LP (while active)
         self._rows: dict[tuple, np.ndarray] = {}  # (config, scale, types) → normalized DP throughput row
         self._last_now: float | None = None
+        self._prof: DPProfile | None = None
         self.lp_solves = 0
 
-    def _row(self, kn: Knowledge, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
+    def _row(self, prof: DPProfile, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
         key = (job.config, scale, types)
         row = self._rows.get(key)
         if row is None:
-            row = np.array([kn.dp_rate(job, t, scale) for t in types], dtype=np.float64)
+            row = np.array([prof.rate(job, t, scale) for t in types], dtype=np.float64)
             top = row.max(initial=0.0)
             row = row / top if top > 0 else row
             self._rows[key] = row
@@ -160,6 +209,9 @@ class Gavel(Policy):
 
     def schedule(self, ctx: SchedulingContext) -> None:
         kn, types = ctx.knowledge, ctx.cluster.types
+        if self._prof is None or self._prof.kn is not kn:
+            self._prof, self._rows = DPProfile(kn), {}
+        prof = self._prof
         k = len(types)
         states = [*ctx.running, *ctx.pending]
         if not states:
@@ -189,7 +241,7 @@ class Gavel(Policy):
                 classes.setdefault((js.job.config, scales[js.job_id]), []).append(js.job_id)
             members = list(classes.values())
             first = {js.job_id: js for js in live}
-            T = np.array([self._row(kn, first[m[0]].job, scales[m[0]], types) for m in members]).reshape(
+            T = np.array([self._row(prof, first[m[0]].job, scales[m[0]], types) for m in members]).reshape(
                 -1, k
             )
             X = max_sum_throughput(T, [scales[m[0]] for m in members], capacity, [len(m) for m in members])
@@ -201,7 +253,7 @@ class Gavel(Policy):
         # 3. this round's assignment by priority
         ids = [js.job_id for js in live]
         X = np.array([self._share[j] for j in ids]).reshape(-1, k)
-        T = np.array([self._row(kn, js.job, scales[js.job_id], types) for js in live]).reshape(-1, k)
+        T = np.array([self._row(prof, js.job, scales[js.job_id], types) for js in live]).reshape(-1, k)
         s = np.array([scales[j] for j in ids], dtype=np.int64)
         chosen = assign_round(
             X,

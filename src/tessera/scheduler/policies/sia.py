@@ -1,0 +1,253 @@
+"""Sia (Jayaram Subramanya et al., SOSP'23): heterogeneity- and adaptivity-aware scheduling by one ILP per round.
+
+Rules implemented (Sia §3–4 and its simulator, ``sia-simulator/sia.py``):
+
+* **Configurations**: a job may run on any (GPU type, GPU count) configuration, one GPU type per job. Sia's
+  counts are 1, 2, 4, … within a node, then whole nodes; here they are the powers of two up to 64 (the
+  within-node counts and the power-of-two node multiples — the grid the throughput table is profiled on).
+* **Goodput estimates**: per job and configuration, from data-parallel-only throughput
+  (:class:`~tessera.scheduler.policies.gavel.DPProfile`) (the batch size is
+  fixed here, so goodput = throughput; Crius §8.1: baselines decide with DP-only data). Each job's row is
+  normalized to its smallest positive entry (Sia: "normalize to the min-GPU configuration on the slowest
+  type"), so 1.0 means one slow GPU's worth of progress.
+* **Re-allocation penalty**: every configuration other than the job's current one is scaled by the Pollux/Sia
+  factor r = max(age − restarts · penalty, 0) / (age + penalty) (r = 1 while age < penalty), with the
+  job's restart penalty from its checkpoint-restore cost.
+* **Objective** (p-norm fairness, p = −0.5, λ_n = 1.1): minimize Σ_j Σ_c x[j, c] · G[j, c]^p
+  + λ_n · (#jobs − Σ x) — each unallocated job costs λ_n, so allocating is always worthwhile and, among
+  configurations, more goodput (smaller G^p) wins with diminishing returns (fairness).
+* **Constraints**: x binary, Σ_c x[j, c] ≤ 1 per job, Σ_j Σ_c x[j, c] · gpus(c) ≤ capacity(type(c)); a job in
+  the middle of a checkpoint-restore is pinned to its current configuration.
+* Solved with HiGHS (``scipy.optimize.milp``) instead of CBC/GLPK, with Sia's relative-gap tolerance.
+
+Scale: jobs whose inputs are identical (same goodput row, current configuration and penalty factor) are
+interchangeable, so the ILP is solved over job *groups* with integer counts y[g, c] ≤ |g| — exactly the per-job
+ILP. Configurations are bounded to at most ``max_scale`` × the job's requested GPUs (and 64), as Sia bounds each
+job by its max replicas, so the ILP size depends on the number of groups, not on the queue length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix, vstack
+
+from tessera.scheduler.knowledge import Knowledge, powers_of_two
+from tessera.scheduler.policies.gavel import DPProfile
+from tessera.scheduler.policy import Policy, SchedulingContext, register
+from tessera.scheduler.state import Job, JobState
+
+SIA_P = -0.5  # sia_default_p_val
+SIA_LAMBDA_N = 1.1  # sia_default_lambda_n: the cost of leaving a job without GPUs
+SIA_MIP_GAP = 1e-4  # sia_solver_thresh
+
+
+def normalize_goodput(goodput: np.ndarray) -> np.ndarray:
+    """Each row ÷ its smallest positive entry (rows with none stay zero)."""
+    G = np.asarray(goodput, dtype=np.float64)
+    pos = np.where(G > 0, G, np.inf)
+    low = pos.min(axis=1, keepdims=True)
+    return np.where(np.isfinite(low) & (G > 0), G / np.where(np.isfinite(low), low, 1.0), 0.0)
+
+
+def realloc_factor(age_s: float, restarts: int, penalty_s: float) -> float:
+    """Pollux/Sia's discount on moving a job: the share of its life not lost to restarts so far, counting
+    the one a move would add."""
+    if age_s < penalty_s:
+        return 1.0
+    return max(age_s - restarts * penalty_s, 0.0) / (age_s + penalty_s)
+
+
+def sia_ilp(
+    goodput: np.ndarray,
+    config_type: Sequence[int] | np.ndarray,
+    config_gpus: Sequence[int] | np.ndarray,
+    capacity: Sequence[int] | np.ndarray,
+    *,
+    count: Sequence[int] | np.ndarray | None = None,
+    current: Sequence[int] | np.ndarray | None = None,
+    realloc: Sequence[float] | np.ndarray | None = None,
+    pinned: Sequence[bool] | np.ndarray | None = None,
+    p: float = SIA_P,
+    lambda_n: float = SIA_LAMBDA_N,
+    mip_rel_gap: float = SIA_MIP_GAP,
+    time_limit_s: float = 10.0,
+) -> np.ndarray:
+    """Sia's allocation ILP. ``goodput[g, c]`` of job group g in configuration c (0 = invalid), configuration c
+    on type ``config_type[c]`` with ``config_gpus[c]`` GPUs, ``capacity[k]`` GPUs of type k, ``count[g]`` jobs
+    in the group, ``current[g]`` its current configuration (−1: none), ``realloc[g]`` its re-allocation factor,
+    ``pinned[g]`` keeps every member on ``current[g]``. Returns integer y[g, c]: members of g put on c."""
+    if p == 0:
+        raise ValueError("Sia's fairness exponent p must be non-zero")
+    G = normalize_goodput(goodput)
+    n_g, n_c = G.shape
+    if n_g == 0 or n_c == 0:
+        return np.zeros((n_g, n_c), dtype=np.int64)
+    ctype = np.asarray(config_type, dtype=np.int64)
+    cgpus = np.asarray(config_gpus, dtype=np.float64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    cnt = np.ones(n_g) if count is None else np.asarray(count, dtype=np.float64)
+    cur = np.full(n_g, -1) if current is None else np.asarray(current, dtype=np.int64)
+    r = np.ones(n_g) if realloc is None else np.asarray(realloc, dtype=np.float64)
+    pin = np.zeros(n_g, dtype=bool) if pinned is None else np.asarray(pinned, dtype=bool)
+
+    # penalize moving: every configuration but the current one is discounted by r
+    keep = np.zeros_like(G, dtype=bool)
+    has = cur >= 0
+    keep[np.flatnonzero(has), cur[has]] = True
+    G = np.where(keep, G, G * r[:, None])
+    valid = G > 0
+    A = np.where(valid, np.power(np.where(valid, G, 1.0), p), 0.0)
+    # minimize Σ y·(A − λ_n) for p < 0 (maximize Σ y·(A + λ_n) for p > 0); the constant λ_n·#jobs drops out
+    cost = (A - lambda_n) if p < 0 else -(A + lambda_n)
+    cost = np.where(valid, cost, 0.0).ravel()
+
+    lower = np.zeros(n_g * n_c)
+    upper = np.where(valid, cnt[:, None], 0.0).ravel()
+    for g in np.flatnonzero(pin & has):  # checkpoint-restore in flight: stay put
+        upper[g * n_c : (g + 1) * n_c] = 0.0
+        lower[g * n_c + cur[g]] = upper[g * n_c + cur[g]] = cnt[g]
+
+    cols = np.arange(n_g * n_c)
+    per_group = coo_matrix(
+        (np.ones(n_g * n_c), (np.repeat(np.arange(n_g), n_c), cols)), shape=(n_g, n_g * n_c)
+    )
+    n_types = len(cap)
+    per_type = coo_matrix(
+        (np.tile(cgpus, n_g), (np.tile(ctype, n_g), cols)), shape=(n_types, n_g * n_c)
+    )  # fmt: skip
+    cons = LinearConstraint(vstack([per_group, per_type]).tocsr(), -np.inf, np.concatenate([cnt, cap]))
+    res = milp(
+        cost,
+        constraints=cons,
+        integrality=np.ones(n_g * n_c),
+        bounds=Bounds(lower, upper),
+        options={"mip_rel_gap": mip_rel_gap, "time_limit": time_limit_s, "disp": False},
+    )
+    if res.x is None:
+        raise RuntimeError(f"Sia ILP failed: {res.message}")
+    return np.rint(res.x).astype(np.int64).reshape(n_g, n_c)
+
+
+def job_base(kn: Knowledge, job: Job) -> int | None:
+    """The job's reference GPU count: what it requested, or the fewest GPUs it fits on some type."""
+    if job.requested_gpus:
+        return job.requested_gpus
+    counts = [n for t in kn.gpu_types if (n := kn.min_gpus(job, t))]
+    return min(counts) if counts else None
+
+
+@register("sia")
+class Sia(Policy):
+    """Sia's per-round ILP over (GPU type, GPU count) configurations (see the module doc)."""
+
+    every_round = True  # Sia re-optimizes every round
+
+    def __init__(
+        self,
+        p: float = SIA_P,
+        lambda_n: float = SIA_LAMBDA_N,
+        restart_penalty_s: float = 30.0,
+        max_scale: int = 4,
+        max_gpus: int = 64,
+        realloc_step: float = 0.05,
+    ) -> None:
+        self.p, self.lambda_n = p, lambda_n
+        self.restart_penalty_s = restart_penalty_s  # Sia's default checkpoint-restore delay
+        self.max_scale, self.max_gpus = max_scale, max_gpus
+        self.realloc_step = realloc_step  # factors are bucketed (Sia rounds its matrix to 2 decimals too)
+        self._rows: dict[tuple, np.ndarray] = {}
+        self._prof: DPProfile | None = None
+        self.ilp_sizes: list[tuple[int, int]] = []
+
+    def reset(self) -> None:
+        self._rows.clear()
+        self._prof = None
+        self.ilp_sizes.clear()
+
+    def configs(self, ctx: SchedulingContext) -> list[tuple[int, int]]:
+        """(type index, GPUs) of every configuration the cluster offers now (nodes that are up)."""
+        cap = ctx.capacity_by_type()
+        return [
+            (k, n)
+            for k, t in enumerate(ctx.cluster.types)
+            for n in powers_of_two(1, min(self.max_gpus, cap[t]))
+        ]
+
+    def _row(
+        self, prof: DPProfile, job: Job, bound: int, configs: tuple, types: tuple[str, ...]
+    ) -> np.ndarray:
+        key = (job.config, bound, configs)
+        row = self._rows.get(key)
+        if row is None:
+            row = np.array([prof.rate(job, types[k], n) if n <= bound else 0.0 for k, n in configs])
+            self._rows[key] = row
+        return row
+
+    def schedule(self, ctx: SchedulingContext) -> None:
+        kn, types, now = ctx.knowledge, ctx.cluster.types, ctx.now_s
+        if self._prof is None or self._prof.kn is not kn:
+            self._prof, self._rows = DPProfile(kn), {}
+        configs = tuple(self.configs(ctx))
+        cindex = {(types[k], n): c for c, (k, n) in enumerate(configs)}
+        cap = ctx.capacity_by_type()
+        groups: dict[tuple, list[JobState]] = {}
+        rows: dict[tuple, np.ndarray] = {}
+        for js in [*ctx.running, *ctx.pending]:
+            base = job_base(kn, js.job)
+            if base is None:
+                continue
+            bound = min(self.max_gpus, self.max_scale * base)
+            row = self._row(self._prof, js.job, bound, configs, types)
+            if not row.any():
+                continue
+            a = ctx.allocation(js.job_id)
+            cur = cindex.get(a.gpus[0], -1) if a is not None and len(a.gpus) == 1 else -1
+            pinned = cur >= 0 and js.paused_until_s > now
+            r = 1.0
+            if cur >= 0:
+                r = realloc_factor(now - js.job.arrival_s, js.restarts, self.restart_penalty_s)
+                r = np.floor(r / self.realloc_step) * self.realloc_step if r < 1.0 else 1.0
+            key = (js.job.config, bound, cur, pinned, r)
+            groups.setdefault(key, []).append(js)
+            rows[key] = row
+        if not groups:
+            return
+        keys = list(groups)
+        y = sia_ilp(
+            np.array([rows[k] for k in keys]),
+            [k for k, _ in configs],
+            [n for _, n in configs],
+            [cap.get(t, 0) for t in types],
+            count=[len(groups[k]) for k in keys],
+            current=[k[2] for k in keys],
+            realloc=[k[4] for k in keys],
+            pinned=[k[3] for k in keys],
+            p=self.p,
+            lambda_n=self.lambda_n,
+        )
+        self.ilp_sizes.append((len(keys), len(configs)))
+
+        # members of a group are interchangeable: the oldest get the configurations with the most goodput
+        target: dict[int, int] = {}
+        for g, key in enumerate(keys):
+            members = sorted(groups[key], key=lambda js: (js.job.arrival_s, js.job_id))
+            slots = [c for c in np.argsort(-rows[key], kind="stable") for _ in range(int(y[g, c]))]
+            for js, c in zip(members, slots, strict=False):
+                target[js.job_id] = int(c)
+        for js in ctx.running:
+            a = ctx.allocation(js.job_id)
+            c = target.get(js.job_id)
+            if a is not None and (c is None or a.gpus != ((types[configs[c][0]], configs[c][1]),)):
+                ctx.release(js.job_id)
+        todo = [(c, j) for j, c in target.items() if ctx.allocation(j) is None]
+        for c, j in sorted(
+            todo, key=lambda cj: (-configs[cj[0]][1], cj[1])
+        ):  # largest first, against fragmentation
+            k, n = configs[c]
+            # fragmentation can defeat the count the ILP chose: fall back to fewer GPUs of the same type
+            for m in [n] + [m for kk, m in sorted(configs, key=lambda x: -x[1]) if kk == k and m < n]:
+                if ctx.reserve(j, ((types[k], m),)) is not None:
+                    break

@@ -1,0 +1,99 @@
+"""Sia: the ILP against hand-computed optima (p = −0.5, λ_n = 1.1), re-allocation penalties, the policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.scheduler.policies.sia import normalize_goodput, realloc_factor, sia_ilp
+from tessera.scheduler.policy import get_policy
+from tessera.scheduler.testing import job, make_context, table_knowledge
+
+A100, V100 = "A100-40GB", "V100-32GB"
+
+
+def test_goodput_is_normalized_to_the_smallest_configuration():
+    np.testing.assert_allclose(normalize_goodput(np.array([[0.0, 2.0, 4.0]])), [[0.0, 1.0, 2.0]])
+
+
+def test_ilp_prefers_the_job_that_scales():
+    # one type, 4 GPUs, configurations 1, 2, 4. Job a scales linearly (1, 2, 4), job b barely (1, 1.1, 1.2).
+    # cost of a configuration = G^-0.5 − 1.1:  a: −0.1, −0.393, −0.6   b: −0.1, −0.147, −0.187
+    # a4 = −0.600 beats a2+b2 = −0.540, a2+b1 = −0.493, a1+b2 = −0.287 → a gets all 4 GPUs
+    G = np.array([[1.0, 2.0, 4.0], [1.0, 1.1, 1.2]])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4])
+    np.testing.assert_array_equal(y, [[0, 0, 1], [0, 0, 0]])
+
+
+def test_ilp_shares_when_both_scale_fairness():
+    # b scales too (1, 1.9, 3.6): a2+b2 = −0.393 − 0.375 = −0.768 beats a4 = −0.600 → two GPUs each
+    G = np.array([[1.0, 2.0, 4.0], [1.0, 1.9, 3.6]])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4])
+    np.testing.assert_array_equal(y, [[0, 1, 0], [0, 1, 0]])
+
+
+def test_ilp_puts_each_job_where_its_relative_speedup_is_largest():
+    # configs: (A100, 1), (V100, 1); a is 3x faster on A100, b 1.2x.
+    # a→A100, b→V100: (3^-0.5 − 1.1) + (1 − 1.1) = −0.623;  a→V100, b→A100: −0.1 + (1.2^-0.5 − 1.1) = −0.287
+    G = np.array([[3.0, 1.0], [1.2, 1.0]])
+    y = sia_ilp(G, [0, 1], [1, 1], [1, 1])
+    np.testing.assert_array_equal(y, [[1, 0], [0, 1]])
+
+
+def test_ilp_groups_equal_the_per_job_problem():
+    G = np.array([[1.0, 2.0, 4.0]])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [8], count=[3])
+    # three identical linear jobs on 8 GPUs: the ILP uses all GPUs: 4 + 2 + 2 (cost −0.6 −0.393 −0.393)
+    assert (y[0] * [1, 2, 4]).sum() == 8 and y.sum() == 3
+
+
+def test_realloc_factor_and_penalty_keep_a_running_job_in_place():
+    assert realloc_factor(10.0, 0, 30.0) == 1.0  # young jobs are not penalized
+    assert realloc_factor(300.0, 2, 30.0) == pytest.approx(240 / 330)
+    # a job on V100 (config 1) that would be 1.2x faster on A100: with r = 0.5 the move is worth 0.6 < 1
+    G = np.array([[1.2, 1.0]])
+    stay = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[0.5])
+    move = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[1.0])
+    np.testing.assert_array_equal(stay, [[0, 1]])
+    np.testing.assert_array_equal(move, [[1, 0]])
+
+
+def test_pinned_jobs_keep_their_configuration():
+    G = np.array([[1.0, 5.0]])
+    y = sia_ilp(G, [0, 0], [1, 2], [2], current=[0], pinned=[True])
+    np.testing.assert_array_equal(y, [[1, 0]])
+
+
+def _linear(types=(A100, V100), speed=None):
+    speed = speed or {A100: 2.0, V100: 1.0}
+    return {(t, n): speed[t] * n for t in types for n in (1, 2, 4, 8)}
+
+
+def test_policy_scales_a_lone_job_up_to_its_bound():
+    kn = table_knowledge({("m", 8): _linear()})
+    ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(1, gpus=1)])
+    get_policy("sia").schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((A100, 4),)  # 4 × the request, on the faster type
+
+
+def test_policy_on_a_full_cluster_follows_the_objective():
+    # 8 linear 1-GPU jobs (A100 2x V100), 4 A100 + 4 V100; goodput normalized to 1 V100 = 1.
+    # Per GPU pair on V100: two 1-GPU jobs cost 2 × (1 − 1.1) = −0.2, one 2-GPU job (G = 2) 0.707 − 1.1 = −0.393;
+    # on A100: two 1-GPU jobs (G = 2 each) −0.786 beat one 2-GPU job (G = 4) −0.6. So Sia runs 4 jobs on one
+    # A100 each, 2 jobs on two V100 each, and leaves 2 queued (λ_n = 1.1 makes scaling pay more than admitting)
+    kn = table_knowledge({("m", 8): _linear()})
+    ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(i, gpus=1) for i in range(8)])
+    get_policy("sia").schedule(ctx)
+    allocs = ctx.decision().allocations
+    assert sorted(a.gpus for a in allocs.values()) == [((A100, 1),)] * 4 + [((V100, 2),)] * 2
+    assert set(allocs) == set(range(6))  # the oldest jobs get GPUs
+
+
+def test_policy_decides_with_dp_only_data():
+    # DP-only says V100 is faster for this job (the truth says otherwise): Sia follows its data
+    true = {(A100, 1): 4.0, (V100, 1): 1.0}
+    dp = {(A100, 1): 1.0, (V100, 1): 2.0}
+    kn = table_knowledge({("m", 8): true}, dp={("m", 8): dp})
+    ctx = make_context([(A100, 1), (V100, 1)], kn, pending=[job(1, gpus=1)])
+    get_policy("sia", max_scale=1).schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((V100, 1),)
