@@ -1,0 +1,261 @@
+"""Gandiva (Xiao et al., OSDI'18): introspective scheduling — affinity packing, migration, grow-shrink.
+
+Rules implemented (Gandiva §3–4; Crius §8.1: "it could adjust the GPU quota and topology, it ignores the GPU
+heterogeneity"):
+
+* **Heterogeneity-unaware**: every GPU is alike to Gandiva. A job gets its requested GPU count on whichever
+  nodes its placement rule picks, of any type its memory fits (the memory module); speeds are never
+  compared across types, and a job that grows stays on its type.
+* **Queue**: first come, first served, each job placed as soon as its GPUs exist (no head-of-line block).
+* **Affinity packing** (§4.2, "scheduling policy"): a node's *affinity* is the GPU count of the jobs it runs.
+  A job smaller than a node goes to a node with the same affinity that still has room (the fullest such
+  node — packing like-sized jobs together), else to an empty node, else to any node with room; a job that
+  spans nodes takes whole free nodes first (best-fit). This keeps whole nodes free for large jobs.
+* **Migration** (§3.2, defragmentation): each round, up to ``max_migrations`` moves: a job spread over more
+  nodes than it needs moves onto one node that now has room; and when the oldest waiting job needs a whole
+  node that fragmentation denies it, the jobs on the least-occupied node of a type it fits are migrated to
+  other nodes (when they all fit elsewhere) to make room.
+* **Grow-shrink with introspection** (§3.3): when no queued job can use the idle GPUs, a running job doubles
+  its GPUs on its own type if its profiled (DP-only) speedup promises at least ``grow_gain``; after the
+  restart, Gandiva *introspects* — if the measured speed did not rise by ``grow_gain`` it shrinks the job
+  back and never grows it again. Grown jobs shrink back to their requested size as soon as queued jobs
+  could use the GPUs.
+* Time-slicing (suspend/resume of oversubscribed GPUs) and GPU sharing are not modelled: the simulator gives
+  each GPU to one job and charges every resume a checkpoint restart, where Gandiva relies on sub-second
+  in-memory suspend; Crius characterises Gandiva by its quota and topology adjustments, which are here.
+
+Scale: placement is vectorized over nodes; queued jobs whose (configuration, count) already failed to place
+this round are skipped, so a round costs O(queue + nodes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.scheduler.policies.gavel import DPProfile
+from tessera.scheduler.policy import Policy, SchedulingContext, register
+from tessera.scheduler.state import Allocation, Job, JobState
+
+
+@register("gandiva")
+class Gandiva(Policy):
+    """Affinity packing, migration and introspective grow-shrink, heterogeneity-unaware (see the module doc)."""
+
+    every_round = True  # introspection and defragmentation run every round
+
+    def __init__(self, grow_gain: float = 1.5, max_migrations: int = 8, max_gpus: int = 64) -> None:
+        self.grow_gain = grow_gain
+        self.max_migrations = max_migrations
+        self.max_gpus = max_gpus
+        self.reset()
+
+    def reset(self) -> None:
+        self._prof: DPProfile | None = None
+        self.grown: dict[int, tuple[int, float]] = {}  # job → (size before growing, measured rate before)
+        self.no_grow: set[int] = set()
+        self.migrations = 0
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def size(ctx: SchedulingContext, job: Job) -> int | None:
+        """The job's requested GPU count (the fewest it fits in on any type when it requested none)."""
+        if job.requested_gpus:
+            return job.requested_gpus
+        counts = [n for t in ctx.knowledge.gpu_types if (n := ctx.knowledge.min_gpus(job, t))]
+        return min(counts) if counts else None
+
+    @staticmethod
+    def affinity(ctx: SchedulingContext) -> np.ndarray:
+        """Per node: 0 = empty, k > 0 = every job there has k GPUs, −1 = mixed sizes."""
+        aff = np.zeros(len(ctx.cluster.nodes), dtype=np.int64)
+        for a in ctx.allocations.values():
+            for i, _ in a.placement:
+                aff[i] = a.n_gpus if aff[i] in (0, a.n_gpus) else -1
+        return aff
+
+    def _type_ok(self, ctx: SchedulingContext, job: Job, n: int) -> np.ndarray:
+        """Per node: the job fits ``n`` GPUs of the node's type."""
+        cl = ctx.cluster
+        ok_type = np.array([ctx.fits(job, ((t, n),)) for t in cl.types])
+        return ok_type[cl.type_index] & cl.up
+
+    def place_affinity(self, ctx: SchedulingContext, job: Job, n: int, aff: np.ndarray) -> tuple | None:
+        """Gandiva's placement for ``n`` GPUs (see the module doc), or None."""
+        cl = ctx.cluster
+        ok = self._type_ok(ctx, job, n)
+        if not ok.any():
+            return None
+        if n > int(cl.capacity[ok].max()):  # multi-node: whole free nodes first (best-fit over fitting types)
+            for t in sorted({cl.types[k] for k in cl.type_index[ok]}):
+                p = ctx.place(((t, n),))
+                if p is not None:
+                    return (((t, n),), p)
+            return None
+        cand = np.flatnonzero(ok & (cl.free >= n))
+        if len(cand) == 0:
+            return None
+        a = aff[cand]
+        tier = np.where(a == n, 0, np.where(a == 0, 1, 2))
+        j = cand[
+            np.lexsort((cand, cl.free[cand], tier))[0]
+        ]  # best tier, then fullest node, then lowest index
+        return (((cl.nodes[j].gpu_type, n),), ((int(j), n),))
+
+    # ------------------------------------------------------------------ the round
+    def schedule(self, ctx: SchedulingContext) -> None:
+        kn = ctx.knowledge
+        if self._prof is None or self._prof.kn is not kn:
+            self._prof = DPProfile(kn)
+        active = set(ctx.jobs)
+        self.grown = {j: v for j, v in self.grown.items() if j in active}
+        self.no_grow &= active
+        now = ctx.now_s
+
+        # 1. introspection: a grown job that did not speed up enough shrinks back for good
+        for js in ctx.running:
+            g = self.grown.get(js.job_id)
+            if g is not None and js.paused_until_s <= now and js.rate_iters_per_s > 0:
+                if js.rate_iters_per_s < g[1] * self.grow_gain:
+                    self._resize(ctx, js, g[0])
+                    self.no_grow.add(js.job_id)
+                    del self.grown[js.job_id]
+
+        # 2. shrink grown jobs back when queued jobs wait
+        if ctx.pending:
+            for js in ctx.running:
+                g = self.grown.pop(js.job_id, None)
+                if g is not None:
+                    self._resize(ctx, js, g[0])
+
+        # 3. queued jobs, first come first served, affinity placement; defragment for the oldest blocked one
+        aff = self.affinity(ctx)
+        failed: set[tuple] = set()
+        blocked: list[tuple[JobState, int]] = []
+        for js in ctx.pending:
+            n = self.size(ctx, js.job)
+            if not n or int((ctx.cluster.free * ctx.cluster.up).sum()) < n:
+                if n:
+                    blocked.append((js, n))
+                continue
+            key = (js.job.config, n)
+            if key in failed:
+                blocked.append((js, n))
+                continue
+            got = self.place_affinity(ctx, js.job, n, aff)
+            if got is None:
+                failed.add(key)
+                blocked.append((js, n))
+                continue
+            gpus, placement = got
+            if ctx.reserve(js.job_id, gpus, placement=placement) is not None:
+                for i, _ in placement:
+                    aff[i] = n if aff[i] in (0, n) else -1
+        migrations = self._defragment(ctx, blocked[:1], aff)
+        migrations += self._consolidate(ctx, self.max_migrations - migrations)
+        self.migrations += migrations
+
+        # 4. grow into idle GPUs when nobody is waiting for them
+        if not any(ctx.allocation(js.job_id) is None for js in ctx.pending):
+            self._grow(ctx)
+
+    def _resize(self, ctx: SchedulingContext, js: JobState, n: int) -> None:
+        a = ctx.allocation(js.job_id)
+        if a is None or a.n_gpus == n:
+            return
+        t = a.gpu_types[0]
+        ctx.release(js.job_id)
+        if ctx.reserve(js.job_id, ((t, n),)) is None:
+            ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=a.placement)
+
+    def _grow(self, ctx: SchedulingContext) -> None:
+        assert self._prof is not None
+        for js in ctx.running:
+            a = ctx.allocation(js.job_id)
+            if (
+                a is None
+                or js.job_id in self.no_grow
+                or js.job_id in self.grown
+                or js.paused_until_s > ctx.now_s
+            ):
+                continue
+            if len(a.gpus) != 1 or js.rate_iters_per_s <= 0:
+                continue
+            t, n = a.gpus[0]
+            m = 2 * n
+            if m > min(self.max_gpus, js.job.global_batch) or ctx.cluster.free_of(t) < n:
+                continue
+            r0, r1 = self._prof.rate(js.job, t, n), self._prof.rate(js.job, t, m)
+            if r0 <= 0 or r1 < self.grow_gain * r0:
+                continue
+            ctx.release(js.job_id)
+            if ctx.reserve(js.job_id, ((t, m),)) is None:
+                ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=a.placement)
+            else:
+                self.grown[js.job_id] = (n, js.rate_iters_per_s)
+
+    def _consolidate(self, ctx: SchedulingContext, budget: int) -> int:
+        """Move jobs spread over more nodes than they need onto one node with room (locality)."""
+        done = 0
+        cl = ctx.cluster
+        for js in ctx.running:
+            if done >= budget:
+                break
+            a = ctx.allocation(js.job_id)
+            if a is None or len(a.placement) < 2 or len(a.gpus) != 1 or js.paused_until_s > ctx.now_s:
+                continue
+            t, n = a.gpus[0]
+            idx = cl.nodes_of_type(t)
+            idx = idx[cl.up[idx] & (cl.free[idx] >= n)]
+            if len(idx) == 0:
+                continue
+            j = int(idx[np.argmin(cl.free[idx])])
+            if ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=((j, n),)) is not None:
+                done += 1
+        return done
+
+    def _defragment(
+        self, ctx: SchedulingContext, blocked: list[tuple[JobState, int]], aff: np.ndarray
+    ) -> int:
+        """Free one node for the oldest blocked job by migrating the jobs on it elsewhere (if they all fit)."""
+        if not blocked or self.max_migrations <= 0:
+            return 0
+        js, n = blocked[0]
+        cl = ctx.cluster
+        ok = self._type_ok(ctx, js.job, n) & (cl.capacity >= n)
+        if not ok.any() or int((cl.free * cl.up).sum()) < n:
+            return 0
+        on_node: dict[int, list[tuple[int, Allocation]]] = {}
+        for jid, a in ctx.allocations.items():
+            for i, _ in a.placement:
+                on_node.setdefault(i, []).append((jid, a))
+        # the least-occupied candidate nodes first
+        order = [int(i) for i in np.flatnonzero(ok)]
+        order.sort(key=lambda i: (cl.capacity[i] - cl.free[i], i))
+        for i in order[:8]:
+            movers = on_node.get(i, [])
+            if not movers or len(movers) > self.max_migrations:
+                continue
+            if any(len(a.placement) != 1 or ctx.jobs[jid].paused_until_s > ctx.now_s for jid, a in movers):
+                continue
+            trial = ctx.cluster.copy()
+            new: list[tuple[int, tuple]] = []
+            for jid, a in sorted(movers, key=lambda m: -m[1].n_gpus):
+                t, m = a.gpus[0]
+                idx = trial.nodes_of_type(t)
+                idx = idx[trial.up[idx] & (trial.free[idx] >= m) & (idx != i)]  # elsewhere than node i
+                if len(idx) == 0:
+                    break
+                j = int(idx[np.argmin(trial.free[idx])])
+                trial.free[j] -= m
+                new.append((jid, ((j, m),)))
+            if len(new) != len(movers):
+                continue
+            for jid, a in movers:
+                ctx.release(jid)
+            for (jid, p), (_, a) in zip(new, sorted(movers, key=lambda m: -m[1].n_gpus), strict=True):
+                ctx.reserve(jid, a.gpus, a.n_stages, placement=p)
+            t = cl.nodes[i].gpu_type
+            if ctx.reserve(js.job_id, ((t, n),), placement=((i, n),)) is not None:
+                aff[i] = n
+            return len(movers)
+        return 0
