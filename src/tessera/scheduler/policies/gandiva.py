@@ -114,11 +114,11 @@ class Gandiva(Policy):
         # 1. introspection: a grown job that did not speed up enough shrinks back for good
         for js in ctx.running:
             g = self.grown.get(js.job_id)
-            if g is not None and js.paused_until_s <= now and js.rate_iters_per_s > 0:
-                if js.rate_iters_per_s < g[1] * self.grow_gain:
-                    self._resize(ctx, js, g[0])
-                    self.no_grow.add(js.job_id)
-                    del self.grown[js.job_id]
+            measured = g is not None and js.paused_until_s <= now and js.rate_iters_per_s > 0
+            if measured and js.rate_iters_per_s < g[1] * self.grow_gain:  # type: ignore[index]
+                self._resize(ctx, js, g[0])  # type: ignore[index]
+                self.no_grow.add(js.job_id)
+                del self.grown[js.job_id]
 
         # 2. shrink grown jobs back when queued jobs wait
         if ctx.pending:
@@ -250,7 +250,7 @@ class Gandiva(Policy):
                 new.append((jid, ((j, m),)))
             if len(new) != len(movers):
                 continue
-            for jid, a in movers:
+            for jid, _ in movers:
                 ctx.release(jid)
             for (jid, p), (_, a) in zip(new, sorted(movers, key=lambda m: -m[1].n_gpus), strict=True):
                 ctx.reserve(jid, a.gpus, a.n_stages, placement=p)
