@@ -15,7 +15,7 @@ telemetry.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tessera.scheduler.knowledge import Knowledge
@@ -52,6 +52,7 @@ class Scheduler:
         *,
         round_s: float = 300.0,
         keep_in_node: bool = True,
+        restart_estimate: Callable[[Job], float] | None = None,
     ) -> None:
         if round_s <= 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
@@ -60,6 +61,7 @@ class Scheduler:
         self.knowledge = knowledge
         self.round_s = round_s
         self.keep_in_node = keep_in_node
+        self.restart_estimate = restart_estimate
         self.jobs: dict[int, JobState] = {}
         self.pending: dict[int, JobState] = {}
         self.running: dict[int, JobState] = {}
@@ -149,6 +151,7 @@ class Scheduler:
             events=self.events(),
             round_s=self.round_s,
             keep_in_node=self.keep_in_node,
+            restart_estimate=self.restart_estimate,
         )
 
     def tick(self, now_s: float) -> RoundResult:

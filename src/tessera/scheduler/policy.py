@@ -56,6 +56,8 @@ from tessera.scheduler.knowledge import CellOption, Knowledge
 from tessera.scheduler.placement import Placement, place
 from tessera.scheduler.state import Allocation, ClusterState, GPUs, Job, JobState, gpus_of
 
+DEFAULT_RESTART_S = 60.0
+
 Candidate = CellOption  # what the candidates phase yields: GPUs, a stage count and the policy's rate estimate
 
 
@@ -107,8 +109,10 @@ class SchedulingContext:
         events: RoundEvents = RoundEvents(),
         round_s: float = 300.0,
         keep_in_node: bool = True,
+        restart_estimate: Callable[[Job], float] | None = None,
     ) -> None:
         self.now_s, self.round_s = now_s, round_s
+        self._restart_estimate = restart_estimate
         self.knowledge = knowledge
         self.pending, self.running = list(pending), list(running)
         self.jobs: dict[int, JobState] = {js.job_id: js for js in (*self.running, *self.pending)}
@@ -130,6 +134,10 @@ class SchedulingContext:
     def allocations(self) -> Mapping[int, Allocation]:
         return self._alloc
 
+    @property
+    def dropped(self) -> frozenset[int]:
+        return frozenset(self._dropped)
+
     def free_by_type(self) -> dict[str, int]:
         return self.cluster.free_by_type()
 
@@ -140,6 +148,11 @@ class SchedulingContext:
         """Where HAS best-fit would put these GPUs in the virtual state now (nothing is reserved)."""
         kin = self.keep_in_node if keep_in_node is None else keep_in_node
         return place(self.cluster, gpus if isinstance(gpus, tuple) else gpus_of(gpus), keep_in_node=kin)
+
+    def restart_s(self, job: Job) -> float:
+        """Seconds a rescale, migration or resume of this job costs (checkpoint save + load + start-up) — known
+        from the model's size; 60 s when the backend gives no estimate."""
+        return self._restart_estimate(job) if self._restart_estimate is not None else DEFAULT_RESTART_S
 
     def fits(self, job: Job, gpus: GPUs | Mapping[str, int]) -> bool:
         """Whether any plan of the job fits these GPUs' memory."""

@@ -1,0 +1,1 @@
+"""The trace-driven simulator: traces, workload synthesis, the event-driven simulator, metrics, reports."""

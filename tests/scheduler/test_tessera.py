@@ -1,0 +1,90 @@
+"""Tessera (Crius Algorithm 1 on Cells): hand-checkable scale-down, scale-up, type moves, opportunistic
+execution, ablations and the deadline-aware mode."""
+
+from __future__ import annotations
+
+from tessera.scheduler import RoundEvents, get_policy
+from tessera.scheduler.testing import job, make_context, table_knowledge
+
+A100, A10 = "A100-40GB", "A10"
+# requested 2 A100 → Cells 1, 2, 4 A100 (and A10 ones when listed)
+RATES = {(A100, 1): 1.0, (A100, 2): 1.9, (A100, 4): 3.6}
+KN = table_knowledge({("m", 8): RATES})
+BIG = 1e9  # iterations: long jobs, so a restart is cheap relative to what is left
+
+
+def test_scales_a_running_job_down_when_a_new_job_arrives_on_a_full_cluster():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG): {A100: 4}}  # holds 2N = 4
+    ctx = make_context([(A100, 4)], KN, pending=[job(1, gpus=2, gpu_type=A100, iterations=BIG, arrival_s=10)],
+                       running=running, now_s=300)  # fmt: skip
+    get_policy("tessera").schedule(ctx)
+    d = ctx.decision().allocations
+    assert d[0].gpus == ((A100, 2),) and d[1].gpus == ((A100, 2),)
+
+
+def test_scales_back_up_when_gpus_free():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG): {A100: 2}}
+    ctx = make_context([(A100, 4)], KN, running=running, now_s=600, events=RoundEvents(finished=(1,)))
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A100, 4),)
+
+
+def test_no_scale_up_when_the_job_is_nearly_done():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=100.0): {A100: 2}}  # ~50 s left at 1.9 it/s
+    ctx = make_context([(A100, 4)], KN, running=running, now_s=600, events=RoundEvents(finished=(1,)))
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A100, 2),)  # a 60 s restart would not pay off
+
+
+def test_ablation_na_never_changes_gpu_counts():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG): {A100: 2}}
+    ctx = make_context([(A100, 4)], KN, running=running, now_s=600, events=RoundEvents(finished=(1,)))
+    get_policy("tessera-na").schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A100, 2),)
+
+
+def test_moves_a_job_to_a_faster_type_and_nh_does_not():
+    kn = table_knowledge({("m", 8): {**RATES, (A10, 1): 0.4, (A10, 2): 0.75, (A10, 4): 1.4}})
+    running = {job(0, gpus=2, gpu_type=A10, iterations=BIG): {A10: 2}}
+    nodes = [(A100, 4), (A10, 2)]
+    ctx = make_context(nodes, kn, running=running, now_s=600, events=RoundEvents(finished=(1,)))
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[0].gpu_types == (A100,)
+    ctx = make_context(nodes, kn, running=running, now_s=600, events=RoundEvents(finished=(1,)))
+    get_policy("tessera-nh").schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A10, 2),)
+
+
+def test_new_job_takes_free_gpus_without_touching_running_ones():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG): {A100: 2}}
+    ctx = make_context([(A100, 4), (A100, 4)], KN, pending=[job(1, gpus=2, gpu_type=A100, iterations=BIG)],
+                       running=running, now_s=300)  # fmt: skip
+    get_policy("tessera", upgrades_per_round=0).schedule(ctx)
+    d = ctx.decision().allocations
+    assert d[0] == ctx.jobs[0].allocation and d[1].gpus == ((A100, 4),)  # idle node: the new job gets 2N
+
+
+def test_opportunistic_jobs_yield_when_the_waiting_large_job_fits():
+    kn = table_knowledge({("m", 8): RATES, ("big", 8): {(A100, 4): 1.0}})
+    # the big job (needs a whole node) arrived first and waited; small later jobs ran on its GPUs
+    big = job(0, "big", gpus=4, gpu_type=A100, iterations=BIG, arrival_s=1)
+    small = [job(i, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=100 + i) for i in (1, 2)]
+    ctx = make_context([(A100, 4)], kn, pending=[big], running={small[0]: {A100: 2}, small[1]: {A100: 2}},
+                       now_s=900, events=RoundEvents(arrived=(9,)))  # fmt: skip
+    get_policy("tessera", depth=0).schedule(ctx)  # no scaling: only opportunistic execution can help
+    d = ctx.decision().allocations
+    assert d[0].gpus == ((A100, 4),) and 1 not in d and 2 not in d
+    ctx = make_context([(A100, 4)], kn, pending=[big], running={small[0]: {A100: 2}, small[1]: {A100: 2}},
+                       now_s=900, events=RoundEvents(arrived=(9,)))  # fmt: skip
+    get_policy("tessera", depth=0, opportunistic=False).schedule(ctx)
+    assert 0 not in ctx.decision().allocations
+
+
+def test_deadline_mode_drops_what_cannot_finish():
+    # 3.6 it/s at best: 36,000 iterations need 10,000 s
+    late = job(1, gpus=2, gpu_type=A100, iterations=36000, deadline_s=5000)
+    fine = job(2, gpus=2, gpu_type=A100, iterations=3600, deadline_s=5000)
+    ctx = make_context([(A100, 4), (A100, 4)], KN, pending=[late, fine], now_s=0)
+    get_policy("tessera-ddl").schedule(ctx)
+    d = ctx.decision()
+    assert d.dropped == {1} and 2 in d.allocations
