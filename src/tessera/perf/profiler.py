@@ -18,8 +18,10 @@ What is timed mirrors what the runtime runs on a rank:
 * layers the runtime keeps replicated under TP (:func:`tessera.perf.compute.runtime_splits`) are timed only at
   TP 1; the estimate prices them there at every TP degree;
 * on the CPU stand-in device under the thread count the runtime gives each of ``processes`` ranks sharing the
-  host (``cpus // processes``), keyed ``cpu@{threads}t``; on CUDA with ``torch.cuda.synchronize`` around each
-  timed region, keyed by the catalog name of the GPU.
+  host (``cpus // processes``), keyed ``cpu@{threads}t`` — and with ``processes − 1`` co-runner processes doing
+  the same work at the same time, because ranks on one host share its caches and memory bandwidth (alone, a
+  1-thread rank ran a TP shard ~25 % faster than beside its peer); on CUDA with ``torch.cuda.synchronize``
+  around each timed region, keyed by the catalog name of the GPU (GPUs share nothing).
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median of ``repeats`` runs after ``warmup`` untimed ones.
@@ -138,6 +140,43 @@ def _threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any) -> None:
+    """A peer rank's load while the main process profiles: the same measurements, over and over."""
+    ready.set()
+    while not stop.is_set():
+        profile_layers(**kwargs)
+
+
+@contextlib.contextmanager
+def _co_runners(n: int, kwargs: dict[str, Any]) -> Iterator[None]:
+    """Run ``n`` co-runner processes (spawned, daemonic) for the duration of the block."""
+    if n <= 0:
+        yield
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs, events = [], []
+    for i in range(n):
+        ready = ctx.Event()
+        p = ctx.Process(target=_co_runner, args=(kwargs, ready, stop), daemon=True, name=f"tessera-corun{i}")
+        p.start()
+        procs.append(p)
+        events.append(ready)
+    try:
+        for e in events:
+            e.wait(timeout=120)
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=2)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
 
 
 # --------------------------------------------------------------------------------------------- building
@@ -324,12 +363,14 @@ def profile_layers(
     repeats: int = 5,
     profile: Profile | None = None,
     on_step: Callable[[str], None] | None = None,
+    co_run: bool = True,
 ) -> ProfileRun:
     """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
 
     ``processes``: how many ranks will share this host (CPU only: sets the thread count and the device key,
     as the runtime does). Results go into ``profile`` (if given) under the device key; ``on_step(label)`` is
-    called after each measurement (progress bars).
+    called after each measurement (progress bars). ``co_run``: on CPU with ``processes > 1``, load the host with
+    the peer ranks' work while timing (see the module docstring).
     """
     _check_spec(spec)
     if precision not in PRECISIONS:
@@ -350,7 +391,13 @@ def profile_layers(
             if runtime_splits(layer) and t > layer.tp_units:
                 raise ValueError(f"tp: {t} ranks for the {layer.tp_units} units of {layer.name}")
     rows: list[LayerMeasurement] = []
-    with _threads(threads), torch.random.fork_rng(devices=[]):
+    peers = processes - 1 if (co_run and dev.type == "cpu") else 0
+    peer_kwargs = dict(
+        spec=spec, micro_batches=tuple(micro_batches), tp_degrees=tuple(tp_degrees), precision=precision,
+        optimizer=optimizer, attention=attention, processes=processes, device="cpu", layer_range=layer_range,
+        warmup=0, repeats=1, co_run=False,
+    )  # fmt: skip
+    with _co_runners(peers, peer_kwargs), _threads(threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         key = device_type_of(dev, threads)
         inputs, targets = trace_inputs(

@@ -63,6 +63,11 @@ MODELS: dict[str, ModelInfo] = {
         "1.3B GPT of the memory notes: h 2048, 24 layers, 16 heads",
     ),
     "gpt-tiny": ModelInfo(gpt_arch(64, 4, 4, vocab=128, max_positions=64), 64, "tiny GPT for CPU tests"),
+    "gpt-small-cpu": ModelInfo(
+        gpt_arch(256, 4, 8, vocab=2048, max_positions=256),
+        128,
+        "small GPT (h 256, 4 layers) whose step is compute-bound on a CPU: estimator benchmarks",
+    ),
 }
 
 

@@ -58,6 +58,11 @@ MODELS: dict[str, ModelInfo] = {
         64,
         "tiny LLaMA (GQA 4 heads / 2 kv heads) for CPU tests",
     ),
+    "llama-small-cpu": ModelInfo(
+        llama_arch(256, 4, 8, 4, 688, vocab=2048, max_positions=256),
+        128,
+        "small LLaMA (h 256, 4 layers, GQA 8/4) whose step is compute-bound on a CPU: estimator benchmarks",
+    ),
 }
 
 
