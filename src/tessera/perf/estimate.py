@@ -102,12 +102,24 @@ class Topology:
             self.inter_Bps = cluster_or_gpu_map.inter_node_bandwidth_Bps
         elif cluster_or_gpu_map is not None:
             self.gpu_map = cluster_or_gpu_map
+        self._gpus: dict[str, GPUSpec] = {}  # resolved names: Cells ask thousands of times per job
+        self._links: dict[tuple[tuple[str | None, str], ...], Link] = {}
 
     def gpu(self, d: Device) -> GPUSpec:
-        return self.gpu_map.get(d.gpu_type) or get_gpu(d.gpu_type)
+        hit = self._gpus.get(d.gpu_type)
+        if hit is None:
+            hit = self._gpus[d.gpu_type] = self.gpu_map.get(d.gpu_type) or get_gpu(d.gpu_type)
+        return hit
 
     def link(self, devices: tuple[Device, ...]) -> Link:
-        """The slowest link a group of devices communicates over."""
+        """The slowest link a group of devices communicates over (memoized by the devices' nodes and types)."""
+        key = tuple(sorted({(d.node, d.gpu_type) for d in devices}, key=str))
+        hit = self._links.get(key)
+        if hit is None:
+            hit = self._links[key] = self._link(devices)
+        return hit
+
+    def _link(self, devices: tuple[Device, ...]) -> Link:
         if len({d.node for d in devices}) > 1:
             bws = [self.nodes[d.node].inter_bandwidth_Bps for d in devices if d.node in self.nodes]
             return inter_node_link(min(bws, default=self.inter_Bps))
@@ -344,13 +356,17 @@ def _optimizer_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost
             continue  # replicas of one device type update the same parameters
         done.add((dkey, k))
         total = 0.0
+        seen: dict[tuple, tuple[float, str]] = {}  # blocks 0..L-1 share one signature
         for layer in layers:
             tp = effective_tp(layer, stage.tp_degree)
             ratio = ratios[k] if tp > 1 else None
-            t, source = optimizer_time(
-                layer, gpu, tp=tp, precision=precision, optimizer=opt, ratio=ratio,
-                profile=cost.profile, curves=cost.curves, device_type=dkey,
-            )  # fmt: skip
+            sig = (layer_signature(layer), tp, ratio)
+            if sig not in seen:
+                seen[sig] = optimizer_time(
+                    layer, gpu, tp=tp, precision=precision, optimizer=opt, ratio=ratio,
+                    profile=cost.profile, curves=cost.curves, device_type=dkey,
+                )  # fmt: skip
+            t, source = seen[sig]
             if layer.kind == "head" and tied_head:
                 own = max(layer.params, 1)
                 if source == "profile" and holds_embedding:
