@@ -275,10 +275,21 @@ def train(
 def _register_subcommands() -> None:
     """Commands whose modules own their options (imported light; heavy imports stay inside them)."""
     from tessera.commands.calibrate import calibrate
+    from tessera.commands.demo import demo
+    from tessera.commands.jobs import cancel, list_jobs, logs, status, submit
     from tessera.commands.profile import profile_app
+    from tessera.commands.server import server
 
     app.add_typer(profile_app, name="profile")
     app.command()(_clean_errors(calibrate))
+    app.command()(_clean_errors(__import__("tessera.commands.simulate", fromlist=["simulate"]).simulate))
+    app.command()(_clean_errors(server))
+    app.command()(submit)
+    app.command(name="list")(list_jobs)
+    app.command()(status)
+    app.command()(logs)
+    app.command()(cancel)
+    app.command()(_clean_errors(demo))
 
 
 _register_subcommands()

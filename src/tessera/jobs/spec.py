@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tessera.errors import validation_message
 
@@ -23,6 +32,11 @@ _FORBIDDEN = {
 }
 
 
+# ``path/to/model.py:Factory`` or ``package.module:build``: where a user's own nn.Module comes from.
+_ENTRYPOINT = re.compile(r"^(?P<source>[^:]+?):(?P<attr>[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
 class JobSpecError(ValueError):
     """One line: the source, the field and the reason."""
 
@@ -32,7 +46,18 @@ class JobSpec(BaseModel):
 
     version: Literal[1] = JOBSPEC_VERSION
     name: str = Field(default="job", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
-    model: str = Field(min_length=1, description="zoo model name, or a path to a Hugging Face config.json")
+    # Declared before ``model``: with an entrypoint, ``model`` is just the model's name, not a zoo lookup.
+    entrypoint: str | None = Field(
+        default=None,
+        description="the model source when it is your own code: `path/to/file.py:Factory` or `pkg.module:build`, "
+        "a callable taking (layer_range=, tp=, attention=, recompute=) and returning an nn.Module with `.layers`, "
+        "`.loss(output, targets)` and `.make_batch(batch, seq_len, generator=)`; replicate/split annotations "
+        "in it are kept",
+    )
+    model: str = Field(
+        min_length=1,
+        description="zoo model name, or a path to a Hugging Face config.json; with `entrypoint`: any name",
+    )
     global_batch: int = Field(ge=1, description="samples per optimizer step")
     seq_len: int | None = Field(default=None, ge=1, description="tokens per sample; default: the model's")
     steps: int | None = Field(default=None, ge=1)
@@ -47,6 +72,17 @@ class JobSpec(BaseModel):
     exclude_gpu_types: tuple[str, ...] = ()
     max_gpus: int | None = Field(default=None, ge=1)
     seed: int = 0
+    checkpoint_every_steps: int | None = Field(
+        default=None, ge=1, description="steps between checkpoints (default: the service picks ~10 per job)"
+    )
+    max_restarts: int = Field(
+        default=3, ge=0, le=100, description="relaunches from the last checkpoint after a failure"
+    )
+    data: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a local text file read as byte-level tokens (default: seeded synthetic tokens)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -57,13 +93,31 @@ class JobSpec(BaseModel):
                     raise ValueError(f"field {key!r} is not allowed: {why}")
         return data
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint_form(cls, v: str | None) -> str | None:
+        """Only the form is checked here (importing user code is the service's job, which names this field)."""
+        if v is None:
+            return v
+        m = _ENTRYPOINT.match(v.strip())
+        if not m:
+            raise ValueError(
+                f"{v!r} is not SOURCE:ATTRIBUTE (e.g. models/my_model.py:Factory or pkg.mod:build)"
+            )
+        source = m.group("source")
+        if not source.endswith(".py") and not _MODULE.match(source):
+            raise ValueError(f"{source!r} is neither a .py file nor a dotted module name")
+        return v.strip()
+
     @field_validator("model")
     @classmethod
-    def _known_model(cls, v: str) -> str:
+    def _known_model(cls, v: str, info: ValidationInfo) -> str:
         """A zoo name (nearest matches on a typo) or a Hugging Face config.json path, checked at parse time."""
         from tessera.models.resolve import is_config_path
         from tessera.models.zoo import get_arch
 
+        if info.data.get("entrypoint"):
+            return v
         if is_config_path(v):
             return v
         try:
@@ -122,8 +176,24 @@ def load_job(path: str | Path) -> JobSpec:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         raise JobSpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from None
-    if isinstance(data, dict) and isinstance(data.get("model"), str) and data["model"].endswith(".json"):
-        candidate = path.parent / data["model"]
-        if candidate.is_file():
-            data = {**data, "model": str(candidate)}
+    if isinstance(data, dict):
+        data = resolve_paths(data, path.parent)
     return parse_job(data, str(path))
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative file references of a spec (HF config, entrypoint file, data file) made absolute against
+    ``base`` when the file exists there, so the spec means the same thing wherever it is sent."""
+    out = dict(data)
+    model = out.get("model")
+    if isinstance(model, str) and model.endswith(".json") and (base / model).is_file():
+        out["model"] = str((base / model).resolve())
+    entry = out.get("entrypoint")
+    if isinstance(entry, str) and ":" in entry:
+        source, _, attr = entry.rpartition(":")
+        if source.endswith(".py") and (base / source).is_file():
+            out["entrypoint"] = f"{(base / source).resolve()}:{attr}"
+    data_file = out.get("data")
+    if isinstance(data_file, str) and (base / data_file).is_file():
+        out["data"] = str((base / data_file).resolve())
+    return out

@@ -1,0 +1,196 @@
+"""`tessera demo`: the whole service in one command, on a laptop.
+
+Starts the embedded service (a local Ray emulating two A100-40GB and two V100-32GB on separate nodes, each
+GPU a CPU worker process), submits the example jobs through the HTTP API without any GPU counts, shows a live
+table until every job has finished, and prints a summary: per job the GPUs and plan it ran on, its rescales,
+its completion time, and the estimated vs measured iteration time. Everything it started (Ray processes
+included) is stopped before it returns; its state lives in a temporary directory unless ``--state-dir``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from tessera.commands.jobs import duration, gpus_text, jobs_table, plan_text
+
+console = Console()
+if not console.is_terminal:
+    console = Console(width=200)
+
+
+def demo_jobs(data_path: str) -> list[dict[str, Any]]:
+    """The demo's jobs: what to train, never which or how many GPUs."""
+    from pathlib import Path as _P
+
+    examples = _P(__file__).resolve().parents[3] / "examples" / "blob_classifier.py"
+    text = {"global_batch": 8, "seq_len": 64, "precision": "fp32", "learning_rate": 3e-3, "data": data_path}
+    jobs = [
+        {"name": "gpt-short", "model": "gpt-tiny", "steps": 60, **text, "checkpoint_every_steps": 20},
+        {
+            "name": "gpt-long",
+            "model": "gpt-tiny",
+            "steps": 360,
+            **text,
+            "checkpoint_every_steps": 40,
+            "seed": 1,
+        },
+        {"name": "llama-text", "model": "llama-tiny", "steps": 160, **text, "checkpoint_every_steps": 40},
+    ]
+    if examples.is_file():  # a user model through an entrypoint (present in a source checkout)
+        jobs.append(
+            {
+                "name": "blob-classifier",
+                "model": "blob-classifier",
+                "entrypoint": f"{examples}:BlobClassifier",
+                "global_batch": 32,
+                "steps": 120,
+                "precision": "fp32",
+                "learning_rate": 3e-3,
+                "checkpoint_every_steps": 40,
+            }
+        )
+    return jobs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def demo(
+    state_dir: Path | None = typer.Option(
+        None, "--state-dir", help="keep the store here [default: a temporary directory]"
+    ),
+    port: int = typer.Option(0, "--port", help="API/dashboard port [default: any free port]"),
+    round_s: float = typer.Option(5.0, "--round", min=0.5, help="seconds between scheduling rounds"),
+    timeout_s: float = typer.Option(900.0, "--timeout", help="give up after this many seconds"),
+) -> None:
+    """Start the embedded service, submit the example jobs (no GPU counts), watch them to the end, summarize."""
+    import uvicorn
+
+    from tessera.service.client import Client, ClientError
+    from tessera.service.config import ServiceConfig
+    from tessera.service.corpus import CORPUS
+    from tessera.service.server import Service
+
+    tmp = None
+    if state_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="tessera-demo-"))
+        state_dir = tmp
+    state_dir.mkdir(parents=True, exist_ok=True)
+    data = state_dir / "corpus.txt"
+    data.write_text(CORPUS)
+    config = ServiceConfig(
+        port=port or _free_port(), state_dir=state_dir, round_s=round_s, restart_cost_s=5.0, pg_timeout_s=30.0,
+        watchdog_s=120.0, backoff_s=2.0, log_every=20,
+    )  # fmt: skip
+    service = Service(config)
+    server = uvicorn.Server(
+        uvicorn.Config(service.app(), host=config.host, port=config.port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="tessera-demo-api", daemon=True)
+    ok = False
+    t0 = time.time()
+    try:
+        with console.status(
+            "starting the embedded service (local Ray: 2×A100-40GB + 2×V100-32GB, emulated)…"
+        ):
+            service.start()  # in the main thread: Ray installs signal handlers
+            thread.start()
+            while not server.started:
+                if not thread.is_alive():
+                    raise typer.Exit(1)
+                time.sleep(0.1)
+        console.print(
+            f"service up in {time.time() - t0:.0f} s: dashboard [bold]{config.url}/[/] · API {config.url}/docs",
+            highlight=False,
+        )
+        with Client(config.url) as c:
+            for spec in demo_jobs(str(data)):
+                j = c.submit(spec)["job"]
+                console.print(
+                    f"submitted job {j['id']} {j['name']} ({j['model']}, {j['total_steps']} steps) — no GPU count",
+                    highlight=False,
+                )
+            ok = _watch(c, timeout_s)
+            _summary(c)
+    except ClientError as e:
+        console.print(f"[bold red]error:[/] {e}", highlight=False)
+    finally:
+        with console.status("stopping the service and its Ray processes…"):
+            server.should_exit = True
+            thread.join(timeout=60)
+            service.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    console.print(
+        f"demo {'finished' if ok else 'did not finish'} in {duration(time.time() - t0)}", highlight=False
+    )
+    if not ok:
+        raise typer.Exit(1)
+
+
+def _watch(c: Any, timeout_s: float) -> bool:
+    deadline = time.time() + timeout_s
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while True:
+            jobs = c.jobs()["jobs"]
+            cluster = c.cluster()
+            live.update(Group(_cluster_table(cluster), jobs_table(jobs, title="jobs (tessera list)")))
+            if jobs and all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs):
+                return all(j["state"] == "SUCCEEDED" for j in jobs)
+            if time.time() > deadline:
+                return False
+            time.sleep(1.0)
+
+
+def _cluster_table(cluster: dict[str, Any]) -> Table:
+    t = Table(title=f"cluster {cluster['name']} ({cluster['mode']} Ray, policy {cluster['policy']})")
+    for col in ("node", "GPU type", "GPUs (holder)"):
+        t.add_column(col)
+    for n in cluster["nodes"]:
+        held = " ".join(
+            f"[{g['index']}:{('#' + str(g['job_id'])) if g['job_id'] else 'free'}]" for g in n["gpus"]
+        )
+        t.add_row(n["name"], n["gpu_type"], held)
+    return t
+
+
+def _summary(c: Any) -> None:
+    t = Table(title="summary")
+    for col in ("job", "state", "GPUs (each allocation)", "plan (last)", "rescales", "restarts", "JCT", "loss",
+                "est iter ms", "measured iter ms"):  # fmt: skip
+        t.add_column(col)
+    for j in c.jobs()["jobs"]:
+        d = c.job(j["id"])
+        hist = d["history"]
+        gpus = (
+            " → ".join(gpus_text(h["gpus_by_type"]) if "gpus_by_type" in h else h["cell"] for h in hist)
+            or "-"
+        )
+        last = hist[-1] if hist else None
+        jct = (d["finished_at"] - d["submitted_at"]) if d["finished_at"] else None
+        est = [h["estimate_iter_s"] for h in hist if h["estimate_iter_s"]]
+        meas = [h["measured_iter_s"] for h in hist if h["measured_iter_s"]]
+        t.add_row(
+            f"{d['id']} {d['name']}", d["state"], gpus, plan_text(last["stages"]) if last else "-", str(d["rescales"]),
+            str(d["restarts"]), duration(jct), f"{d['first_loss'] or 0:.2f} → {d['last_loss'] or 0:.2f}",
+            " / ".join(f"{x * 1e3:.2f}" for x in est) or "-", " / ".join(f"{x * 1e3:.1f}" for x in meas) or "-",
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        "estimates are for the emulated GPU types; measured times are the CPU processes standing in for them "
+        "(calibration pulls later estimates toward what was measured)."
+    )

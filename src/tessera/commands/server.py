@@ -1,0 +1,74 @@
+"""`tessera server`: the job store, the scheduler loop on Ray, the HTTP API and the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from tessera.service.config import DEFAULT_PORT, ServiceConfig, default_state_dir, is_loopback
+
+err = Console(stderr=True)
+
+
+def server(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (non-loopback requires a token)"),
+    port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535),
+    state_dir: Path = typer.Option(
+        None, "--state-dir", help="store, checkpoints, calibration [default: $TESSERA_HOME/service]"
+    ),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        help="SQLAlchemy URL, e.g. postgresql://user@host/tessera [default: SQLite in the state dir]",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="join this Ray cluster (real GPUs) instead of the embedded one"
+    ),
+    cluster: str = typer.Option(
+        "local", "--cluster", help="embedded Ray: the GPU nodes to emulate (preset or YAML)"
+    ),
+    round_s: float = typer.Option(
+        300.0,
+        "--round",
+        min=0.1,
+        help="seconds between scheduling rounds (rounds also run at every arrival and completion)",
+    ),
+    policy: str = typer.Option("tessera", "--policy", help="scheduling policy"),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="TESSERA_TOKEN",
+        help="clients must send it (made up when binding non-loopback)",
+    ),
+    api_only: bool = typer.Option(False, "--api-only", help="serve the API without a scheduler or Ray"),
+) -> None:
+    """Run the Tessera service: submit jobs without GPU counts; it places, scales and recovers them."""
+    from tessera.service.server import serve
+
+    config = ServiceConfig(
+        host=host, port=port, state_dir=state_dir or default_state_dir(), db_url=db, ray_address=ray_address,
+        cluster=cluster, round_s=round_s, policy=policy, token=token, scheduler=not api_only,
+    )  # fmt: skip
+
+    def announce(service) -> None:  # type: ignore[no-untyped-def]
+        cfg = service.config
+        view = service.controller.cluster_view() if service.controller.live else {}
+        gpus = ", ".join(f"{v['total']}×{t}" for t, v in view.get("by_type", {}).items())
+        mode = view.get("mode", "none")
+        err.print(
+            f"[bold]Tessera[/] on {cfg.url}  (dashboard {cfg.url}/ · API docs {cfg.url}/docs)",
+            highlight=False,
+        )
+        if mode != "none":
+            where = "embedded local Ray, emulated" if mode == "embedded" else f"Ray at {cfg.ray_address}:"
+            err.print(
+                f"cluster {view.get('name')}: {where} {gpus}; policy {view.get('policy')}, round {cfg.round_s:g} s",
+                highlight=False,
+            )
+        err.print(f"state in {cfg.state_dir} (store {cfg.database_url.split('://')[0]})", highlight=False)
+        if cfg.token and not is_loopback(cfg.host):
+            err.print(f"token required: {cfg.state_dir / 'token'}", highlight=False)
+
+    serve(config, announce=announce)

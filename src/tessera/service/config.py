@@ -1,0 +1,76 @@
+"""Server settings: where state lives, which Ray, how often to schedule, and how failures are retried."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PORT = 8470
+
+
+def default_state_dir() -> Path:
+    """``$TESSERA_HOME/service`` or ``~/.local/share/tessera/service``."""
+    home = os.environ.get("TESSERA_HOME")
+    return (Path(home) if home else Path.home() / ".local" / "share" / "tessera") / "service"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    state_dir: Path = field(default_factory=default_state_dir)
+    db_url: str | None = None  # default: SQLite in state_dir; or postgresql://…
+    ray_address: str | None = None  # None: embedded local Ray emulating `cluster`
+    cluster: str = "local"  # embedded: the nodes to emulate (preset name or YAML)
+    scheduler: bool = True  # False: API only (another server schedules; or tests of the API alone)
+    policy: str = "tessera"
+    round_s: float = 300.0  # periodic scheduling round (minutes in production, seconds in the demo)
+    tick_s: float = 0.25  # the control loop's reaction time to events
+    token: str | None = None  # required from clients when set (always set when binding non-loopback)
+    pg_timeout_s: float = 60.0  # torch.distributed process-group timeout in workers
+    watchdog_s: float = 300.0  # a gang with no step for this long is failed (hung)
+    backoff_s: float = 5.0  # first relaunch delay after a failure; doubles per failure, capped at 300 s
+    restart_cost_s: float = 20.0  # initial guess of a relaunch's cost (learned from measurements)
+    log_every: int = 10  # a job log line every N steps
+    calibrate: bool = True  # fold measured iteration times into the cost model
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def database_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{(self.state_dir / 'tessera.db').resolve()}"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.state_dir / "jobs"
+
+    @property
+    def cost_dir(self) -> Path:
+        """The service's own cost model: emulated GPUs calibrate onto CPU speeds, so never the user's."""
+        return self.state_dir / ("perf-emulated" if self.ray_address is None else "perf")
+
+    @property
+    def ray_tmp_dir(self) -> str:
+        """Short and stable per state dir (unix sockets; a restarted server finds its predecessor's leftovers)."""
+        h = hashlib.sha1(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        return f"/tmp/tsr-{h}"
+
+    def backoff(self, failures: int) -> float:
+        return min(300.0, self.backoff_s * 2 ** max(0, failures - 1))

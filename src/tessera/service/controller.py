@@ -1,0 +1,514 @@
+"""The control loop: store ↔ scheduler ↔ Ray gangs.
+
+One thread owns every state change of a job (gangs report through a queue): rounds of the scheduler (at
+events, and every ``round_s``), launches (one gang per allocation), rescales and migrations (checkpoint →
+tear down → relaunch with the new Plan), failures (relaunch from the last checkpoint after a backoff, at most
+``max_restarts`` times), cancellations, and recovery after a server restart (reattach to gangs still running
+on an external cluster, else relaunch from checkpoints). Telemetry goes to the store as it arrives and, when
+an allocation ends, into the cost model's calibration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import queue
+import statistics
+import threading
+import time
+from typing import Any
+
+from tessera.jobs import JobSpec
+from tessera.perf.costmodel import CostModel
+from tessera.service.config import ServiceConfig
+from tessera.service.device_worker import RunSpec
+from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
+from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
+from tessera.service.scheduling import Assignment, JobInput, LiveCluster, SchedulingAdapter
+from tessera.service.states import ACTIVE, JobState, Reason
+from tessera.service.store import JobRecord, Store
+
+log = logging.getLogger("tessera.service")
+
+EMULATED_BOUNDS = (1e-3, 1e5)  # emulated GPUs are CPU processes: calibration may move scales far
+
+
+class Controller:
+    def __init__(self, store: Store, config: ServiceConfig, cluster: RayCluster | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.cluster = cluster
+        self.adapter: SchedulingAdapter | None = None
+        self.live: LiveCluster | None = None
+        self.gangs: dict[int, Gang] = {}
+        self._next: dict[int, tuple[str, Assignment]] = {}  # job → the relaunch waiting for its gang to stop
+        self._stopping_for: dict[int, str] = {}  # job → why its gang was asked to stop
+        self._not_before: dict[int, float] = {}
+        self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
+        self._iters: dict[int, list[float]] = {}
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_round = 0.0
+        self.last_round: dict[str, Any] = {}
+        self.started_at = time.time()
+        self.error: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        cost = CostModel.load(self.config.cost_dir)
+        if self.cluster is not None:
+            self.cluster.start()
+            self.live = self.cluster.refresh()
+        else:
+            self.live = LiveCluster.from_spec(emulated_spec(self.config.cluster))
+        self.adapter = SchedulingAdapter(
+            self.live, cost, policy=self.config.policy, round_s=self.config.round_s,
+            restart_cost_s=self.config.restart_cost_s,
+        )  # fmt: skip
+        if self.config.scheduler:
+            self._recover()
+            self._thread = threading.Thread(target=self._loop, name="tessera-controller", daemon=True)
+            self._thread.start()
+
+    def stop(self, *, checkpoint_timeout_s: float = 60.0) -> None:
+        """Stop scheduling. Embedded: checkpoint every running gang and shut Ray down (jobs resume from those
+        checkpoints on the next start). External cluster: leave the gangs running for the next server."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        gangs = list(self.gangs.values())
+        if self.cluster is not None and self.cluster.embedded:
+            for g in gangs:
+                self._stopping_for[g.job_id] = "server stopped"
+                g.request_stop()
+            deadline = time.time() + checkpoint_timeout_s
+            for g in gangs:
+                g.join(max(0.1, deadline - time.time()))
+            for g in gangs:
+                if g.alive:
+                    g.kill()
+                    g.join(10)
+            self._drain()
+        else:
+            for g in gangs:
+                g.kill()  # stops watching; detached actors on an external cluster keep training
+        if self.cluster is not None:
+            self.cluster.shutdown()
+
+    def wake(self) -> None:
+        """Something changed (a submission, a cancel): run a round soon."""
+        self._dirty.set()
+
+    # ------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        for job in self.store.list_jobs(list(ACTIVE)):
+            a = Assignment.from_dict(job.allocation) if job.allocation else None
+            if (
+                a is not None
+                and self.cluster is not None
+                and not self.cluster.embedded
+                and find_gang_actors(job.id, job.attempt, a.plan.world_size)
+            ):
+                gang = self._gang(job, a, job.attempt, reattach=True)
+                self.gangs[job.id] = gang
+                gang.start(reattach=True)
+                self.store.update(job.id, state=JobState.RUNNING, log=f"reattached to attempt {job.attempt}")
+                continue
+            self.store.close_allocation(job.id, "server restart", job.checkpoint_step)
+            ck = job.checkpoint_step
+            where = f"checkpoint step {ck}" if ck else "the start (no checkpoint yet)"
+            self.store.update(
+                job.id,
+                state=JobState.RECOVERING,
+                reason=Reason.RESOURCES,
+                allocation=None,
+                log=f"server restarted: relaunching from {where}",
+            )
+        self._dirty.set()
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._drain()
+                self._cancels()
+                now = time.time()
+                periodic = now >= self._next_round
+                if self._dirty.is_set() or periodic or any(t <= now for t in self._not_before.values()):
+                    self._dirty.clear()
+                    self._round(now, force=periodic or any(t <= now for t in self._not_before.values()))
+                    if periodic:
+                        self._next_round = now + self.config.round_s
+                self.error = None
+            except Exception as e:  # noqa: BLE001 - the loop must survive; the error is shown in /healthz
+                log.exception("control loop")
+                self.error = f"{type(e).__name__}: {e}"
+                time.sleep(1.0)
+            with contextlib.suppress(queue.Empty):
+                item = self._events.get(timeout=self.config.tick_s)
+                self._handle(item)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                item = self._events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(item)
+
+    # ------------------------------------------------------------------ rounds
+    def _inputs(self, now: float) -> list[JobInput]:
+        out = []
+        for j in self.store.list_jobs([JobState.PENDING, *ACTIVE]):
+            try:
+                spec = j.spec
+            except ValueError:
+                continue
+            g = self.gangs.get(j.id)
+            out.append(
+                JobInput(
+                    j.id, spec, j.submitted_at, assignment=g.assignment if g else None,
+                    steps_done=j.steps_done, measured_iter_s=j.measured_iter_s,
+                    not_before=self._not_before.get(j.id, 0.0),
+                )
+            )  # fmt: skip
+        for jid in [k for k, t in self._not_before.items() if t <= now]:
+            del self._not_before[jid]
+        return out
+
+    def _round(self, now: float, *, force: bool) -> None:
+        assert self.adapter is not None
+        if self.cluster is not None:
+            live = self.cluster.refresh()
+            if self.live is not None and live != self.live:
+                for jid in self.adapter.set_cluster(live):
+                    if jid in self.gangs:
+                        self._stopping_for[jid] = "node lost"
+                        self.gangs[jid].kill()
+            self.live = live
+        self.adapter.sync(self._inputs(now), now)
+        r = self.adapter.round(now, force=force)
+        self.last_round = {
+            "at": now, "policy": r.policy, "decided": r.decided, "decision_s": r.decision_s,
+            "changes": [{"job": c.job_id, "kind": c.kind, "note": c.note} for c in r.changes],
+        }  # fmt: skip
+        for c in r.changes:
+            job = self.store.get(c.job_id)
+            if job is None or job.state.terminal:
+                continue
+            if c.new is None:
+                self._stop_gang(job, "preempt", None)
+            elif c.job_id in self.gangs:
+                self._stop_gang(job, c.kind, c.new)
+            else:
+                self._launch(job, c.new, c.kind)
+        for jid, reason in r.reasons.items():
+            job = self.store.get(jid)
+            if job is None or job.state.terminal or jid in self.gangs:
+                continue
+            if job.reason != reason:
+                self.store.update(jid, reason=reason)
+
+    # ------------------------------------------------------------------ gangs
+    def _run_spec(self, job: JobRecord, spec: JobSpec, attempt: int) -> dict[str, Any]:
+        from tessera.runtime.checkpoint import resolve
+
+        ckdir = self.config.checkpoint_root / str(job.id) / "checkpoints"
+        ckdir.mkdir(parents=True, exist_ok=True)
+        try:
+            resolve(ckdir)
+            resume = True
+        except FileNotFoundError:
+            resume = False
+        assert self.adapter is not None
+        cells = self.adapter.cells_of(spec)
+        every = spec.checkpoint_every_steps or max(1, spec.total_steps // 10)
+        backend = "gloo" if self.cluster is None or self.cluster.embedded else "nccl"
+        run = RunSpec(
+            job_id=job.id, attempt=attempt, total_steps=spec.total_steps, learning_rate=spec.learning_rate,
+            seed=spec.seed, checkpoint_dir=str(ckdir.resolve()), checkpoint_every=every, resume=resume,
+            backend=backend, pg_timeout_s=self.config.pg_timeout_s, model_factory=factory_for(spec),
+            data_path=spec.data, vocab=vocab_of(cells.spec),
+            loopback=self.cluster is None or self.cluster.embedded,
+        )  # fmt: skip
+        return {
+            f.name: getattr(run, f.name) for f in dataclasses.fields(run)
+        }  # shallow: the factory stays an object
+
+    def _gang(self, job: JobRecord, a: Assignment, attempt: int, *, reattach: bool = False) -> Gang:
+        assert self.cluster is not None
+        spec = job.spec
+        run = self._run_spec(job, spec, attempt) if not reattach else {}
+        events = GangEvents(
+            on_ready=lambda g, step: self._events.put(("ready", (g, step))),
+            on_steps=self._on_steps,
+            on_end=lambda g, outcome, err, ck: self._events.put(("end", (g, outcome, err, ck))),
+        )
+        return Gang(
+            self.cluster, job.id, attempt, a, run, events, watchdog_s=self.config.watchdog_s,
+            placement_timeout_s=max(60.0, self.config.pg_timeout_s),
+        )  # fmt: skip
+
+    def _launch(self, job: JobRecord, a: Assignment, kind: str) -> None:
+        if self.cluster is None:
+            return
+        try:
+            pass
+        except ValueError as e:
+            self.store.update(
+                job.id, state=JobState.FAILED, error=str(e), finished_at=time.time(), log=str(e)
+            )
+            return
+        attempt = job.attempt + 1
+        if job.state == JobState.RECOVERING:
+            kind = "recover"
+        try:
+            gang = self._gang(job, a, attempt)
+        except ModelSourceError as e:
+            self.store.update(
+                job.id, state=JobState.FAILED, error=str(e), finished_at=time.time(), log=str(e)
+            )
+            return
+        self.gangs[job.id] = gang
+        from_step = job.checkpoint_step or 0
+        fields: dict[str, Any] = {
+            "state": JobState.STARTING if job.state != JobState.RECOVERING else JobState.RECOVERING,
+            "reason": None,
+            "attempt": attempt,
+            "allocation": a.to_dict(),
+            "measured_iter_s": None,
+        }
+        if job.estimate is None:
+            fields["estimate"] = {"cell": a.cell, "iteration_time_s": a.estimate_iter_s, **a.estimate}
+        gpus = ", ".join(f"{n}×{t}" for t, n in a.gpus.items())
+        self.store.update(
+            job.id, log=f"{kind}: attempt {attempt} on {gpus} ({a.cell}), {_plan_text(a)}", **fields
+        )
+        self.store.open_allocation(
+            job.id, attempt, kind, [s.to_dict() for s in a.slots], a.cell, a.plan.to_json(indent=None),
+            a.estimate_iter_s, from_step,
+        )  # fmt: skip
+        self._iters[job.id] = []
+        gang.start()
+
+    def _stop_gang(self, job: JobRecord, kind: str, new: Assignment | None) -> None:
+        gang = self.gangs[job.id]
+        if new is not None:
+            self._next[job.id] = (kind, new)
+        self._stopping_for[job.id] = kind
+        state = {"resize": JobState.RESIZING, "migrate": JobState.MIGRATING}.get(kind)
+        msg = f"{kind}: checkpointing to relaunch on {new.cell}" if new else "preempted: checkpointing"
+        if state is not None:
+            self.store.update(job.id, state=state, log=msg)
+        else:
+            self.store.log(job.id, msg)
+        gang.request_stop()
+
+    def _on_steps(self, gang: Gang, records: list[dict[str, Any]]) -> None:
+        """From the gang's thread: store telemetry and the measured step time right away."""
+        job = self.store.get(gang.job_id)
+        done = job.steps_done if job else 0
+        fresh = [r for r in records if r["step"] >= done or gang.reattached is False]
+        self.store.add_steps(gang.job_id, gang.attempt, fresh, log_every=self.config.log_every)
+        its = self._iters.setdefault(gang.job_id, [])
+        its.extend(r["iter_time_s"] for r in fresh)
+        if len(its) >= 3:
+            med = statistics.median(its[2:] if len(its) > 5 else its)
+            self.store.update(gang.job_id, measured_iter_s=med)
+
+    # ------------------------------------------------------------------ events
+    def _handle(self, item: tuple[str, Any]) -> None:
+        kind, payload = item
+        if kind == "ready":
+            gang, step = payload
+            self._on_ready(gang, step)
+        elif kind == "end":
+            gang, outcome, err, ck = payload
+            self._on_end(gang, outcome, err, ck)
+
+    def _on_ready(self, gang: Gang, step: int) -> None:
+        job = self.store.get(gang.job_id)
+        if job is None or self.gangs.get(gang.job_id) is not gang:
+            return
+        fields: dict[str, Any] = {"state": JobState.RUNNING}
+        if job.started_at is None:
+            fields["started_at"] = time.time()
+        ended = self._ended_at.pop(gang.job_id, None)
+        if ended is not None and self.adapter is not None:
+            self.adapter.observe_restart(time.time() - ended)
+        self.store.update(gang.job_id, log=f"running from step {step} (attempt {gang.attempt})", **fields)
+
+    def _on_end(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
+        jid = gang.job_id
+        if self.gangs.get(jid) is gang:
+            del self.gangs[jid]
+        job = self.store.get(jid)
+        if job is None:
+            return
+        now = time.time()
+        self._ended_at[jid] = now
+        measured = (
+            statistics.median(self._iters[jid][2:] or self._iters[jid]) if self._iters.get(jid) else None
+        )
+        why = self._stopping_for.pop(jid, None)
+        nxt = self._next.pop(jid, None)
+        ck = ck if ck is not None else job.checkpoint_step
+        if ck is not None and ck != job.checkpoint_step:
+            self.store.update(jid, checkpoint_step=ck)
+        assert self.adapter is not None
+        if outcome == "finished":
+            self.store.close_allocation(jid, "finished", job.total_steps, measured)
+            self.store.update(
+                jid, state=JobState.SUCCEEDED, finished_at=now, reason=None, steps_done=job.total_steps,
+                log=f"succeeded: {job.total_steps} steps, final loss {job.last_loss}",
+            )  # fmt: skip
+            self._calibrate(gang, job, measured)
+            self._dirty.set()
+            return
+        if job.cancel_requested:
+            self.store.close_allocation(jid, "cancelled", ck, measured)
+            self.store.update(jid, state=JobState.CANCELLED, finished_at=now, reason=None, log="cancelled")
+            self._dirty.set()
+            return
+        if outcome == "stopped" or (outcome == "killed" and why):
+            self.store.close_allocation(jid, why or outcome, ck, measured)
+            self._calibrate(gang, job, measured)
+            if why == "server stopped":
+                self.store.update(
+                    jid, state=JobState.RECOVERING, log=f"server stopped at checkpoint step {ck}"
+                )
+                return
+            if nxt is not None:
+                kind, a = nxt
+                self.store.update(jid, rescales=job.rescales + 1)
+                fresh = self.store.get(jid)
+                assert fresh is not None
+                self._launch(fresh, a, kind)
+                return
+            if why == "node lost":
+                self.store.update(
+                    jid, state=JobState.RECOVERING, reason=Reason.RESOURCES, log="lost its node"
+                )
+            else:
+                self.store.update(
+                    jid, state=JobState.PENDING, reason="Preempted", log=f"preempted at step {ck}"
+                )
+            self.adapter.release(jid, now)
+            self._dirty.set()
+            return
+        # failed (or killed without a reason)
+        restarts = job.restarts + 1
+        self.store.close_allocation(jid, f"failed: {err}", ck, measured)
+        self.adapter.release(jid, now)
+        spec = job.spec
+        if restarts > spec.max_restarts:
+            self.store.update(
+                jid, state=JobState.FAILED, finished_at=now, restarts=restarts, error=err, reason=None,
+                log=f"failed: {err} (gave up after {spec.max_restarts} restart(s))",
+            )  # fmt: skip
+        else:
+            delay = self.config.backoff(restarts)
+            self._not_before[jid] = now + delay
+            where = f"checkpoint step {ck}" if ck else "the start"
+            self.store.update(
+                jid, state=JobState.RECOVERING, restarts=restarts, reason=f"{Reason.BACKOFF} ({delay:.0f} s)",
+                error=err, log=f"worker failure: {err}; relaunching from {where} in {delay:.0f} s "
+                f"(restart {restarts} of {spec.max_restarts})",
+            )  # fmt: skip
+        self._dirty.set()
+
+    def _cancels(self) -> None:
+        for job in self.store.list_jobs(list(ACTIVE)):
+            if not job.cancel_requested:
+                continue
+            g = self.gangs.get(job.id)
+            if g is not None:
+                if g.outcome is None:
+                    g.kill()
+            else:
+                self.store.close_allocation(job.id, "cancelled", job.checkpoint_step)
+                self.store.update(
+                    job.id, state=JobState.CANCELLED, finished_at=time.time(), reason=None, log="cancelled"
+                )
+                self._not_before.pop(job.id, None)
+                self._dirty.set()
+
+    # ------------------------------------------------------------------ calibration
+    def _calibrate(self, gang: Gang, job: JobRecord, measured: float | None) -> None:
+        """Fold the allocation's measured iteration time into the cost model (α = 0.5) and re-plan with it."""
+        if not self.config.calibrate or self.adapter is None or measured is None:
+            return
+        lines = self.store.step_records(job.id, gang.attempt)
+        if len(lines) < 5:
+            return
+        try:
+            from tessera.perf.calibrate import calibrate, parse_telemetry
+
+            cells = self.adapter.cells_of(job.spec)
+            measured_t = parse_telemetry(lines, source=f"job {job.id}", n_stages=gang.plan.n_stages)
+            bounds = EMULATED_BOUNDS if self.cluster is None or self.cluster.embedded else (0.01, 100.0)
+            report, updated = calibrate(
+                gang.plan, cells.spec, measured_t, self.adapter.cost,
+                cluster_or_gpu_map=self.adapter.cluster.spec, alpha=0.5, bounds=bounds,
+                save_to=self.config.cost_dir,
+            )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - calibration is advisory; the job's outcome stands
+            self.store.log(job.id, f"calibration skipped: {type(e).__name__}: {e}")
+            return
+        self.adapter.set_cost(updated)
+        self.store.log(
+            job.id,
+            f"calibrated the cost model: estimate {report.before.iteration_time_s * 1e3:.2f} ms → "
+            f"{report.after.iteration_time_s * 1e3:.2f} ms, measured {report.measured.iteration_time_s * 1e3:.2f} ms",
+        )
+
+    # ------------------------------------------------------------------ views
+    def cluster_view(self) -> dict[str, Any]:
+        live = self.live
+        assert live is not None
+        holders: dict[tuple[str, int], int] = {}
+        for j in self.store.list_jobs(list(ACTIVE)):
+            if j.allocation:
+                for s in j.allocation["slots"]:
+                    holders[(s["node"], int(s["index"]))] = j.id
+        names = {j.id: j.name for j in self.store.list_jobs(list(ACTIVE))}
+        nodes, by_type = [], {}
+        for n in live.nodes:
+            slots = []
+            for i in range(n.n_gpus):
+                jid = holders.get((n.name, i))
+                slots.append({"index": i, "job_id": jid, "job_name": names.get(jid) if jid else None})
+            nodes.append(
+                {"name": n.name, "gpu_type": n.gpu_type, "n_gpus": n.n_gpus, "alive": n.alive, "gpus": slots}
+            )
+            t = by_type.setdefault(n.gpu_type, {"total": 0, "used": 0, "free": 0})
+            used = sum(1 for s in slots if s["job_id"] is not None)
+            t["total"] += n.n_gpus
+            t["used"] += used
+            t["free"] += (n.n_gpus - used) if n.alive else 0
+        mode = "none" if self.cluster is None else ("embedded" if self.cluster.embedded else "external")
+        return {
+            "name": live.spec.name,
+            "mode": mode,
+            "ray_address": self.cluster.address if self.cluster is not None else None,
+            "nodes": nodes,
+            "by_type": by_type,
+            "policy": self.adapter.active_policy if self.adapter else None,
+            "round_s": self.config.round_s,
+            "last_round": self.last_round,
+        }
+
+    def gang_pids(self, job_id: int) -> list[int]:
+        g = self.gangs.get(job_id)
+        return list(g.pids) if g else []
+
+
+def _plan_text(a: Assignment) -> str:
+    return " → ".join(
+        f"layers [{s.layer_start},{s.layer_end}) dp{s.dp_degree}×tp{s.tp_degree} on "
+        + "+".join(sorted({d.gpu_type for d in s.devices}))
+        for s in a.plan.stages
+    )

@@ -1,0 +1,256 @@
+"""One Ray actor per device: runs the existing runtime (``Trainer``, checkpoints, data) on its rank of a Plan.
+
+The actor trains in a background thread and the service *polls* it (``poll``), so a gang outlives the
+server that launched it: a restarted server finds the actors by name and reattaches. The step loop is the
+runtime's own (``tessera.runtime.worker.run_job``) plus one thing the service needs: a **cooperative stop**.
+Every step ends with a 1-element MAX all-reduce of "stop requested"; when any rank has been asked to stop,
+all ranks agree on the same step, write a checkpoint there, and exit — that is how a rescale or migration
+checkpoints exactly where it stops, never losing steps.
+
+Imports only ``tessera.plan``, the runtime and torch (the worker stays light, as the runtime promises).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from tessera.plan import Plan
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a rank needs besides the Plan (plain data: it travels through Ray)."""
+
+    job_id: int
+    attempt: int
+    total_steps: int
+    learning_rate: float
+    seed: int
+    checkpoint_dir: str
+    checkpoint_every: int
+    resume: bool
+    backend: str  # gloo | nccl
+    pg_timeout_s: float
+    model_factory: Any = None  # None: the zoo model the Plan names
+    data_path: str | None = None
+    vocab: int = 256
+    loopback: bool = True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class DeviceWorker:
+    """Ray actor body (wrapped with ``ray.remote`` by the backend, so this module does not import Ray)."""
+
+    def __init__(self, rank: int, world_size: int, gpu_type: str) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.gpu_type = gpu_type
+        self._lock = threading.Lock()
+        self._messages: list[dict[str, Any]] = []
+        self._acked = 0  # messages before this index were delivered and dropped
+        self._state = "created"  # created | running | finished | stopped | failed
+        self._error: str | None = None
+        self._checkpoint_step: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_at = time.time()
+
+    # --------------------------------------------------------------------- control
+    def pid(self) -> int:
+        return os.getpid()
+
+    def address(self) -> tuple[str, int]:
+        """(host, free port) for the process group's rendezvous (asked of rank 0)."""
+        host = "127.0.0.1" if os.environ.get("TESSERA_LOOPBACK", "1") == "1" else _node_ip()
+        return host, free_port(host)
+
+    def start(self, plan_json: str, run: dict[str, Any], master: tuple[str, int]) -> bool:
+        with self._lock:
+            if self._thread is not None:
+                return False
+            spec = RunSpec(**run)
+            self._thread = threading.Thread(
+                target=self._main,
+                args=(Plan.from_json(plan_json), spec, master),
+                daemon=True,
+                name="tessera-train",
+            )
+            self._state = "running"
+            self._thread.start()
+            return True
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def poll(self, cursor: int) -> dict[str, Any]:
+        """Messages from index ``cursor`` on (earlier ones are dropped: the caller has them) and the state."""
+        with self._lock:
+            if cursor > self._acked:
+                drop = min(cursor, self._acked + len(self._messages)) - self._acked
+                del self._messages[:drop]
+                self._acked += drop
+            start = max(0, cursor - self._acked)
+            out = self._messages[start:]
+            return {
+                "messages": list(out),
+                "next": self._acked + len(self._messages),
+                "state": self._state,
+                "error": self._error,
+                "checkpoint_step": self._checkpoint_step,
+                "rank": self.rank,
+            }
+
+    # --------------------------------------------------------------------- training
+    def _put(self, msg: dict[str, Any]) -> None:
+        with self._lock:
+            self._messages.append(msg)
+
+    def _main(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> None:
+        try:
+            stopped = self._train(plan, run, master)
+            with self._lock:
+                self._state = "stopped" if stopped else "finished"
+        except BaseException as e:  # noqa: BLE001 - every failure must reach the service
+            msg = f"{type(e).__name__}: {e}".strip().splitlines()[0][:500]
+            with self._lock:
+                self._error = f"rank {self.rank}: {msg}"
+                self._messages.append(
+                    {"kind": "error", "rank": self.rank, "error": msg, "trace": traceback.format_exc()}
+                )
+                self._state = "failed"
+
+    def _train(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        from tessera.runtime import checkpoint
+        from tessera.runtime.data import SyntheticData, TextData
+        from tessera.runtime.engine import Trainer
+        from tessera.runtime.model import ZooModel
+        from tessera.runtime.telemetry import RankStep, peak_memory_bytes
+
+        rank, world = self.rank, self.world_size
+        if run.loopback:
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        os.environ.update(
+            RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
+            TESSERA_GPU_TYPE=self.gpu_type, TESSERA_JOB_ID=str(run.job_id), TESSERA_ATTEMPT=str(run.attempt),
+        )  # fmt: skip
+        faulthandler.dump_traceback_later(max(60.0, 4 * run.pg_timeout_s), exit=False, file=sys.stderr)
+        torch.set_num_threads(1 if run.backend == "gloo" else max(1, (os.cpu_count() or 1) // 2))
+        dist.init_process_group(
+            run.backend,
+            init_method=f"tcp://{master[0]}:{master[1]}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=run.pg_timeout_s),
+        )
+        trainer = None
+        try:
+            if run.backend == "nccl":  # one visible GPU per actor (Ray sets CUDA_VISIBLE_DEVICES)
+                torch.cuda.set_device(0)
+                device = torch.device("cuda", 0)
+                plan = _unpinned(plan)
+            else:
+                device = torch.device("cpu")
+            factory = run.model_factory or ZooModel(plan.model)
+            trainer = Trainer(
+                plan, rank, factory, seed=run.seed, learning_rate=run.learning_rate, device=device
+            )
+            data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
+            start = 0
+            if run.resume and _has_checkpoint(run.checkpoint_dir):
+                ckpt = checkpoint.load(run.checkpoint_dir)
+                trainer.load_full(ckpt.params, ckpt.optim)
+                start = ckpt.step
+                with self._lock:
+                    self._checkpoint_step = start
+            self._put({"kind": "ready", "rank": rank, "start_step": start, "t": time.time()})
+            lay = trainer.layout
+            needs_data = lay.first or lay.last
+            flag = torch.zeros(1)
+            stopped = False
+            for step in range(start, run.total_steps):
+                torch.manual_seed(hash((run.seed, step, lay.stage_index, lay.replica)) % (2**63))
+                inputs = targets = None
+                if needs_data:
+                    inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
+                stats = trainer.step(step, inputs, targets)
+                rec = RankStep(
+                    job=run.job_id, rank=rank, stage=lay.stage_index, step=step, loss=stats.loss,
+                    reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
+                    comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
+                )  # fmt: skip
+                self._put({"kind": "step", **asdict(rec)})
+                done = step + 1
+                flag.fill_(1.0 if self._stop.is_set() else 0.0)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+                stopped = bool(flag.item() > 0) and done < run.total_steps
+                every = run.checkpoint_every
+                if (every and done % every == 0) or done == run.total_steps or stopped:
+                    meta = {
+                        "plan": plan.to_dict(),
+                        "seed": run.seed,
+                        "data_position": done,
+                        "model": plan.model,
+                    }
+                    checkpoint.save(
+                        run.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
+                    )
+                    with self._lock:
+                        self._checkpoint_step = done
+                    self._put({"kind": "checkpoint", "rank": rank, "step": done})
+                if stopped:
+                    break
+            dist.barrier()
+            return stopped
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            if trainer is not None:
+                trainer.close()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def _has_checkpoint(root: str) -> bool:
+    from tessera.runtime import checkpoint
+
+    try:
+        checkpoint.resolve(root)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _unpinned(plan: Plan) -> Plan:
+    """The Plan with GPU indices cleared: inside a Ray actor the one visible GPU is always cuda:0."""
+    from tessera.plan import Device
+
+    stages = []
+    for st in plan.stages:
+        devs = tuple(Device(d.rank, d.gpu_type, d.node, None) for d in st.devices)
+        stages.append(st.__class__(**{**st.__dict__, "devices": devs}))
+    return plan.with_(stages=tuple(stages))
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # pragma: no cover - outside Ray
+        return socket.gethostbyname(socket.gethostname())

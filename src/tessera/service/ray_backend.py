@@ -1,0 +1,507 @@
+"""The Ray backend: a local Ray emulating heterogeneous GPU nodes (embedded default) or an existing cluster,
+one placement group per allocation, one actor per device, and the gang lifecycle.
+
+**We place, Ray enforces** (``notes/ray.md`` §4): the scheduler picks nodes and GPUs; each allocation gets
+one placement group with one ``{GPU: 1, CPU: 1}`` bundle per rank, each bundle pinned to its node by a
+per-bundle label selector (``ray.io/node-id``), and rank ``r``'s actor sits in bundle ``r``. Nothing is left
+to Ray's own choice of GPU type. The embedded cluster gives every emulated node exactly the shape of a real
+GPU node — ``GPU`` count, the ``accelerator_type:<T>`` marker and the ``ray.io/accelerator-type`` label — plus
+``tessera.io/gpu-type`` (the catalog name) and ``tessera.io/node``; the control path is identical either way.
+
+A :class:`Gang` runs in its own thread: placement group → actors → rendezvous → start → poll every
+``poll_s`` (telemetry, state) → finished | stopped (cooperative checkpoint) | failed (an actor died, raised,
+or went silent) → tear down (kill actors, remove the placement group). Actors are named
+``tessera-<job>-<attempt>-r<rank>`` in the service's namespace and detached, so a restarted server finds and
+reattaches to gangs still running on an external cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.hardware import ClusterSpec, NodeGroupSpec, get_cluster, get_gpu, load_cluster_file
+from tessera.plan import Plan
+from tessera.service.scheduling import Assignment, LiveCluster, LiveNode
+
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # listeners on 127.0.0.1 only (notes/ray.md §2)
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+NAMESPACE = "tessera"
+GPU_TYPE_LABEL = "tessera.io/gpu-type"
+NODE_LABEL = "tessera.io/node"
+RAY_TYPE_LABEL = "ray.io/accelerator-type"
+RAY_NODE_ID_LABEL = "ray.io/node-id"
+
+# Ray's accelerator type names (ray.util.accelerators) → the catalog. Types not listed go through the
+# catalog's own fuzzy lookup; a node may also say exactly with the ``tessera.io/gpu-type`` label.
+RAY_TO_CATALOG = {
+    "V100": "V100-32GB",
+    "P100": "P100-16GB",
+    "T4": "T4",
+    "A100": "A100-40GB",
+    "A100-40G": "A100-40GB",
+    "A100-80G": "A100-80GB",
+    "H100": "H100-80GB",
+    "A10G": "A10G",
+    "L4": "L4",
+}
+
+
+def catalog_to_ray(gpu_type: str) -> str:
+    """The Ray accelerator type an emulated node of this catalog type advertises."""
+    for ray_name, cat in RAY_TO_CATALOG.items():
+        if cat == gpu_type and ray_name not in ("A100",):
+            return ray_name
+    return gpu_type
+
+
+def catalog_type(ray_type: str | None, labels: dict[str, str]) -> str | None:
+    """A Ray node's GPU type as a catalog name (None: no GPUs / unknown)."""
+    if labels.get(GPU_TYPE_LABEL):
+        return get_gpu(labels[GPU_TYPE_LABEL]).name
+    if not ray_type:
+        return None
+    name = RAY_TO_CATALOG.get(ray_type, ray_type)
+    try:
+        return get_gpu(name).name
+    except KeyError:
+        return None
+
+
+def apply_ray_env() -> None:
+    for k, v in RAY_ENV.items():
+        os.environ.setdefault(k, v)
+
+
+# ------------------------------------------------------------------------------------------ leftovers
+def kill_leftovers(marker_dir: str) -> list[int]:
+    """SIGKILL processes of an earlier embedded cluster of ours (found by ``RAY_TMPDIR`` in their
+    environment: only processes this service started carry it). A server killed with SIGKILL leaves some
+    Ray daemons behind (dashboard and runtime-env agents); this is how a restarted server cleans them up."""
+    killed = []
+    me = os.getpid()
+    needle = f"RAY_TMPDIR={marker_dir}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
+# ------------------------------------------------------------------------------------------ the cluster
+@dataclass
+class RayCluster:
+    """The Ray the service runs on: embedded (emulated GPU nodes from a cluster spec) or joined by address."""
+
+    address: str | None = None  # None: embedded
+    emulate: ClusterSpec | None = None  # embedded: the nodes to emulate (default the `local` preset)
+    tmp_dir: str | None = None  # embedded: RAY_TMPDIR (short: unix socket paths)
+    cpus_per_gpu: int = 1
+    _cluster: Any = None
+    _node_ids: dict[str, str] = field(default_factory=dict)  # cluster-spec node name → Ray node id
+    spec: ClusterSpec | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.address is None
+
+    def start(self) -> None:
+        apply_ray_env()
+        import ray
+
+        if self.embedded:
+            emulate = self.emulate or get_cluster("local")
+            tmp = self.tmp_dir or "/tmp/tessera-ray"
+            os.environ["RAY_TMPDIR"] = tmp
+            kill_leftovers(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+            from ray.cluster_utils import Cluster
+
+            nodes = emulate.nodes()
+            if not nodes:
+                raise ValueError("cluster: the emulated cluster has no nodes")
+            args = [self._node_args(n.name, n.gpu_type, n.n_gpus) for n in nodes]
+            self._cluster = Cluster(
+                initialize_head=True, head_node_args={**args[0], "include_dashboard": False}
+            )
+            for a in args[1:]:
+                self._cluster.add_node(**a)
+            ray.init(address=self._cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        else:
+            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
+        self.refresh()
+
+    def _node_args(self, name: str, gpu_type: str, n_gpus: int) -> dict[str, Any]:
+        ray_type = catalog_to_ray(gpu_type)
+        return {
+            "num_cpus": n_gpus * self.cpus_per_gpu,
+            "num_gpus": n_gpus,
+            "resources": {f"accelerator_type:{ray_type}": 1},
+            "labels": {RAY_TYPE_LABEL: ray_type, GPU_TYPE_LABEL: gpu_type, NODE_LABEL: name},
+            "node_ip_address": "127.0.0.1",
+            "dashboard_agent_listen_port": None,
+            "object_store_memory": 100 * 2**20,
+        }
+
+    def refresh(self) -> LiveCluster:
+        """The live cluster: GPU nodes Ray reports, by type, as a ClusterSpec (node names stable)."""
+        import ray
+
+        found: list[tuple[str, str, int, bool, str | None]] = []  # (node id, type, gpus, alive, our name)
+        for n in ray.nodes():
+            gpus = int(n.get("Resources", {}).get("GPU", 0) or 0)
+            labels = n.get("Labels") or {}
+            ray_type = labels.get(RAY_TYPE_LABEL) or next(
+                (k.split(":", 1)[1] for k in n.get("Resources", {}) if k.startswith("accelerator_type:")),
+                None,
+            )
+            t = catalog_type(ray_type, labels)
+            if gpus and t:
+                found.append((n["NodeID"], t, gpus, bool(n.get("Alive")), labels.get(NODE_LABEL)))
+        if self.spec is None:
+            self.spec = self._spec_from(found)
+        alive = {nid for nid, _, _, a, _ in found if a}
+        nodes = []
+        for node in self.spec.nodes():
+            nid = self._node_ids.get(node.name)
+            if nid is None:  # a node (re)joined: match a free Ray node of the same type and size
+                nid = next(
+                    (f[0] for f in found if f[1] == node.gpu_type and f[2] == node.n_gpus and f[3]
+                     and f[0] not in self._node_ids.values() and f[4] in (None, node.name)),
+                    None,
+                )  # fmt: skip
+                if nid is not None:
+                    self._node_ids[node.name] = nid
+            nodes.append(LiveNode(node.name, node.gpu_type, node.n_gpus, nid in alive))
+        return LiveCluster(self.spec, tuple(nodes))
+
+    def _spec_from(self, found: list[tuple[str, str, int, bool, str | None]]) -> ClusterSpec:
+        """Embedded: the emulated spec (Ray nodes matched by their ``tessera.io/node`` label). External: one
+        node group per (GPU type, GPUs per node), nodes named ``<type>-<i>`` in node-id order."""
+        if self.embedded:
+            spec = self.emulate or get_cluster("local")
+            for nid, _, _, _, name in found:
+                if name:
+                    self._node_ids[name] = nid
+            return spec
+        if not found:
+            raise RuntimeError(f"ray cluster {self.address}: no node has GPUs of a known type")
+        groups: dict[tuple[str, int], list[str]] = {}
+        for nid, t, g, _, _ in sorted(found):
+            groups.setdefault((t, g), []).append(nid)
+        node_groups = []
+        for (t, g), ids in sorted(groups.items()):
+            name = f"{t.lower()}x{g}"
+            node_groups.append(NodeGroupSpec(name=name, count=len(ids), gpu=t, gpus_per_node=g))
+            for i, nid in enumerate(ids):
+                self._node_ids[f"{name}-{i}"] = nid
+        return ClusterSpec(name=f"ray-{self.address}", node_groups=tuple(node_groups))
+
+    def node_id(self, name: str) -> str:
+        return self._node_ids[name]
+
+    def remove_node(self, name: str) -> None:
+        """Embedded only (tests): kill an emulated node's processes."""
+        nid = self._node_ids[name]
+        for node in list(self._cluster.worker_nodes):
+            if node.node_id == nid:
+                self._cluster.remove_node(node)
+                return
+        raise ValueError(f"node {name} is the head or unknown")
+
+    def shutdown(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.shutdown()
+            self._cluster = None
+            if self.tmp_dir:
+                kill_leftovers(self.tmp_dir)
+                shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+def emulated_spec(cluster: str) -> ClusterSpec:
+    """A preset name or a YAML file: the nodes the embedded Ray emulates."""
+    if cluster.endswith((".yaml", ".yml")) or os.path.sep in cluster:
+        return load_cluster_file(cluster)
+    return get_cluster(cluster)
+
+
+# ------------------------------------------------------------------------------------------ gangs
+@dataclass
+class GangEvents:
+    """Callbacks from a gang's thread to the service (each must be thread-safe)."""
+
+    on_ready: Callable[[Gang, int], None]  # all ranks built their model; the step they start from
+    on_steps: Callable[[Gang, list[dict[str, Any]]], None]  # merged StepRecords (as dicts), in step order
+    on_end: Callable[
+        [Gang, str, str | None, int | None], None
+    ]  # outcome finished|stopped|failed, error, ckpt
+
+
+class Gang:
+    """One allocation of one job: a placement group, one actor per rank, a thread that watches them."""
+
+    def __init__(
+        self,
+        cluster: RayCluster,
+        job_id: int,
+        attempt: int,
+        assignment: Assignment,
+        run: dict[str, Any],
+        events: GangEvents,
+        *,
+        poll_s: float = 0.5,
+        placement_timeout_s: float = 120.0,
+        watchdog_s: float = 300.0,
+    ) -> None:
+        self.cluster = cluster
+        self.job_id = job_id
+        self.attempt = attempt
+        self.assignment = assignment
+        self.plan: Plan = assignment.plan
+        self.run = run
+        self.events = events
+        self.poll_s = poll_s
+        self.placement_timeout_s = placement_timeout_s
+        self.watchdog_s = watchdog_s
+        self.actors: list[Any] = []
+        self.pids: list[int] = []
+        self.pg: Any = None
+        self._stop = threading.Event()
+        self._kill = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.started_at = time.time()
+        self.ready_at: float | None = None
+        self.outcome: str | None = None
+        self.reattached = False
+
+    @property
+    def name(self) -> str:
+        return f"tessera-{self.job_id}-{self.attempt}"
+
+    def actor_name(self, rank: int) -> str:
+        return f"{self.name}-r{rank}"
+
+    # ------------------------------------------------------------ control (any thread)
+    def start(self, *, reattach: bool = False) -> None:
+        self.reattached = reattach
+        self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Checkpoint at the next step every rank agrees on, then end (outcome ``stopped``)."""
+        self._stop.set()
+        for a in list(self.actors):
+            with contextlib.suppress(Exception):
+                a.request_stop.remote()
+
+    def kill(self) -> None:
+        """End now without a checkpoint (cancel)."""
+        self._kill.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------ the gang's thread
+    def _main(self) -> None:
+        import ray
+
+        outcome, error, ckpt = "failed", None, None
+        try:
+            if self.reattached:
+                self._attach()
+            else:
+                self._launch()
+            outcome, error, ckpt = self._watch()
+        except Exception as e:  # noqa: BLE001 - reported as the gang's failure
+            outcome, error = "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
+        finally:
+            self._teardown(ray)
+            self.outcome = outcome
+            self.events.on_end(self, outcome, error, ckpt)
+
+    def _launch(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from tessera.service.device_worker import DeviceWorker
+
+        devices = sorted(self.plan.devices, key=lambda d: d.rank)
+        bundles = [{"GPU": 1, "CPU": self.cluster.cpus_per_gpu} for _ in devices]
+        selectors = [{RAY_NODE_ID_LABEL: self.cluster.node_id(d.node)} for d in devices]
+        self.pg = placement_group(bundles, strategy="PACK", name=self.name, bundle_label_selector=selectors)
+        ready = self.pg.ready()
+        deadline = time.time() + self.placement_timeout_s
+        while True:
+            done, _ = ray.wait([ready], timeout=0.5)
+            if done:
+                break
+            if self._kill.is_set():
+                raise RuntimeError("cancelled while placing")
+            if time.time() > deadline:
+                raise RuntimeError(f"placement group not ready after {self.placement_timeout_s:.0f} s")
+        worker = ray.remote(DeviceWorker)
+        env = {"TESSERA_LOOPBACK": "1" if self.run.get("loopback", True) else "0"}
+        for d in devices:
+            opts = {
+                "name": self.actor_name(d.rank),
+                "namespace": NAMESPACE,
+                "lifetime": "detached",
+                "num_cpus": self.cluster.cpus_per_gpu,
+                "num_gpus": 1,
+                "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=d.rank
+                ),
+                "runtime_env": {"env_vars": env},
+            }
+            self.actors.append(worker.options(**opts).remote(d.rank, len(devices), d.gpu_type))
+        self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=self.placement_timeout_s)
+        master = ray.get(self.actors[0].address.remote(), timeout=60)
+        plan_json = self.plan.to_json(indent=None)
+        ray.get([a.start.remote(plan_json, self.run, tuple(master)) for a in self.actors], timeout=60)
+        if self._stop.is_set():
+            for a in self.actors:
+                a.request_stop.remote()
+
+    def _attach(self) -> None:
+        import ray
+        from ray.util.placement_group import get_placement_group
+
+        world = self.plan.world_size
+        self.actors = [ray.get_actor(self.actor_name(r), namespace=NAMESPACE) for r in range(world)]
+        self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=30)
+        with contextlib.suppress(Exception):
+            self.pg = get_placement_group(self.name)
+
+    def _watch(self) -> tuple[str, str | None, int | None]:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        from tessera.runtime.telemetry import RankStep, merge
+
+        world = len(self.actors)
+        cursors = [0] * world
+        pending: dict[int, list[RankStep]] = {}
+        ready: set[int] = set()
+        start_step = 0
+        last_progress = time.time()
+        stop_sent = False
+        while True:
+            if self._kill.is_set():
+                return "killed", None, None
+            if self._stop.is_set() and not stop_sent:
+                for a in self.actors:
+                    a.request_stop.remote()
+                stop_sent = True
+            try:
+                replies = ray.get(
+                    [a.poll.remote(c) for a, c in zip(self.actors, cursors, strict=True)], timeout=60
+                )
+            except RayActorError as e:
+                return "failed", _actor_error(e), None
+            except GetTimeoutError:
+                return "failed", "a worker did not answer for 60 s", None
+            records = []
+            for r, rep in enumerate(replies):
+                cursors[r] = rep["next"]
+                for m in rep["messages"]:
+                    kind = m.get("kind")
+                    if kind == "ready":
+                        ready.add(r)
+                        start_step = int(m["start_step"])
+                    elif kind == "step":
+                        fields = {k: v for k, v in m.items() if k != "kind"}
+                        parts = pending.setdefault(fields["step"], [])
+                        parts.append(RankStep(**fields))
+                        if len(parts) == world:
+                            rec = merge(pending.pop(fields["step"]), self.plan.global_batch)
+                            d = _record_dict(rec)
+                            records.append(d)
+                    elif kind == "error":
+                        return "failed", f"rank {m['rank']}: {m['error']}", None
+            if len(ready) == world and self.ready_at is None:
+                self.ready_at = time.time()
+                self.events.on_ready(self, start_step)
+            if records:
+                last_progress = time.time()
+                records.sort(key=lambda d: d["step"])
+                self.events.on_steps(self, records)
+            states = [rep["state"] for rep in replies]
+            if any(s == "failed" for s in states):
+                err = next(rep["error"] for rep in replies if rep["state"] == "failed")
+                return "failed", err, None
+            if all(s in ("finished", "stopped") for s in states):
+                ck = replies[0]["checkpoint_step"]
+                return ("stopped" if any(s == "stopped" for s in states) else "finished"), None, ck
+            if self.ready_at is not None and time.time() - last_progress > self.watchdog_s:
+                return "failed", f"no step finished for {self.watchdog_s:.0f} s (hung)", None
+            if (
+                self.ready_at is None
+                and time.time() - self.started_at > self.watchdog_s + self.placement_timeout_s
+            ):
+                return "failed", "workers did not get ready", None
+            time.sleep(self.poll_s)
+
+    def _teardown(self, ray: Any) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.pg)
+        self.actors = []
+
+
+def _record_dict(rec: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads(rec.to_json())
+
+
+def _actor_error(e: Exception) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return f"a worker died ({type(e).__name__}): {text[:300]}"
+
+
+def find_gang_actors(job_id: int, attempt: int, world: int) -> bool:
+    """Whether every rank's actor of this gang still exists (a restarted server may reattach)."""
+    import ray
+
+    try:
+        for r in range(world):
+            ray.get_actor(f"tessera-{job_id}-{attempt}-r{r}", namespace=NAMESPACE)
+        return True
+    except ValueError:
+        return False

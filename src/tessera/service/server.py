@@ -1,0 +1,105 @@
+"""The service process: store + controller (+ Ray) + the HTTP API, started and stopped together."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+from tessera.service.config import ServiceConfig, is_loopback
+from tessera.service.controller import Controller
+from tessera.service.ray_backend import RayCluster, emulated_spec
+from tessera.service.store import Store
+
+
+def ensure_token(config: ServiceConfig) -> ServiceConfig:
+    """A server on a non-loopback address always has a token: the one given, else one made and saved
+    (``<state_dir>/token``, mode 0600) so that clients on this machine can read it."""
+    if config.token or is_loopback(config.host):
+        return config
+    path = config.state_dir / "token"
+    if path.is_file():
+        token = path.read_text().strip()
+    else:
+        token = secrets.token_urlsafe(24)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    return replace(config, token=token)
+
+
+class Service:
+    """Everything one ``tessera server`` runs."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        config = ensure_token(config)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.store = Store(config.database_url)
+        cluster = None
+        if config.scheduler:
+            cluster = RayCluster(
+                address=config.ray_address,
+                emulate=emulated_spec(config.cluster) if config.ray_address is None else None,
+                tmp_dir=config.ray_tmp_dir if config.ray_address is None else None,
+            )
+        self.controller = Controller(self.store, config, cluster)
+        self.started_at = time.time()
+        self._started = False
+
+    def start(self) -> None:
+        if not self._started:
+            self.controller.start()
+            self._started = True
+
+    def stop(self) -> None:
+        if self._started:
+            self.controller.stop()
+            self._started = False
+        self.store.close()
+
+    def app(self, *, manage: bool = False) -> Any:
+        """The FastAPI app. ``manage``: its lifespan starts and stops the service (only where that runs in the
+        main thread's stead is harmless: never with an embedded Ray, whose start needs the main thread)."""
+        from tessera.service.api import create_app
+
+        app = create_app(self)
+        if manage:
+
+            @asynccontextmanager
+            async def lifespan(_app: Any):
+                import anyio
+
+                await anyio.to_thread.run_sync(self.start)
+                try:
+                    yield
+                finally:
+                    await anyio.to_thread.run_sync(self.stop)
+
+            app.router.lifespan_context = lifespan
+        return app
+
+
+def serve(config: ServiceConfig, *, announce: Any = None) -> None:
+    """Run the service until SIGINT/SIGTERM: Ray and the controller start in the main thread (Ray installs
+    signal handlers), then uvicorn serves; on exit running jobs are checkpointed and Ray is shut down.
+    ``announce(service)`` is called once it is up."""
+    import uvicorn
+
+    service = Service(config)
+    service.start()
+    try:
+        server = uvicorn.Server(
+            uvicorn.Config(
+                service.app(), host=config.host, port=config.port, log_level="warning", access_log=False
+            )
+        )
+        if announce is not None:
+            announce(service)
+        server.run()
+    finally:
+        service.stop()

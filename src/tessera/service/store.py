@@ -1,0 +1,590 @@
+"""The job store: every job, its state and reason, allocations (the rescale history), telemetry and logs.
+
+SQLAlchemy Core over SQLite by default (WAL, ``synchronous=NORMAL``, 5 s busy timeout, ``BEGIN IMMEDIATE`` for
+writes so two writers never deadlock upgrading a read lock) or PostgreSQL given a ``postgresql://`` URL; the
+SQL is portable (no SQLite-only upserts). The schema is versioned in ``schema_meta``: an older database is
+migrated forward on open, a newer one is refused with a clear message, never silently misread.
+
+Exactly-once submission: every job row carries a unique ``submission_key`` (the client's ``Idempotency-Key``
+or a fresh UUID); a retried submission hits the unique index and gets the job stored the first time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.pool import NullPool
+
+from tessera.jobs import JobSpec, parse_job
+from tessera.service.states import TERMINAL, JobState, Reason
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+schema_meta = Table(
+    "schema_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("submission_key", String(128), nullable=False, unique=True),
+    Column("name", String(128), nullable=False),
+    Column("spec_json", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("submitted_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+    Column("total_steps", Integer, nullable=False),
+    Column("steps_done", Integer, nullable=False, default=0),
+    Column("checkpoint_step", Integer, nullable=True),
+    Column("first_loss", Float, nullable=True),
+    Column("last_loss", Float, nullable=True),
+    Column("attempt", Integer, nullable=False, default=0),  # launches so far (any cause)
+    Column("restarts", Integer, nullable=False, default=0),  # relaunches after failures
+    Column("rescales", Integer, nullable=False, default=0),  # resizes + migrations
+    Column("allocation_json", Text, nullable=True),  # the current allocation: GPUs, Cell, Plan, estimate
+    Column(
+        "estimate_json", Text, nullable=True
+    ),  # the first schedule's estimate (what the user was promised)
+    Column("measured_iter_s", Float, nullable=True),  # median of the current allocation's steps
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("error", Text, nullable=True),
+)
+Index("ix_jobs_state", jobs.c.state)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),  # start | resize | migrate | recover | restart
+    Column("gpus_json", Text, nullable=False),
+    Column("cell", String(128), nullable=False),
+    Column("plan_json", Text, nullable=False),
+    Column("estimate_iter_s", Float, nullable=True),
+    Column("measured_iter_s", Float, nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=True),
+    Column("end_reason", Text, nullable=True),
+    Column("from_step", Integer, nullable=False),
+    Column("to_step", Integer, nullable=True),
+)
+Index("ix_alloc_job", allocations.c.job_id)
+
+telemetry = Table(
+    "telemetry",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("loss", Float, nullable=False),
+    Column("iter_time_s", Float, nullable=False),
+    Column("samples_per_s", Float, nullable=False),
+    Column("peak_memory_bytes", Integer, nullable=False),
+    Column("record_json", Text, nullable=False),  # the runtime's StepRecord, for calibration
+)
+Index("ix_tel_job_step", telemetry.c.job_id, telemetry.c.step)
+
+logs = Table(
+    "logs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("line", Text, nullable=False),
+)
+Index("ix_logs_job", logs.c.job_id, logs.c.id)
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored (immutable snapshot)."""
+
+    id: int
+    submission_key: str
+    name: str
+    spec_json: str
+    state: JobState
+    reason: str | None
+    priority: int
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    updated_at: float
+    total_steps: int
+    steps_done: int
+    checkpoint_step: int | None
+    first_loss: float | None
+    last_loss: float | None
+    attempt: int
+    restarts: int
+    rescales: int
+    allocation: dict[str, Any] | None
+    estimate: dict[str, Any] | None
+    measured_iter_s: float | None
+    cancel_requested: bool
+    error: str | None
+
+    @property
+    def spec(self) -> JobSpec:
+        return parse_job(json.loads(self.spec_json), f"job {self.id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "state": self.state.value,
+            "reason": self.reason,
+            "priority": self.priority,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "total_steps": self.total_steps,
+            "steps_done": self.steps_done,
+            "checkpoint_step": self.checkpoint_step,
+            "first_loss": self.first_loss,
+            "last_loss": self.last_loss,
+            "attempt": self.attempt,
+            "restarts": self.restarts,
+            "rescales": self.rescales,
+            "allocation": self.allocation,
+            "estimate": self.estimate,
+            "measured_iter_s": self.measured_iter_s,
+            "cancel_requested": self.cancel_requested,
+            "error": self.error,
+            "spec": json.loads(self.spec_json),
+        }
+
+
+def _record(row: Any) -> JobRecord:
+    m = row._mapping
+    return JobRecord(
+        id=m["id"],
+        submission_key=m["submission_key"],
+        name=m["name"],
+        spec_json=m["spec_json"],
+        state=JobState(m["state"]),
+        reason=m["reason"],
+        priority=m["priority"],
+        submitted_at=m["submitted_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        updated_at=m["updated_at"],
+        total_steps=m["total_steps"],
+        steps_done=m["steps_done"],
+        checkpoint_step=m["checkpoint_step"],
+        first_loss=m["first_loss"],
+        last_loss=m["last_loss"],
+        attempt=m["attempt"],
+        restarts=m["restarts"],
+        rescales=m["rescales"],
+        allocation=json.loads(m["allocation_json"]) if m["allocation_json"] else None,
+        estimate=json.loads(m["estimate_json"]) if m["estimate_json"] else None,
+        measured_iter_s=m["measured_iter_s"],
+        cancel_requested=bool(m["cancel_requested"]),
+        error=m["error"],
+    )
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            raise StoreError("store: an in-memory SQLite database cannot be shared; give a file path")
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 5.0}, poolclass=NullPool
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (below)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            immediate = conn.get_execution_options().get("immediate", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class Store:
+    """Thread-safe: every method opens its own short transaction."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _engine(url)
+        self._migrate()
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            metadata.create_all(conn, tables=[schema_meta])
+            row = conn.execute(
+                select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
+            ).first()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store {self.url}: schema version {version} is newer than this Tessera's "
+                    f"({SCHEMA_VERSION}); upgrade Tessera or use another database"
+                )
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[v](conn)
+            if version == 0:
+                conn.execute(insert(schema_meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif version < SCHEMA_VERSION:
+                conn.execute(
+                    update(schema_meta)
+                    .where(schema_meta.c.key == "schema_version")
+                    .values(value=str(SCHEMA_VERSION))
+                )
+
+    def schema_version(self) -> int:
+        with self._read() as conn:
+            return int(
+                conn.execute(
+                    select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
+                ).scalar_one()
+            )
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ jobs
+    def submit(
+        self, spec: JobSpec, key: str | None = None, *, now: float | None = None
+    ) -> tuple[JobRecord, bool]:
+        """Store a new PENDING job; (record, created). A ``key`` seen before returns the job stored with it."""
+        key = key or uuid.uuid4().hex
+        now = time.time() if now is None else now
+        values = {
+            "submission_key": key,
+            "name": spec.name,
+            "spec_json": json.dumps(spec.model_dump(mode="json")),
+            "state": JobState.PENDING.value,
+            "reason": Reason.NEW,
+            "priority": spec.priority,
+            "submitted_at": now,
+            "updated_at": now,
+            "total_steps": spec.total_steps,
+            "steps_done": 0,
+            "attempt": 0,
+            "restarts": 0,
+            "rescales": 0,
+            "cancel_requested": False,
+        }
+        try:
+            with self._write() as conn:
+                job_id = conn.execute(insert(jobs).values(**values)).inserted_primary_key[0]
+                conn.execute(
+                    insert(logs).values(job_id=job_id, ts=now, line=f"submitted {spec.name} ({spec.model})")
+                )
+        except IntegrityError:
+            existing = self.by_key(key)
+            if existing is None:  # pragma: no cover - a constraint other than the key failed
+                raise
+            return existing, False
+        rec = self.get(int(job_id))
+        assert rec is not None
+        return rec, True
+
+    def by_key(self, key: str) -> JobRecord | None:
+        with self._read() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.submission_key == key)).first()
+        return _record(row) if row else None
+
+    def get(self, job_id: int) -> JobRecord | None:
+        with self._read() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return _record(row) if row else None
+
+    def find(self, ref: str) -> JobRecord | None:
+        """A job by id, or the latest job of that name."""
+        if ref.isdigit():
+            return self.get(int(ref))
+        with self._read() as conn:
+            row = conn.execute(
+                select(jobs).where(jobs.c.name == ref).order_by(jobs.c.id.desc()).limit(1)
+            ).first()
+        return _record(row) if row else None
+
+    def list_jobs(
+        self,
+        states: Sequence[JobState] | None = None,
+        *,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[JobRecord]:
+        q = select(jobs)
+        if states:
+            q = q.where(jobs.c.state.in_([s.value for s in states]))
+        q = q.order_by(jobs.c.id.desc() if newest_first else jobs.c.id)
+        if limit:
+            q = q.limit(limit)
+        with self._read() as conn:
+            return [_record(r) for r in conn.execute(q)]
+
+    def count(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state)).all()
+        return {s: int(n) for s, n in rows}
+
+    def update(self, job_id: int, *, log: str | None = None, **fields: Any) -> None:
+        """Set columns of a job (dicts are stored as JSON), optionally with a log line, in one transaction."""
+        values = dict(fields)
+        for k in ("allocation", "estimate"):
+            if k in values:
+                v = values.pop(k)
+                values[f"{k}_json"] = json.dumps(v) if v is not None else None
+        if "state" in values and isinstance(values["state"], JobState):
+            values["state"] = values["state"].value
+        now = time.time()
+        values["updated_at"] = now
+        with self._write() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            if log:
+                conn.execute(insert(logs).values(job_id=job_id, ts=now, line=log))
+
+    def request_cancel(self, job_id: int) -> JobRecord | None:
+        """Mark for cancellation; a job that never ran is cancelled at once. None if there is no such job."""
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).first()
+            if row is None:
+                return None
+            state = JobState(row[0])
+            if state in TERMINAL:
+                pass
+            elif state == JobState.PENDING:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(
+                        state=JobState.CANCELLED.value,
+                        reason=None,
+                        cancel_requested=True,
+                        finished_at=now,
+                        updated_at=now,
+                    )
+                )
+                conn.execute(insert(logs).values(job_id=job_id, ts=now, line="cancelled while pending"))
+            else:
+                conn.execute(
+                    update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True, updated_at=now)
+                )
+                conn.execute(insert(logs).values(job_id=job_id, ts=now, line="cancel requested"))
+        return self.get(job_id)
+
+    # ------------------------------------------------------------------ logs
+    def log(self, job_id: int, line: str) -> None:
+        with self._write() as conn:
+            conn.execute(insert(logs).values(job_id=job_id, ts=time.time(), line=line))
+
+    def logs(self, job_id: int, after: int = 0, limit: int = 1000) -> list[tuple[int, float, str]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                select(logs.c.id, logs.c.ts, logs.c.line)
+                .where(logs.c.job_id == job_id, logs.c.id > after)
+                .order_by(logs.c.id)
+                .limit(limit)
+            ).all()
+        return [(int(i), float(t), str(line)) for i, t, line in rows]
+
+    # ------------------------------------------------------------------ telemetry
+    def add_steps(
+        self, job_id: int, attempt: int, records: Sequence[dict[str, Any]], *, log_every: int = 0
+    ) -> None:
+        """Store per-step records (the runtime's merged StepRecord as a dict) and advance the job's progress."""
+        if not records:
+            return
+        now = time.time()
+        rows = [
+            {
+                "job_id": job_id,
+                "attempt": attempt,
+                "step": r["step"],
+                "ts": now,
+                "loss": float(r["loss"]),
+                "iter_time_s": float(r["iter_time_s"]),
+                "samples_per_s": float(r["samples_per_s"]),
+                "peak_memory_bytes": int(max(r.get("peak_memory_bytes", {0: 0}).values() or [0])),
+                "record_json": json.dumps(r),
+            }
+            for r in records
+        ]
+        last = max(records, key=lambda r: r["step"])
+        with self._write() as conn:
+            conn.execute(insert(telemetry), rows)
+            cur = conn.execute(
+                select(jobs.c.first_loss, jobs.c.steps_done).where(jobs.c.id == job_id)
+            ).first()
+            values: dict[str, Any] = {"last_loss": float(last["loss"]), "updated_at": now}
+            if cur is not None and cur[0] is None:
+                values["first_loss"] = float(min(records, key=lambda r: r["step"])["loss"])
+            if cur is None or last["step"] + 1 > (cur[1] or 0):
+                values["steps_done"] = int(last["step"]) + 1
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            if log_every:
+                for r in records:
+                    if (r["step"] + 1) % log_every == 0:
+                        conn.execute(
+                            insert(logs).values(
+                                job_id=job_id,
+                                ts=now,
+                                line=f"step {r['step'] + 1} loss {r['loss']:.4f} "
+                                f"iter {r['iter_time_s'] * 1e3:.1f} ms {r['samples_per_s']:.1f} samples/s",
+                            )
+                        )
+
+    def steps(self, job_id: int, *, attempt: int | None = None) -> list[dict[str, Any]]:
+        q = select(
+            telemetry.c.step,
+            telemetry.c.attempt,
+            telemetry.c.ts,
+            telemetry.c.loss,
+            telemetry.c.iter_time_s,
+            telemetry.c.samples_per_s,
+            telemetry.c.peak_memory_bytes,
+        ).where(telemetry.c.job_id == job_id)
+        if attempt is not None:
+            q = q.where(telemetry.c.attempt == attempt)
+        with self._read() as conn:
+            rows = conn.execute(q.order_by(telemetry.c.id)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def step_records(self, job_id: int, attempt: int) -> list[str]:
+        """The runtime's StepRecord JSON lines of one attempt (what calibration reads)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                select(telemetry.c.record_json)
+                .where(telemetry.c.job_id == job_id, telemetry.c.attempt == attempt)
+                .order_by(telemetry.c.step)
+            ).all()
+        return [r[0] for r in rows]
+
+    # ------------------------------------------------------------------ allocations
+    def open_allocation(
+        self,
+        job_id: int,
+        attempt: int,
+        kind: str,
+        gpus: list[dict[str, Any]],
+        cell: str,
+        plan_json: str,
+        estimate_iter_s: float | None,
+        from_step: int,
+    ) -> int:
+        with self._write() as conn:
+            return int(
+                conn.execute(
+                    insert(allocations).values(
+                        job_id=job_id,
+                        attempt=attempt,
+                        kind=kind,
+                        gpus_json=json.dumps(gpus),
+                        cell=cell,
+                        plan_json=plan_json,
+                        estimate_iter_s=estimate_iter_s,
+                        started_at=time.time(),
+                        from_step=from_step,
+                    )
+                ).inserted_primary_key[0]
+            )
+
+    def close_allocation(
+        self, job_id: int, reason: str, to_step: int | None, measured_iter_s: float | None = None
+    ) -> None:
+        """End the job's open allocation (if any)."""
+        with self._write() as conn:
+            conn.execute(
+                update(allocations)
+                .where(allocations.c.job_id == job_id, allocations.c.ended_at.is_(None))
+                .values(
+                    ended_at=time.time(), end_reason=reason, to_step=to_step, measured_iter_s=measured_iter_s
+                )
+            )
+
+    def allocations(self, job_id: int | None = None) -> list[dict[str, Any]]:
+        q = select(allocations)
+        if job_id is not None:
+            q = q.where(allocations.c.job_id == job_id)
+        with self._read() as conn:
+            rows = conn.execute(q.order_by(allocations.c.id)).all()
+        out = []
+        for r in rows:
+            d = dict(r._mapping)
+            d["gpus"] = json.loads(d.pop("gpus_json"))
+            d["plan"] = json.loads(d.pop("plan_json"))
+            out.append(d)
+        return out
+
+
+def _create_v1(conn: Connection) -> None:
+    metadata.create_all(conn, tables=[jobs, allocations, telemetry, logs])
+
+
+MIGRATIONS = {1: _create_v1}
