@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.scheduler.policies.sia import normalize_goodput, realloc_factor, sia_ilp
 from tessera.scheduler.policy import get_policy
@@ -97,3 +101,41 @@ def test_policy_decides_with_dp_only_data():
     ctx = make_context([(A100, 1), (V100, 1)], kn, pending=[job(1, gpus=1)])
     get_policy("sia", max_scale=1).schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((V100, 1),)
+
+
+def _cost(G, y, p=-0.5, lam=1.1):
+    Gn = normalize_goodput(G)
+    A = np.where(Gn > 0, np.power(np.where(Gn > 0, Gn, 1.0), p), 0.0)
+    return float((y * np.where(Gn > 0, A - lam, 0.0)).sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 3.0, 3.9, 5.0]), min_size=4, max_size=4),
+                  min_size=1, max_size=3),
+    cap=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+)  # fmt: skip
+def test_ilp_matches_brute_force_within_the_gap(rows, cap):
+    # configurations: (type 0, 1 GPU), (type 0, 2), (type 1, 1), (type 1, 2); one job per group
+    G = np.array(rows)
+    ctype, cgpus = [0, 0, 1, 1], [1, 2, 1, 2]
+    y = sia_ilp(G, ctype, cgpus, cap)
+    used = [sum(y[g, c] * cgpus[c] for g in range(len(G)) for c in range(4) if ctype[c] == k) for k in (0, 1)]
+    assert used[0] <= cap[0] and used[1] <= cap[1] and (y.sum(axis=1) <= 1).all()
+    assert ((y == 0) | (G > 0)).all()
+    best = 0.0
+    for choice in itertools.product(range(-1, 4), repeat=len(G)):
+        yy = np.zeros_like(y)
+        for g, c in enumerate(choice):
+            if c >= 0:
+                if G[g, c] <= 0:
+                    break
+                yy[g, c] = 1
+        else:
+            u = [
+                sum(yy[g, c] * cgpus[c] for g in range(len(G)) for c in range(4) if ctype[c] == k)
+                for k in (0, 1)
+            ]
+            if u[0] <= cap[0] and u[1] <= cap[1]:
+                best = min(best, _cost(G, yy))
+    assert _cost(G, y) <= best * (1 - 0.01) + 1e-9
