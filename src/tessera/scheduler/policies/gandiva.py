@@ -18,8 +18,8 @@ heterogeneity"):
 * **Grow-shrink with introspection** (§3.3): when no queued job can use the idle GPUs, a running job doubles
   its GPUs on its own type if its profiled (DP-only) speedup promises at least ``grow_gain``; after the
   restart, Gandiva *introspects* — if the measured speed did not rise by ``grow_gain`` it shrinks the job
-  back and never grows it again. Grown jobs shrink back to their requested size as soon as queued jobs
-  could use the GPUs.
+  back and never grows it again. When a queued job cannot be placed, grown jobs on types it fits shrink
+  back to their requested size (the most recently grown first) until it can.
 * Time-slicing (suspend/resume of oversubscribed GPUs) and GPU sharing are not modelled: the simulator gives
   each GPU to one job and charges every resume a checkpoint restart, where Gandiva relies on sub-second
   in-memory suspend; Crius characterises Gandiva by its quota and topology adjustments, which are here.
@@ -85,21 +85,19 @@ class Gandiva(Policy):
         ok = self._type_ok(ctx, job, n)
         if not ok.any():
             return None
-        if n > int(cl.capacity[ok].max()):  # multi-node: whole free nodes first (best-fit over fitting types)
-            for t in sorted({cl.types[k] for k in cl.type_index[ok]}):
-                p = ctx.place(((t, n),))
-                if p is not None:
-                    return (((t, n),), p)
-            return None
-        cand = np.flatnonzero(ok & (cl.free >= n))
-        if len(cand) == 0:
-            return None
-        a = aff[cand]
-        tier = np.where(a == n, 0, np.where(a == 0, 1, 2))
-        j = cand[
-            np.lexsort((cand, cl.free[cand], tier))[0]
-        ]  # best tier, then fullest node, then lowest index
-        return (((cl.nodes[j].gpu_type, n),), ((int(j), n),))
+        single = ok & (cl.capacity >= n)  # nodes of types on which n GPUs fit in one node
+        cand = np.flatnonzero(single & (cl.free >= n))
+        if len(cand):
+            a = aff[cand]
+            tier = np.where(a == n, 0, np.where(a == 0, 1, 2))
+            j = cand[np.lexsort((cand, cl.free[cand], tier))[0]]  # best tier, fullest node, lowest index
+            return (((cl.nodes[j].gpu_type, n),), ((int(j), n),))
+        # types whose nodes are too small for n: whole free nodes first (best-fit)
+        for t in sorted({cl.types[k] for k in cl.type_index[ok & ~single]}):
+            p = ctx.place(((t, n),))
+            if p is not None:
+                return (((t, n),), p)
+        return None
 
     # ------------------------------------------------------------------ the round
     def schedule(self, ctx: SchedulingContext) -> None:
@@ -120,43 +118,63 @@ class Gandiva(Policy):
                 self.no_grow.add(js.job_id)
                 del self.grown[js.job_id]
 
-        # 2. shrink grown jobs back when queued jobs wait
-        if ctx.pending:
-            for js in ctx.running:
-                g = self.grown.pop(js.job_id, None)
-                if g is not None:
-                    self._resize(ctx, js, g[0])
-
-        # 3. queued jobs, first come first served, affinity placement; defragment for the oldest blocked one
+        # 2. queued jobs, first come first served, affinity placement
         aff = self.affinity(ctx)
         failed: set[tuple] = set()
         blocked: list[tuple[JobState, int]] = []
         for js in ctx.pending:
             n = self.size(ctx, js.job)
-            if not n or int((ctx.cluster.free * ctx.cluster.up).sum()) < n:
-                if n:
-                    blocked.append((js, n))
+            if not n:
                 continue
             key = (js.job.config, n)
-            if key in failed:
-                blocked.append((js, n))
-                continue
-            got = self.place_affinity(ctx, js.job, n, aff)
-            if got is None:
+            if key in failed or not self._try_place(ctx, js, n, aff):
                 failed.add(key)
                 blocked.append((js, n))
-                continue
-            gpus, placement = got
-            if ctx.reserve(js.job_id, gpus, placement=placement) is not None:
-                for i, _ in placement:
-                    aff[i] = n if aff[i] in (0, n) else -1
+
+        # 3. contention: grown jobs shrink back (latest grown first) until the blocked jobs fit
+        if blocked and self.grown:
+            still: list[tuple[JobState, int]] = []
+            for js, n in blocked:
+                while not self._try_place(ctx, js, n, aff) and self._shrink_one(ctx, js.job, n):
+                    aff = self.affinity(ctx)
+                if ctx.allocation(js.job_id) is None:
+                    still.append((js, n))
+            blocked = still
+
+        # 4. migration: make room for the oldest blocked job, and restore locality
         migrations = self._defragment(ctx, blocked[:1], aff)
         migrations += self._consolidate(ctx, self.max_migrations - migrations)
         self.migrations += migrations
 
-        # 4. grow into idle GPUs when nobody is waiting for them
-        if not any(ctx.allocation(js.job_id) is None for js in ctx.pending):
+        # 5. grow into idle GPUs when nobody is waiting for them
+        if not blocked:
             self._grow(ctx)
+
+    def _try_place(self, ctx: SchedulingContext, js: JobState, n: int, aff: np.ndarray) -> bool:
+        if int((ctx.cluster.free * ctx.cluster.up).sum()) < n:
+            return False
+        got = self.place_affinity(ctx, js.job, n, aff)
+        if got is None:
+            return False
+        gpus, placement = got
+        if ctx.reserve(js.job_id, gpus, placement=placement) is None:
+            return False
+        for i, _ in placement:
+            aff[i] = n if aff[i] in (0, n) else -1
+        return True
+
+    def _shrink_one(self, ctx: SchedulingContext, job: Job, n: int) -> bool:
+        """Shrink the most recently grown job on a type ``job`` fits; False when there is none."""
+        for jid in reversed(list(self.grown)):
+            a = ctx.allocation(jid)
+            if a is None:
+                del self.grown[jid]
+                continue
+            if len(a.gpus) == 1 and ctx.fits(job, ((a.gpu_types[0], n),)):
+                size, _ = self.grown.pop(jid)
+                self._resize(ctx, ctx.jobs[jid], size)
+                return True
+        return False
 
     def _resize(self, ctx: SchedulingContext, js: JobState, n: int) -> None:
         a = ctx.allocation(js.job_id)
