@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from importlib import resources
@@ -60,6 +60,7 @@ class CellSource:
         self.cost = cost
         self.tuned_cells = tuned_cells
         self._est: dict[Config, Any] = {}
+        self.failures: list[str] = []
 
     def digest(self) -> str:
         h = hashlib.sha256()
@@ -92,7 +93,12 @@ class CellSource:
     def cell(self, config: Config, gpus: GPUs, n_stages: int) -> float:
         from tessera.planning.cells import CellShape
 
-        c = self.estimator(config).estimate(CellShape.of(gpus, n_stages))
+        try:
+            c = self.estimator(config).estimate(CellShape.of(gpus, n_stages))
+        except (AssertionError, ValueError, ZeroDivisionError) as e:
+            # a Cell the planning layer cannot lay out counts as infeasible; the failure is kept for reports
+            self.failures.append(f"{config[0]} b{config[1]} {dict(gpus)} S{n_stages}: {type(e).__name__} {e}")
+            return 0.0
         return c.samples_per_s / config[1] if c is not None and c.feasible else 0.0
 
     def dp(self, config: Config, gpu_type: str, n_gpus: int) -> float:
@@ -147,7 +153,9 @@ def _warm_one(args: tuple[ClusterSpec, Config, dict[str, int], int, bool, int]) 
     src = CellSource(cluster, tuned_cells=tuned)
     table = PerfTable(src, capacity)
     table.warm([config], max_gpus=max_gpus, mixes=mixes)
-    return config, table.export(config)
+    data = table.export(config)
+    data["failures"] = src.failures
+    return config, data
 
 
 def cell_table(
@@ -176,7 +184,9 @@ def cell_table(
         f = d / f"{c[0]}-b{c[1]}.json"
         if use_cache and f.exists():
             try:
-                table.load(c, json.loads(f.read_text()))
+                data = json.loads(f.read_text())
+                table.load(c, data)
+                src.failures.extend(data.get("failures", []))
                 if progress:
                     progress(c)
                 continue
@@ -186,25 +196,23 @@ def cell_table(
     if todo:
         jobs = [(cluster, c, capacity, max_gpus, mixes, tuned_cells) for c in todo]
         n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
-        results: Sequence[tuple[Config, dict]]
-        if n == 1:
-            results = []
-            for j in jobs:
-                results.append(_warm_one(j))  # type: ignore[attr-defined]
-                if progress:
-                    progress(j[1])
-        else:
-            with ProcessPoolExecutor(n) as pool:
-                results = []
-                for r in pool.map(_warm_one, jobs):
-                    results.append(r)  # type: ignore[attr-defined]
-                    if progress:
-                        progress(r[0])
-        for c, data in results:
+
+        def done(c: Config, data: dict) -> None:
             table.load(c, data)
-            if use_cache:
+            src.failures.extend(data.get("failures", []))
+            if use_cache:  # saved as each configuration finishes, so an interrupted warm-up keeps its work
                 d.mkdir(parents=True, exist_ok=True)
                 tmp = d / f".{c[0]}-b{c[1]}.json.tmp"
                 tmp.write_text(json.dumps(data))
                 tmp.replace(d / f"{c[0]}-b{c[1]}.json")
+            if progress:
+                progress(c)
+
+        if n == 1:
+            for j in jobs:
+                done(*_warm_one(j))
+        else:
+            with ProcessPoolExecutor(n) as pool:
+                for c, data in pool.map(_warm_one, jobs):
+                    done(c, data)
     return table

@@ -14,12 +14,13 @@ telemetry.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tessera.scheduler.knowledge import Knowledge
-from tessera.scheduler.policy import Decision, Policy, PolicyError, RoundEvents, SchedulingContext
+from tessera.scheduler.policy import ActiveJobs, Decision, Policy, PolicyError, RoundEvents, SchedulingContext
 from tessera.scheduler.state import Allocation, ClusterState, Job, JobState, JobStatus
 
 
@@ -65,7 +66,9 @@ class Scheduler:
         self.jobs: dict[int, JobState] = {}
         self.pending: dict[int, JobState] = {}
         self.running: dict[int, JobState] = {}
-        self._pending_sorted: list[JobState] | None = []
+        # pending jobs kept sorted by (arrival, id) incrementally: bursts queue thousands of jobs
+        self._pkeys: list[tuple[float, int]] = []
+        self._pvals: list[JobState] = []
         self._arrived: list[int] = []
         self._finished: list[int] = []
         self._evicted: list[int] = []
@@ -127,9 +130,14 @@ class Scheduler:
         return bool(self.pending or self.running)
 
     def pending_in_order(self) -> list[JobState]:
-        if self._pending_sorted is None:
-            self._pending_sorted = sorted(self.pending.values(), key=lambda j: (j.job.arrival_s, j.job_id))
-        return self._pending_sorted
+        return self._pvals
+
+    def _unpend(self, jid: int) -> JobState | None:
+        js = self.pending.pop(jid, None)
+        if js is not None:
+            k = bisect.bisect_left(self._pkeys, (js.job.arrival_s, jid))
+            del self._pkeys[k], self._pvals[k]
+        return js
 
     def events(self) -> RoundEvents:
         return RoundEvents(
@@ -152,6 +160,7 @@ class Scheduler:
             round_s=self.round_s,
             keep_in_node=self.keep_in_node,
             restart_estimate=self.restart_estimate,
+            jobs=ActiveJobs(self.running, self.pending),
         )
 
     def tick(self, now_s: float) -> RoundResult:
@@ -161,9 +170,9 @@ class Scheduler:
         self._clear_events()
         if not due:
             return RoundResult((), False, 0.0)
+        t0 = time.perf_counter()
         ctx = self.context(now_s)
         ctx.events = ev
-        t0 = time.perf_counter()
         decision = self.policy.schedule(ctx)
         if decision is None:
             decision = ctx.decision()
@@ -186,10 +195,14 @@ class Scheduler:
         """Every allocation names an active job, fits in memory, matches its nodes' types, and the total on
         every node is within what the node has (and the node is up)."""
         name = self.policy.name or type(self.policy).__name__
-        used = self.cluster.capacity * 0
+        # GPUs in use after the decision: what is held now, minus what changes hands, plus the new allocations
+        used = self.cluster.capacity - self.cluster.free
+        changed: list[tuple[int, Allocation]] = []
         for jid, a in d.allocations.items():
-            js = self.pending.get(jid) or self.running.get(jid)
-            if js is None:
+            js = self.running.get(jid)
+            if js is not None and js.allocation is a:
+                continue  # unchanged: valid when it was bound
+            if js is None and jid not in self.pending:
                 raise PolicyError(f"policy {name}: job {jid} is not pending or running")
             if jid in d.dropped:
                 raise PolicyError(f"policy {name}: job {jid} is both allocated and dropped")
@@ -199,13 +212,19 @@ class Scheduler:
                 if n <= 0 or not self.cluster.up[i]:
                     raise PolicyError(f"policy {name}: job {jid}: node {i} is down or given {n} GPUs")
                 used[i] += n
+            changed.append((jid, a))
+        for jid, js in self.running.items():
+            a = d.allocations.get(jid)
+            if a is not js.allocation and js.allocation is not None:
+                for i, n in js.allocation.placement:
+                    used[i] -= n
         over = used > self.cluster.capacity
         if over.any():
             i = int(over.nonzero()[0][0])
             raise PolicyError(
                 f"policy {name}: node {self.cluster.nodes[i].name} given {used[i]} GPUs of {self.cluster.capacity[i]}"
             )
-        for jid, a in d.allocations.items():
+        for jid, a in changed:
             job = self.jobs[jid].job
             if not self.knowledge.fits(job, a.gpus):
                 raise PolicyError(f"policy {name}: job {jid} ({job.model}) does not fit in {dict(a.gpus)}")
@@ -241,9 +260,8 @@ class Scheduler:
             else:
                 js.meta["_old"] = old
         for jid in d.dropped:
-            js = self.pending.pop(jid, None)
+            js = self._unpend(jid)
             if js is not None:
-                self._pending_sorted = None
                 js.status, js.finish_s, js.last_change_s = JobStatus.DROPPED, now_s, now_s
                 changes.append(Change(jid, "drop", None, None))
         # 2. take the new allocations
@@ -254,8 +272,7 @@ class Scheduler:
             old = js.meta.pop("_old", None)
             self.cluster.take(a.placement)
             if js.status is JobStatus.PENDING:
-                del self.pending[jid]
-                self._pending_sorted = None
+                self._unpend(jid)
             self._fold(js, now_s)
             js.status, js.allocation, js.last_change_s = JobStatus.RUNNING, a, now_s
             self.running[jid] = js
@@ -275,7 +292,10 @@ class Scheduler:
     def _to_pending(self, js: JobState) -> None:
         js.status = JobStatus.PENDING
         self.pending[js.job_id] = js
-        self._pending_sorted = None
+        key = (js.job.arrival_s, js.job_id)
+        k = bisect.bisect_left(self._pkeys, key)
+        self._pkeys.insert(k, key)
+        self._pvals.insert(k, js)
 
     @staticmethod
     def _fold(js: JobState, now_s: float) -> None:

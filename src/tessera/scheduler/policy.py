@@ -47,7 +47,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,6 +90,24 @@ class RoundEvents:
         return bool(self.arrived or self.finished or self.evicted or self.nodes_failed or self.nodes_repaired)
 
 
+class ActiveJobs(Mapping[int, JobState]):
+    """Running and pending jobs by id, as one read-only mapping (no copy per round)."""
+
+    def __init__(self, running: Mapping[int, JobState], pending: Mapping[int, JobState]) -> None:
+        self._r, self._p = running, pending
+
+    def __getitem__(self, jid: int) -> JobState:
+        js = self._r.get(jid)
+        return js if js is not None else self._p[jid]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._r
+        yield from self._p
+
+    def __len__(self) -> int:
+        return len(self._r) + len(self._p)
+
+
 class SchedulingContext:
     """One round's view for a policy, and its virtual allocation.
 
@@ -110,12 +128,15 @@ class SchedulingContext:
         round_s: float = 300.0,
         keep_in_node: bool = True,
         restart_estimate: Callable[[Job], float] | None = None,
+        jobs: Mapping[int, JobState] | None = None,
     ) -> None:
         self.now_s, self.round_s = now_s, round_s
         self._restart_estimate = restart_estimate
         self.knowledge = knowledge
         self.pending, self.running = list(pending), list(running)
-        self.jobs: dict[int, JobState] = {js.job_id: js for js in (*self.running, *self.pending)}
+        self.jobs: Mapping[int, JobState] = (
+            jobs if jobs is not None else {js.job_id: js for js in (*self.running, *self.pending)}
+        )
         self.events = events
         self.keep_in_node = keep_in_node
         self.cluster = cluster.copy()

@@ -38,12 +38,28 @@ from tessera.scheduler.policy import Policy, SchedulingContext, register
 from tessera.scheduler.state import Allocation, GPUs, Job, JobState
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One allowed Cell of a job, flattened for the hot loops."""
+
+    norm: float  # estimated rate ÷ the job's estimated rate on its request
+    rate: float
+    gpus: GPUs
+    n_stages: int | None
+    n_gpus: int
+    mix: bool
+
+
 @dataclass
 class _JobInfo:
-    cells: list[CellOption]  # allowed Cells, fastest first
-    ref: float  # estimated rate on the requested GPUs (normalization)
-    by_gpus: dict[GPUs, CellOption]
-    min_cells: list[CellOption]  # per type, the Cell with the fewest GPUs
+    cells: list[_Cell]  # allowed Cells, fastest first
+    ref: float  # estimated rate on the requested GPUs (the normalization)
+    by_gpus: dict[GPUs, _Cell]
+    min_cells: list[_Cell]  # per single type, the Cell with the fewest GPUs (fewest first)
+
+
+# a way to free GPUs of one type: (loss per freed GPU, GPUs freed, job id, its new GPUs, new type, new count)
+_Donor = tuple[float, int, int, GPUs, str, int]
 
 
 @register("tessera")
@@ -63,6 +79,8 @@ class Tessera(Policy):
         opportunistic: bool = True,
         deadline_aware: bool = False,
         upgrades_per_round: int | None = None,
+        upgrade_candidates: int = 64,
+        opportunistic_attempts: int = 8,
         min_gain: float = 0.02,
     ) -> None:
         if depth < 0:
@@ -74,18 +92,28 @@ class Tessera(Policy):
         self.opportunistic = opportunistic
         self.deadline_aware = deadline_aware
         self.upgrades_per_round = 2 * depth if upgrades_per_round is None else upgrades_per_round
+        self.upgrade_candidates = upgrade_candidates
+        self.opportunistic_attempts = opportunistic_attempts
         self.min_gain = min_gain
         self._info: dict[int, _JobInfo] = {}
-        self._version = 0  # bumped whenever the virtual allocation changes (memo key)
-        self._donors: tuple[int, dict] | None = None
+        self._shared: dict[tuple, _JobInfo] = {}
+        self._touched: set[int] = set()  # jobs whose allocation changed this round (rescaled at most once)
+        self._donors: dict[str, list[_Donor]] | None = None
 
     def reset(self) -> None:
         self._info.clear()
+        self._shared.clear()
 
     # ------------------------------------------------------------------ Cells of a job
     def info(self, ctx: SchedulingContext, job: Job) -> _JobInfo:
         inf = self._info.get(job.job_id)
         if inf is not None:
+            return inf
+        # jobs of one configuration and request share their Cells (a trace has thousands of each)
+        key = (job.config, job.requested_gpus, job.requested_type)
+        inf = self._shared.get(key)
+        if inf is not None:
+            self._info[job.job_id] = inf
             return inf
         kn = ctx.knowledge
         types = list(kn.gpu_types)
@@ -97,50 +125,44 @@ class Tessera(Policy):
             for t in types:
                 n = kn.base_count(job, t)
                 counts[t] = [n] if n else []
-        cells = kn.cells(job, gpu_types=types, counts=counts, mixes=self.mixes)
+        opts: list[CellOption] = kn.cells(job, gpu_types=types, counts=counts, mixes=self.mixes)
         req = job.requested
         ref = kn.cell_rate(job, req) if req is not None else 0.0
-        if ref <= 0:
-            base = [c for c in cells if c.n_gpus == kn.base_count(job, c.gpus[0][0]) and not c.is_mix]
-            ref = max((c.rate_iters_per_s for c in base), default=0.0) or max(
-                (c.rate_iters_per_s for c in cells), default=1.0
-            )
-        min_cells: dict[str, CellOption] = {}
+        if ref <= 0:  # no request (or it does not fit): the fastest Cell at the base count
+            base = [c for c in opts if not c.is_mix and c.n_gpus == kn.base_count(job, c.gpus[0][0])]
+            ref = max((c.rate_iters_per_s for c in base or opts), default=1.0)
+        cells = [
+            _Cell(c.rate_iters_per_s / ref, c.rate_iters_per_s, c.gpus, c.n_stages, c.n_gpus, c.is_mix)
+            for c in opts
+        ]
+        mins: dict[str, _Cell] = {}
         for c in cells:
-            if c.is_mix:
-                continue
-            t = c.gpus[0][0]
-            if t not in min_cells or (c.n_gpus, -c.rate_iters_per_s) < (
-                min_cells[t].n_gpus,
-                -min_cells[t].rate_iters_per_s,
-            ):
-                min_cells[t] = c
-        inf = _JobInfo(
-            cells, ref, {c.gpus: c for c in cells}, sorted(min_cells.values(), key=lambda c: c.n_gpus)
-        )
-        self._info[job.job_id] = inf
+            if not c.mix:
+                t = c.gpus[0][0]
+                if t not in mins or (c.n_gpus, -c.rate) < (mins[t].n_gpus, -mins[t].rate):
+                    mins[t] = c
+        inf = _JobInfo(cells, ref, {c.gpus: c for c in cells}, sorted(mins.values(), key=lambda c: c.n_gpus))
+        self._info[job.job_id] = self._shared[key] = inf
         return inf
 
     def norm(self, ctx: SchedulingContext, job: Job, gpus: GPUs) -> float:
         inf = self.info(ctx, job)
         c = inf.by_gpus.get(gpus)
-        r = c.rate_iters_per_s if c is not None else ctx.knowledge.cell_rate(job, gpus)
-        return r / inf.ref
+        return c.norm if c is not None else ctx.knowledge.cell_rate(job, gpus) / inf.ref
 
-    def penalty(self, ctx: SchedulingContext, js: JobState, new_norm: float) -> float:
-        """A rescale's restart in throughput terms: over the job's remaining time on the new Cell (T), a restart
-        of c seconds leaves an average of new × T / (c + T) — the penalty is the difference."""
-        if new_norm <= 0:
-            return 0.0
-        rate = new_norm * self.info(ctx, js.job).ref
-        T = js.remaining_at(ctx.now_s) / rate
+    def penalty(self, ctx: SchedulingContext, js: JobState, new: _Cell) -> float:
+        """A rescale's restart in throughput terms: over the job's remaining time on the new Cell (T), a
+        restart of c seconds leaves an average of new × T / (c + T); the penalty is the difference."""
+        T = js.remaining_at(ctx.now_s) / new.rate
         c = ctx.restart_s(js.job)
-        return new_norm * c / (c + T) if c + T > 0 else 0.0
+        return new.norm * c / (c + T) if c + T > 0 else 0.0
 
     # ------------------------------------------------------------------ the round
     def schedule(self, ctx: SchedulingContext) -> None:
         for jid in ctx.events.finished:
             self._info.pop(jid, None)
+        self._touched = set()
+        self._donors = None
         if self.deadline_aware:
             self._drop_hopeless(ctx)
         dropped = ctx.dropped
@@ -148,35 +170,36 @@ class Tessera(Policy):
         if self.deadline_aware:
             pending.sort(key=lambda js: (js.job.deadline_s if js.job.deadline_s is not None else math.inf,
                                          js.job.arrival_s, js.job_id))  # fmt: skip
-        failed: dict[tuple, int] = {}  # (config, requested) of jobs that found no choice, at state version
-        self._version += 1
+        # (config, request) of jobs that found no choice, at the state version they failed at: a burst of
+        # identical jobs is tried once while nothing changes
+        failed: dict[tuple, int] = {}
+        version = 0
         queue = list(pending)
         k = 0
-        opportunistic_done = 0
+        attempts = 0
         while k < len(queue):
             js = queue[k]
             k += 1
             if ctx.allocation(js.job_id) is not None:
                 continue
             key = (js.job.config, js.job.requested)
-            if failed.get(key) == self._version:
-                placed = False
-            else:
+            placed = False
+            if failed.get(key) != version:
                 placed = self.cell_based_sched(ctx, js)
                 if placed:
-                    self._version += 1
+                    version += 1
                 else:
-                    failed[key] = self._version
+                    failed[key] = version
             if (
                 not placed
                 and self.opportunistic
-                and opportunistic_done < 2
+                and attempts < self.opportunistic_attempts
                 and js.job.arrival_s < ctx.now_s - ctx.round_s
             ):
+                attempts += 1
                 freed = self.opportunistic_start(ctx, js)
                 if freed is not None:
-                    opportunistic_done += 1
-                    self._version += 1
+                    version += 1
                     queue.extend(freed)  # the suspended jobs queue again behind it
         self.extra_scheduling(ctx)
 
@@ -186,12 +209,11 @@ class Tessera(Policy):
             if d is None:
                 continue
             inf = self.info(ctx, js.job)
-            best = max((c.rate_iters_per_s for c in inf.cells), default=0.0)
+            best = inf.cells[0].rate if inf.cells else 0.0
             if best <= 0:
                 ctx.drop(js.job_id)
                 continue
-            held = ctx.allocation(js.job_id)
-            start_cost = 0.0 if held is not None else ctx.restart_s(js.job)
+            start_cost = 0.0 if ctx.allocation(js.job_id) is not None else ctx.restart_s(js.job)
             if ctx.now_s + start_cost + js.remaining_at(ctx.now_s) / best > d:
                 ctx.drop(js.job_id)
 
@@ -203,135 +225,125 @@ class Tessera(Policy):
             return False
         free = ctx.free_by_type()
         # direct choices: the first Cell (fastest first) that fits the free GPUs now
-        best_direct: CellOption | None = None
+        direct: _Cell | None = None
         for c in inf.cells:
             if all(free.get(t, 0) >= n for t, n in c.gpus) and ctx.place(c.gpus) is not None:
-                best_direct = c
+                direct = c
                 break
-        g_direct = best_direct.rate_iters_per_s / inf.ref if best_direct is not None else 0.0
+        g_direct = direct.norm if direct is not None else 0.0
         # scaling choices: Cells better than the direct one, made room for by rescaling ≤ depth jobs
-        best_scaled: tuple[float, CellOption, list[tuple[JobState, GPUs | None]]] | None = None
+        best: tuple[float, _Cell, list[_Donor]] | None = None
         if self.depth > 0:
-            donors = None
             for c in inf.cells:
-                g = c.rate_iters_per_s / inf.ref
-                if g <= g_direct + self.min_gain:
+                if c.norm <= g_direct + self.min_gain:
                     break
-                if donors is None:
-                    if self._donors is None or self._donors[0] != self._version:
-                        self._donors = (self._version, self._donor_options(ctx))
-                    donors = self._donors[1]
-                plan = self._room_for(ctx, c, free, donors)
+                if c.mix:
+                    continue  # mixes are taken only when free; donors free one type at a time
+                plan = self._room_for(ctx, c, free)
                 if plan is None:
                     continue
                 loss, moves = plan
-                net = g - loss
-                if (
-                    net > g_direct + self.min_gain
-                    and net > 0
-                    and (best_scaled is None or net > best_scaled[0])
-                ):
-                    best_scaled = (net, c, moves)
-        if best_scaled is not None:
-            _, c, moves = best_scaled
-            if self._apply_moves(ctx, js, c, moves):
-                return True
-        if best_direct is not None:
-            return ctx.reserve(js.job_id, best_direct.gpus, best_direct.n_stages) is not None
+                net = c.norm - loss
+                if net > g_direct + self.min_gain and net > 0 and (best is None or net > best[0]):
+                    best = (net, c, moves)
+        if best is not None and self._apply_moves(ctx, js, best[1], best[2]):
+            return True
+        if direct is not None:
+            ok = ctx.reserve(js.job_id, direct.gpus, direct.n_stages) is not None
+            if ok:
+                self._touched.add(js.job_id)
+            return ok
         return False
 
-    def _donor_options(
-        self, ctx: SchedulingContext
-    ) -> dict[str, list[tuple[float, int, JobState, GPUs | None]]]:
-        """Per GPU type, ways to free GPUs of that type from running jobs: (loss per freed GPU, GPUs freed,
-        the job, its new GPUs) — shrink to half the count (adaptivity) or move to another type (heterogeneity)."""
-        out: dict[str, list[tuple[float, int, JobState, GPUs | None]]] = {}
-        free = ctx.free_by_type()
+    def _build_donors(self, ctx: SchedulingContext) -> dict[str, list[_Donor]]:
+        """Per GPU type, ways to free its GPUs from running jobs, cheapest loss per GPU first: shrink to half
+        the count (adaptivity scaling) or move to another type (heterogeneity scaling; whether the target has
+        room is checked when used)."""
+        out: dict[str, list[_Donor]] = {}
         for jid, a in ctx.allocations.items():
-            if len(a.gpus) != 1:
+            if len(a.gpus) != 1 or jid in self._touched:
                 continue
             js = ctx.jobs[jid]
             t, n = a.gpus[0]
             inf = self.info(ctx, js.job)
-            cur = self.norm(ctx, js.job, a.gpus)
+            cur = inf.by_gpus[a.gpus].norm if a.gpus in inf.by_gpus else self.norm(ctx, js.job, a.gpus)
             if self.count_scaling and n >= 2:
                 half = ((t, n // 2),)
                 c = inf.by_gpus.get(half)
                 if c is not None:
-                    new = c.rate_iters_per_s / inf.ref
-                    loss = cur - new + self.penalty(ctx, js, new)
-                    out.setdefault(t, []).append((loss / (n - n // 2), n - n // 2, js, half))
+                    loss = cur - c.norm + self.penalty(ctx, js, c)
+                    out.setdefault(t, []).append((loss / (n - n // 2), n - n // 2, jid, half, t, n // 2))
             if self.type_scaling:
+                seen: set[str] = set()
                 for c in inf.cells:
-                    if c.is_mix or c.gpus[0][0] == t:
+                    if c.mix or c.gpus[0][0] == t or c.gpus[0][0] in seen:
                         continue
                     u, m = c.gpus[0]
-                    if free.get(u, 0) >= m:
-                        new = c.rate_iters_per_s / inf.ref
-                        loss = cur - new + self.penalty(ctx, js, new)
-                        out.setdefault(t, []).append((loss / n, n, js, c.gpus))
-                        break  # fastest first: the best move of this job
+                    seen.add(u)
+                    loss = cur - c.norm + self.penalty(ctx, js, c)
+                    out.setdefault(t, []).append((loss / n, n, jid, c.gpus, u, m))
         for lst in out.values():
-            lst.sort(key=lambda x: (x[0], x[2].job_id))
+            lst.sort(key=lambda x: (x[0], x[2]))
         return out
 
     def _room_for(
-        self,
-        ctx: SchedulingContext,
-        c: CellOption,
-        free: dict[str, int],
-        donors: dict[str, list[tuple[float, int, JobState, GPUs | None]]],
-    ) -> tuple[float, list[tuple[JobState, GPUs | None]]] | None:
+        self, ctx: SchedulingContext, c: _Cell, free: dict[str, int]
+    ) -> tuple[float, list[_Donor]] | None:
         """Cheapest donors (≤ depth jobs) that free enough GPUs for Cell ``c`` (counts only; placement is
         checked when applied)."""
-        moves: list[tuple[JobState, GPUs | None]] = []
+        if self._donors is None:
+            self._donors = self._build_donors(ctx)
+        moves: list[_Donor] = []
         used: set[int] = set()
+        room = dict(free)
+        cell_types = {t for t, _ in c.gpus}
         loss = 0.0
         for t, n in c.gpus:
-            need = n - free.get(t, 0)
-            for per_gpu, k, js, new in donors.get(t, ()):
+            need = n - room.get(t, 0)
+            for d in self._donors.get(t, ()):
                 if need <= 0:
                     break
-                if js.job_id in used:
+                per_gpu, k, jid, _, u, m = d
+                if jid in used or jid in self._touched:
                     continue
+                if u != t and (u in cell_types or room.get(u, 0) < m):
+                    continue  # a move needs room on its new type, and not GPUs this Cell needs
                 if len(moves) >= self.depth:
                     return None
-                # a move to another type must not eat GPUs this Cell needs
-                if new is not None and new[0][0] != t and new[0][0] in dict(c.gpus):
-                    continue
-                moves.append((js, new))
-                used.add(js.job_id)
+                moves.append(d)
+                used.add(jid)
                 loss += per_gpu * k
                 need -= k
+                if u != t:
+                    room[u] = room.get(u, 0) - m
             if need > 0:
                 return None
         return loss, moves
 
-    def _apply_moves(
-        self, ctx: SchedulingContext, js: JobState, c: CellOption, moves: list[tuple[JobState, GPUs | None]]
-    ) -> bool:
+    def _apply_moves(self, ctx: SchedulingContext, js: JobState, c: _Cell, moves: list[_Donor]) -> bool:
         """Rescale the donors, then place the job; roll everything back when placement fails."""
         before: list[tuple[int, Allocation]] = []
-        for d, _ in moves:
-            a = ctx.allocation(d.job_id)
-            assert a is not None
-            before.append((d.job_id, a))
-            ctx.release(d.job_id)
+        for d in moves:
+            a = ctx.allocation(d[2])
+            if a is None:
+                return False
+            before.append((d[2], a))
+            ctx.release(d[2])
         ok = ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None
         if ok:
-            for d, new in moves:
-                if (
-                    new is None
-                    or ctx.reserve(d.job_id, new, self.info(ctx, d.job).by_gpus[new].n_stages) is None
-                ):
+            for d in moves:
+                jid, new = d[2], d[3]
+                cell = self.info(ctx, ctx.jobs[jid].job).by_gpus[new]
+                if ctx.reserve(jid, new, cell.n_stages) is None:
                     ok = False
                     break
         if ok:
+            self._touched.add(js.job_id)
+            self._touched.update(d[2] for d in moves)
             return True
-        # roll back
         ctx.release(js.job_id)
-        for d, _ in moves:
-            ctx.release(d.job_id)
+        for d in moves:
+            ctx.release(d[2])
         for jid, a in before:
             ctx.reserve(jid, a.gpus, a.n_stages, placement=a.placement)
         return False
@@ -342,31 +354,31 @@ class Tessera(Policy):
         Cell on some type. Returns the suspended jobs, or None."""
         inf = self.info(ctx, js.job)
         free = ctx.free_by_type()
+        arrival = js.job.arrival_s
         for c in inf.min_cells:
             t, n = c.gpus[0]
             later = [
-                ctx.jobs[jid]
+                (ctx.jobs[jid], a)
                 for jid, a in ctx.allocations.items()
-                if t in a.gpu_types and ctx.jobs[jid].job.arrival_s > js.job.arrival_s
+                if ctx.jobs[jid].job.arrival_s > arrival and t in dict(a.gpus)
             ]
-            held = sum(dict(ctx.allocation(o.job_id).gpus).get(t, 0) for o in later)  # type: ignore[union-attr]
-            if free.get(t, 0) + held < n:
+            if free.get(t, 0) + sum(dict(a.gpus)[t] for _, a in later) < n:
                 continue
-            later.sort(key=lambda o: (-o.job.arrival_s, -o.job_id))  # latest first
+            later.sort(key=lambda oa: (-oa[0].job.arrival_s, -oa[0].job_id))  # latest first
             released: list[tuple[JobState, Allocation]] = []
-            for o in later:
+            for o, a in later:
                 if ctx.place(c.gpus) is not None:
                     break
-                a = ctx.allocation(o.job_id)
-                assert a is not None
                 released.append((o, a))
                 ctx.release(o.job_id)
             if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
-                # give back what was suspended but not needed
+                self._touched.add(js.job_id)
                 out = []
-                for o, a in released:
+                for o, a in released:  # give back what was suspended but not needed
                     if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
                         out.append(o)
+                        self._touched.add(o.job_id)
+                self._donors = None
                 return out
             for o, a in released:
                 ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement)
@@ -374,45 +386,52 @@ class Tessera(Policy):
 
     # ------------------------------------------------------------------ extra scheduling (scale up)
     def extra_scheduling(self, ctx: SchedulingContext) -> None:
-        """Give idle GPUs to running jobs: a larger Cell or a faster type, best gain per extra GPU first."""
+        """Give idle GPUs to running jobs: a larger Cell or a faster type, best gain per extra GPU first,
+        among the jobs with the most time left (where a restart pays off best)."""
         if self.upgrades_per_round <= 0:
             return
-        done = 0
-        tried: set[int] = set()
-        while done < self.upgrades_per_round:
-            free = ctx.free_by_type()
-            if sum(free.values()) == 0:
-                return
-            best: tuple[float, int, GPUs, int | None] | None = None
-            for jid, a in ctx.allocations.items():
-                if jid in tried:
+        free = ctx.free_by_type()
+        if sum(free.values()) == 0:
+            return
+        now = ctx.now_s
+        held = [(jid, a) for jid, a in ctx.allocations.items() if jid not in self._touched]
+        kn = ctx.knowledge
+
+        def time_left(item: tuple[int, Allocation]) -> float:
+            js = ctx.jobs[item[0]]
+            r = js.rate_iters_per_s or kn.cell_rate(js.job, item[1].gpus) or 1.0
+            return js.remaining_at(now) / r
+
+        held.sort(key=lambda x: (-time_left(x), x[0]))
+        cands: list[tuple[float, int, _Cell]] = []
+        for jid, a in held[: self.upgrade_candidates]:
+            js = ctx.jobs[jid]
+            inf = self.info(ctx, js.job)
+            cur = self.norm(ctx, js.job, a.gpus)
+            have = dict(a.gpus)
+            for c in inf.cells:
+                if c.norm <= cur * (1 + self.min_gain):
+                    break  # fastest first: nothing further is faster
+                if not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
                     continue
-                js = ctx.jobs[jid]
-                inf = self.info(ctx, js.job)
-                cur = self.norm(ctx, js.job, a.gpus)
-                have = dict(a.gpus)
-                for c in inf.cells:
-                    new = c.rate_iters_per_s / inf.ref
-                    if new <= cur * (1 + self.min_gain):
-                        break  # fastest first: nothing further is faster
-                    if not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
-                        continue
-                    gain = new - cur - self.penalty(ctx, js, new)
-                    if gain <= self.min_gain * max(cur, 1e-9):
-                        continue
-                    extra = max(1, c.n_gpus - a.n_gpus)
-                    score = gain / extra
-                    if best is None or score > best[0]:
-                        best = (score, jid, c.gpus, c.n_stages)
-                    break  # the first (fastest) reachable Cell of this job
-            if best is None:
-                return
-            _, jid, gpus, stages = best
-            tried.add(jid)
+                gain = c.norm - cur - self.penalty(ctx, js, c)
+                if gain > self.min_gain * max(cur, 1e-9):
+                    cands.append((gain / max(1, c.n_gpus - a.n_gpus), jid, c))
+                break  # the fastest reachable Cell of this job
+        cands.sort(key=lambda x: (-x[0], x[1]))
+        done = 0
+        for _, jid, c in cands:
+            if done >= self.upgrades_per_round:
+                break
             old = ctx.allocation(jid)
             assert old is not None
+            have = dict(old.gpus)
+            free = ctx.free_by_type()
+            if not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
+                continue
             ctx.release(jid)
-            if ctx.reserve(jid, gpus, stages) is None:
+            if ctx.reserve(jid, c.gpus, c.n_stages) is None:
                 ctx.reserve(jid, old.gpus, old.n_stages, placement=old.placement)
                 continue
+            self._touched.add(jid)
             done += 1

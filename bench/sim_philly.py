@@ -1,0 +1,105 @@
+"""Benchmark: the dense two-week Philly window on crius-sim-1280 under every policy (Crius §8.4).
+
+    python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4] [--workers 2]
+
+Writes bench/results/sim_philly.json (per policy under ``policies.<name>``: avg_jct_s, avg_queue_s,
+avg_throughput, peak_throughput, finished, restarts_per_job, decision_ms_p99, sim_wall_s, and more) and the
+plots bench/results/sim_philly_*.png. Targets: sim_wall_s <= 120 for every policy; tessera decision_ms_p99
+<= 200; tessera has the lowest avg_jct_s and >= 1.3x the best baseline's avg_throughput. The rate table is
+estimated once (minutes) and cached under $TESSERA_HOME/sim; its time is reported apart (table_build_s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, run_study
+
+KEYS = ("avg_jct_s", "avg_queue_s", "avg_throughput", "peak_throughput", "finished", "restarts_per_job",
+        "decision_ms_p99", "sim_wall_s")  # fmt: skip
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policies", default="all")
+    ap.add_argument("--depth-sweep", default="1,2,3,4")
+    ap.add_argument("--start", default="2017-10-09")
+    ap.add_argument("--end", default="2017-10-23")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
+    out = Path(args.out)
+    work = out / "sim_philly_report"
+    t0 = time.perf_counter()
+
+    def on_phase(label: str, done: float, total: float) -> None:
+        if done >= total:
+            print(f"  {label}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    study = run_study(
+        cluster="crius-sim-1280",
+        trace="philly",
+        start=args.start,
+        end=args.end,
+        policies=args.policies,
+        seed=args.seed,
+        depth_sweep=depths,
+        out_dir=work,
+        workers=args.workers,
+        on_phase=on_phase,
+    )
+    print(" | ".join(COLUMNS))
+    for row in comparison_rows(study.metrics):
+        print(" | ".join(row))
+    full = study.to_dict()
+    m = study.metrics
+    base = {n: v for n, v in m.items() if not n.startswith("tessera")}
+    targets = {}
+    if "tessera" in m:
+        best_base_tput = max((v["avg_throughput"] for v in base.values()), default=float("nan"))
+        targets = {
+            "sim_wall_s_le_120_all": all(v["sim_wall_s"] <= 120 for v in m.values()),
+            "tessera_decision_ms_p99_le_200": m["tessera"]["decision_ms_p99"] <= 200,
+            "tessera_lowest_avg_jct": all(m["tessera"]["avg_jct_s"] <= v["avg_jct_s"] for v in m.values()),
+            "tessera_throughput_vs_best_baseline": m["tessera"]["avg_throughput"] / best_base_tput,
+            "tessera_throughput_ge_1_3x_best_baseline": m["tessera"]["avg_throughput"]
+            >= 1.3 * best_base_tput,
+        }
+    payload = {
+        "benchmark": "sim_philly",
+        "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "cluster": study.cluster,
+        "window": [args.start, args.end],
+        "jobs": study.n_jobs,
+        "demand_gpu_hours": study.demand_gpu_hours,
+        "table_build_s": study.table_s,
+        "policies": {
+            n: {k: v[k] for k in KEYS} | {k: v[k] for k in v if k not in KEYS} for n, v in m.items()
+        },
+        "ratios": full["ratios"],
+        "depth_sweep": full["depth_sweep"],
+        "targets": targets,
+        "total_wall_s": time.perf_counter() - t0,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sim_philly.json").write_text(json.dumps(clean_nan(payload), indent=1))
+    for f in work.glob("*.png"):
+        shutil.copy(f, out / f"sim_philly_{f.name}")
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(clean_nan(targets), indent=1))
+    print(f"wrote {out / 'sim_philly.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

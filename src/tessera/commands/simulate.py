@@ -1,0 +1,120 @@
+"""`tessera simulate`: replay a job trace on a simulated cluster under every policy; table, JSON and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def simulate(
+    cluster: str = typer.Option("crius-sim-1280", "--cluster", help="cluster preset or YAML file"),
+    trace: str = typer.Option("philly", "--trace", help="philly | csv (with --trace-file)"),
+    trace_file: str | None = typer.Option(None, "--trace-file", help="trace CSV (default: the Philly trace)"),
+    start: str | None = typer.Option(None, "--start", help="window start: YYYY-MM-DD[ HH:MM:SS] or seconds"),
+    end: str | None = typer.Option(None, "--end", help="window end (exclusive)"),
+    policies: str = typer.Option("all", "--policies", help="comma list of policies, or all"),
+    seed: int = typer.Option(0, "--seed", help="seeds model assignment, noise and failures"),
+    round_s: float = typer.Option(300.0, "--round", help="seconds between scheduling rounds"),
+    noise: float = typer.Option(0.0, "--noise", help="lognormal σ of true speed around the estimate"),
+    mtbf_h: float | None = typer.Option(None, "--mtbf", help="mean hours between failures per node (off)"),
+    deadlines: bool = typer.Option(False, "--deadlines", help="give jobs ElasticFlow deadlines"),
+    depth_sweep: str | None = typer.Option(None, "--depth-sweep", help="tessera search depths, e.g. 1,2,3,4"),
+    submit_col: str = typer.Option("submit_time_s", "--submit-col", help="CSV column: submit time"),
+    duration_col: str = typer.Option("duration_s", "--duration-col", help="CSV column: duration (s)"),
+    gpus_col: str = typer.Option("num_gpus", "--gpus-col", help="CSV column: GPU count"),
+    id_col: str | None = typer.Option(None, "--id-col", help="CSV column: job id"),
+    out: str | None = typer.Option(
+        None, "--out", help="report directory (default runs/sim/<trace>-<cluster>)"
+    ),
+    no_plots: bool = typer.Option(False, "--no-plots", help="skip the PNG plots"),
+    workers: int | None = typer.Option(None, "--workers", help="processes estimating the rate table"),
+    as_json: bool = typer.Option(False, "--json", help="print the study as JSON instead of the table"),
+) -> None:
+    """Replay a trace under every policy: comparison table, study.json and PNG plots."""
+    from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, resolve_policies, run_study
+    from tessera.sim.simulator import SimConfig
+    from tessera.sim.workload import WorkloadSpec
+
+    if round_s <= 0:
+        raise ValueError(f"--round: must be > 0, got {round_s}")
+    if noise < 0:
+        raise ValueError(f"--noise: must be >= 0, got {noise}")
+    if mtbf_h is not None and mtbf_h <= 0:
+        raise ValueError(f"--mtbf: must be > 0 hours, got {mtbf_h}")
+    depths: list[int] = []
+    if depth_sweep:
+        try:
+            depths = [int(x) for x in depth_sweep.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--depth-sweep: {depth_sweep!r} is not a comma list of integers") from None
+        if any(d < 0 for d in depths):
+            raise ValueError("--depth-sweep: depths must be >= 0")
+    names = resolve_policies(policies)
+    out_dir = Path(out) if out else Path("runs") / "sim" / f"{trace}-{Path(cluster).stem}"
+    cfg = SimConfig(
+        round_s=round_s, seed=seed, noise_sigma=noise, node_mtbf_s=mtbf_h * 3600 if mtbf_h else None
+    )
+    columns = {"submit": submit_col, "duration": duration_col, "gpus": gpus_col}
+    if id_col:
+        columns["id"] = id_col
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def on_phase(label: str, done: float, total: float) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done, total=total)
+
+        study = run_study(
+            cluster=cluster,
+            trace=trace,
+            trace_file=trace_file,
+            columns=columns,
+            start=start,
+            end=end,
+            policies=names,
+            seed=seed,
+            config=cfg,
+            workload=WorkloadSpec(seed=seed, deadlines=deadlines),
+            depth_sweep=depths,
+            out_dir=out_dir,
+            plots=not no_plots,
+            workers=workers,
+            on_phase=on_phase,
+        )
+    if as_json:
+        print(json.dumps(clean_nan(study.to_dict()), indent=1))
+        return
+    console = Console() if Console().is_terminal else Console(width=200)
+    t = Table(title=f"{study.trace} on {study.cluster}: {study.n_jobs} jobs")
+    for c in COLUMNS:
+        t.add_column(c, justify="left" if c == "policy" else "right")
+    for row in comparison_rows(study.metrics):
+        t.add_row(*row)
+    console.print(t)
+    r = study.to_dict()["ratios"]
+    if r:
+        parts = [
+            f"{n}: JCT −{v['jct_reduction']:.0%}" + (f" (Crius −{v['crius_published_jct_reduction']:.0%})"
+                                                    if "crius_published_jct_reduction" in v else "")
+            for n, v in r.items() if isinstance(v, dict) and v.get("jct_reduction") is not None
+        ]  # fmt: skip
+        console.print("tessera vs " + "; ".join(parts))
+        if "vs_best_baseline_throughput" in r:
+            console.print(
+                f"tessera avg throughput ÷ best baseline's: {r['vs_best_baseline_throughput']:.2f}×"
+            )
+    console.print(f"report: {out_dir}/study.json" + ("" if no_plots else " and PNG plots"))
