@@ -117,14 +117,15 @@ class Controller:
                 gang.start(reattach=True)
                 self.store.update(job.id, state=JobState.RUNNING, log=f"reattached to attempt {job.attempt}")
                 continue
-            self.store.close_allocation(job.id, "server restart", job.checkpoint_step)
-            ck = job.checkpoint_step
+            ck = self._disk_checkpoint(job.id)
+            self.store.close_allocation(job.id, "server restart", ck)
             where = f"checkpoint step {ck}" if ck else "the start (no checkpoint yet)"
             self.store.update(
                 job.id,
                 state=JobState.RECOVERING,
                 reason=Reason.RESOURCES,
                 allocation=None,
+                checkpoint_step=ck,
                 log=f"server restarted: relaunching from {where}",
             )
         self._dirty.set()
@@ -213,16 +214,25 @@ class Controller:
                 self.store.update(jid, reason=reason)
 
     # ------------------------------------------------------------------ gangs
-    def _run_spec(self, job: JobRecord, spec: JobSpec, attempt: int) -> dict[str, Any]:
+    def _checkpoint_dir(self, job_id: int):
+        return self.config.checkpoint_root / str(job_id) / "checkpoints"
+
+    def _disk_checkpoint(self, job_id: int) -> int | None:
+        """The step of the job's latest complete checkpoint on disk (the truth a relaunch resumes from: a
+        checkpoint may complete just before a failure is noticed, before its message reaches the service)."""
+        import json
+
         from tessera.runtime.checkpoint import resolve
 
-        ckdir = self.config.checkpoint_root / str(job.id) / "checkpoints"
-        ckdir.mkdir(parents=True, exist_ok=True)
         try:
-            resolve(ckdir)
-            resume = True
-        except FileNotFoundError:
-            resume = False
+            return int(json.loads((resolve(self._checkpoint_dir(job_id)) / "meta.json").read_text())["step"])
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return None
+
+    def _run_spec(self, job: JobRecord, spec: JobSpec, attempt: int) -> dict[str, Any]:
+        ckdir = self._checkpoint_dir(job.id)
+        ckdir.mkdir(parents=True, exist_ok=True)
+        resume = self._disk_checkpoint(job.id) is not None
         assert self.adapter is not None
         cells = self.adapter.cells_of(spec)
         every = spec.checkpoint_every_steps or max(1, spec.total_steps // 10)
@@ -246,6 +256,7 @@ class Controller:
             on_ready=lambda g, step: self._events.put(("ready", (g, step))),
             on_steps=self._on_steps,
             on_end=lambda g, outcome, err, ck: self._events.put(("end", (g, outcome, err, ck))),
+            on_checkpoint=lambda g, step: self.store.update(g.job_id, checkpoint_step=step),
         )
         return Gang(
             self.cluster, job.id, attempt, a, run, events, watchdog_s=self.config.watchdog_s,
@@ -273,8 +284,9 @@ class Controller:
             )
             return
         self.gangs[job.id] = gang
-        from_step = job.checkpoint_step or 0
+        from_step = self._disk_checkpoint(job.id) or 0
         fields: dict[str, Any] = {
+            "checkpoint_step": from_step or None,
             "state": JobState.STARTING if job.state != JobState.RECOVERING else JobState.RECOVERING,
             "reason": None,
             "attempt": attempt,
@@ -355,7 +367,8 @@ class Controller:
         )
         why = self._stopping_for.pop(jid, None)
         nxt = self._next.pop(jid, None)
-        ck = ck if ck is not None else job.checkpoint_step
+        disk = self._disk_checkpoint(jid)
+        ck = disk if disk is not None else (ck if ck is not None else job.checkpoint_step)
         if ck is not None and ck != job.checkpoint_step:
             self.store.update(jid, checkpoint_step=ck)
         assert self.adapter is not None

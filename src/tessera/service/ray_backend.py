@@ -256,9 +256,9 @@ class GangEvents:
 
     on_ready: Callable[[Gang, int], None]  # all ranks built their model; the step they start from
     on_steps: Callable[[Gang, list[dict[str, Any]]], None]  # merged StepRecords (as dicts), in step order
-    on_end: Callable[
-        [Gang, str, str | None, int | None], None
-    ]  # outcome finished|stopped|failed, error, ckpt
+    # the gang ended: outcome finished | stopped | failed | killed, the error, the last checkpoint step
+    on_end: Callable[[Gang, str, str | None, int | None], None]
+    on_checkpoint: Callable[[Gang, int], None] = lambda gang, step: None  # a complete checkpoint at this step
 
 
 class Gang:
@@ -447,6 +447,10 @@ class Gang:
                             rec = merge(pending.pop(fields["step"]), self.plan.global_batch)
                             d = _record_dict(rec)
                             records.append(d)
+                    elif (
+                        kind == "checkpoint" and r == 0
+                    ):  # rank 0 renames it into place after every rank wrote
+                        self.events.on_checkpoint(self, int(m["step"]))
                     elif kind == "error":
                         return "failed", f"rank {m['rank']}: {m['error']}", None
             if len(ready) == world and self.ready_at is None:

@@ -1,0 +1,140 @@
+"""The scheduling adapter: the shared core + ``tessera`` policy on the live cluster, Plans pinned to GPUs."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import EXAMPLES
+
+from tessera.hardware import get_cluster
+from tessera.jobs import parse_job
+from tessera.service.scheduling import JobInput, LiveCluster, LiveNode, SchedulingAdapter
+from tessera.service.states import Reason
+
+TINY = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "precision": "fp32"}
+
+
+def spec(name: str, **kw):
+    return parse_job({"name": name, "steps": 100, **TINY, **kw})
+
+
+def node_types(adapter: SchedulingAdapter) -> dict[str, str]:
+    return {n.name: n.gpu_type for n in adapter.cluster.nodes}
+
+
+def check_pinned(adapter: SchedulingAdapter, a) -> None:
+    """Every Plan device sits on a placed GPU of its own type, one device per GPU."""
+    types = node_types(adapter)
+    devs = a.plan.devices
+    assert len(devs) == a.n_gpus
+    assert {(d.node, d.local_index) for d in devs} == {(s.node, s.index) for s in a.slots}
+    for d in devs:
+        assert types[d.node] == d.gpu_type
+
+
+@pytest.fixture
+def adapter():
+    return SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), restart_cost_s=5.0)
+
+
+def test_round_places_jobs_on_their_gpu_types(adapter):
+    jobs = [JobInput(1, spec("a"), 0.0), JobInput(2, spec("b"), 1.0), JobInput(3, spec("c"), 2.0)]
+    adapter.sync(jobs, 10.0)
+    r = adapter.round(10.0)
+    assert r.policy == "tessera" and r.decided
+    started = {c.job_id: c.new for c in r.changes}
+    assert started and all(c.kind == "start" for c in r.changes)
+    used = [s for a in started.values() for s in a.slots]
+    assert len(used) == len(set(used)) <= 4  # no GPU given twice
+    for a in started.values():
+        check_pinned(adapter, a)
+    for jid in {1, 2, 3} - set(started):
+        assert r.reasons[jid] in (Reason.RESOURCES, Reason.PRIORITY)
+
+
+def test_exclude_and_max_gpus_are_honoured(adapter):
+    jobs = [
+        JobInput(1, spec("no-a100", exclude_gpu_types=["A100-40GB"]), 0.0),
+        JobInput(2, spec("one", max_gpus=1), 1.0),
+    ]
+    adapter.sync(jobs, 5.0)
+    r = adapter.round(5.0)
+    got = {c.job_id: c.new for c in r.changes}
+    assert set(got[1].gpus) == {"V100-32GB"}
+    assert got[2].n_gpus == 1
+
+
+def test_infeasible_job_says_why(adapter):
+    adapter.sync(
+        [JobInput(1, parse_job({"name": "huge", "model": "llama2-70b", "global_batch": 8, "steps": 5}), 0.0)],
+        1.0,
+    )
+    r = adapter.round(1.0)
+    assert not r.changes and r.reasons[1].startswith(Reason.INFEASIBLE)
+
+
+def test_freed_gpus_go_to_a_running_job(adapter):
+    """A finishes; the running job that started on one GPU is given more (a rescale), since its long
+    remaining work repays the restart."""
+    a = spec("short", steps=20)
+    c = spec("capped", max_gpus=1, steps=5000)
+    b = spec("long", steps=5000)
+    adapter.sync([JobInput(1, a, 0.0), JobInput(2, c, 1.0), JobInput(3, b, 2.0)], 3.0)
+    r1 = adapter.round(3.0)
+    first = {x.job_id: x.new for x in r1.changes}
+    assert first[1].n_gpus == 2 and first[2].n_gpus == 1 and first[3].n_gpus == 1
+    running = [
+        JobInput(2, c, 1.0, assignment=first[2], steps_done=100, measured_iter_s=0.05),
+        JobInput(3, b, 2.0, assignment=first[3], steps_done=100, measured_iter_s=0.05),
+        JobInput(1, a, 0.0, terminal=True),
+    ]
+    adapter.sync(running, 60.0)
+    r2 = adapter.round(60.0)
+    changed = {x.job_id: x for x in r2.changes}
+    assert 3 in changed and changed[3].kind in ("resize", "migrate")
+    assert changed[3].new.n_gpus == 2 and changed[3].old.n_gpus == 1
+    check_pinned(adapter, changed[3].new)
+    assert 1 not in changed  # a finished job is gone from the core
+
+
+def test_backoff_holds_a_failed_job(adapter):
+    s = spec("flaky")
+    adapter.sync([JobInput(1, s, 0.0, not_before=100.0)], 10.0)
+    r = adapter.round(10.0, force=True)
+    assert not r.changes and r.reasons[1] == Reason.BACKOFF
+    adapter.sync([JobInput(1, s, 0.0)], 101.0)
+    r = adapter.round(101.0, force=True)
+    assert [x.job_id for x in r.changes] == [1]
+
+
+def test_node_loss_evicts_and_restore_after_restart(adapter):
+    s = spec("x", gpu_types=["V100-32GB"], max_gpus=2, exclude_gpu_types=["A100-40GB"])
+    adapter.sync([JobInput(1, s, 0.0)], 1.0)
+    a = adapter.round(1.0).changes[0].new
+    # a new adapter (server restart) restores the job on its GPUs without asking the policy
+    fresh = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")))
+    fresh.sync([JobInput(1, s, 0.0, assignment=a)], 2.0)
+    assert fresh.assignment(1) == a and 1 in fresh.core.running
+    # its node dies: the job loses its GPUs
+    nodes = tuple(
+        LiveNode(n.name, n.gpu_type, n.n_gpus, alive=n.gpu_type != "V100-32GB") for n in fresh.cluster.nodes
+    )
+    evicted = fresh.set_cluster(LiveCluster(fresh.cluster.spec, nodes))
+    assert evicted == [1] and fresh.assignment(1) is None
+    fresh.sync([JobInput(1, s, 0.0)], 3.0)
+    r = fresh.round(3.0, force=True)
+    assert not r.changes  # no V100 is left and the job excludes the A100s
+    assert r.reasons[1] == Reason.RESOURCES or r.reasons[1].startswith(Reason.INFEASIBLE)
+
+
+def test_entrypoint_model_gets_its_annotated_plan(adapter):
+    s = parse_job({"name": "blobs", "model": "blob-classifier", "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier",
+                   "global_batch": 32, "steps": 50, "precision": "fp32"})  # fmt: skip
+    d = adapter.dry_run(s)
+    assert d.chosen is not None and d.plan is not None
+    assert all(st.tp_degree == 1 for st in d.plan.stages)  # never TP the model did not ask for
+    adapter.sync([JobInput(7, s, 0.0)], 1.0)
+    a = adapter.round(1.0).changes[0].new
+    check_pinned(adapter, a)
+    if a.n_gpus > 1 and len(a.gpus) > 1:  # a mix: faster GPUs get larger batch shares (Whale)
+        shares = a.plan.stages[0].batch_shares
+        assert shares and sum(shares) == 32
