@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -92,6 +93,9 @@ def serve(config: ServiceConfig, *, announce: Any = None) -> None:
 
     service = Service(config)
     service.start()
+    # uvicorn handles SIGINT/SIGTERM while it serves and re-raises them once it stopped; what it re-raises into
+    # must not end the process before the service stopped (Ray's own SIGTERM handler would exit at once).
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server = uvicorn.Server(
             uvicorn.Config(
@@ -103,3 +107,5 @@ def serve(config: ServiceConfig, *, announce: Any = None) -> None:
         server.run()
     finally:
         service.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
