@@ -11,7 +11,9 @@ or a fresh UUID); a retried submission hits the unique index and gets the job st
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -41,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import QueuePool
 
 from tessera.jobs import JobSpec, parse_job
 from tessera.service.states import TERMINAL, JobState, Reason
@@ -238,8 +240,14 @@ def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         if url in ("sqlite://", "sqlite:///:memory:"):
             raise StoreError("store: an in-memory SQLite database cannot be shared; give a file path")
+        # Pooled connections: closing the last connection of a WAL database checkpoints it (slow); kept open,
+        # a commit under synchronous=NORMAL costs no fsync.
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 5.0}, poolclass=NullPool
+            url,
+            connect_args={"check_same_thread": False, "timeout": 5.0},
+            poolclass=QueuePool,
+            pool_size=8,
+            max_overflow=56,
         )
 
         @event.listens_for(engine, "connect")
@@ -267,12 +275,19 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = _engine(url)
+        # SQLite has one writer at a time: threads of this process queue here instead of in SQLite's busy
+        # handler (which sleeps in growing steps); other processes still wait on busy_timeout.
+        self._write_lock = threading.Lock() if url.startswith("sqlite") else None
         self._migrate()
 
     # ------------------------------------------------------------------ plumbing
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+        with (
+            self._write_lock or contextlib.nullcontext(),
+            self.engine.connect().execution_options(immediate=True) as conn,
+            conn.begin(),
+        ):
             yield conn
 
     @contextmanager
