@@ -53,7 +53,7 @@ class BlobClassifier(nn.Module):
         return F.cross_entropy(output.float(), targets)
 
     def make_batch(self, batch_size, seq_len=1, *, device=None, generator=None):
-        centres = torch.randn(CLASSES, FEATURES, generator=torch.Generator().manual_seed(1234)) * 2.0
+        centres = torch.randn(CLASSES, FEATURES, generator=torch.Generator().manual_seed(1234))
         targets = torch.randint(0, CLASSES, (batch_size,), generator=generator)
-        points = centres[targets] + torch.randn(batch_size, FEATURES, generator=generator)
+        points = centres[targets] + 1.5 * torch.randn(batch_size, FEATURES, generator=generator)
         return points, targets

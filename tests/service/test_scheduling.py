@@ -138,3 +138,37 @@ def test_entrypoint_model_gets_its_annotated_plan(adapter):
     if a.n_gpus > 1 and len(a.gpus) > 1:  # a mix: faster GPUs get larger batch shares (Whale)
         shares = a.plan.stages[0].batch_shares
         assert shares and sum(shares) == 32
+
+
+def test_gpus_freed_and_taken_in_one_round_are_never_shared(adapter):
+    """One round moves a job off a V100 and starts a queued one there: every GPU has one holder, and the
+    adapter's GPUs agree with the core's per-node counts."""
+    blob = parse_job({"name": "blobs", "model": "blob-classifier", "global_batch": 32, "steps": 150, "precision": "fp32",
+                      "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier"})  # fmt: skip
+    specs = {
+        1: spec("short", steps=20),
+        2: spec("capped", max_gpus=1, steps=5000),
+        3: spec("long", steps=5000),
+        4: blob,
+    }
+    adapter.sync([JobInput(j, s, float(j)) for j, s in specs.items()], 5.0)
+    adapter.round(5.0)
+    held = {j: adapter.assignment(j) for j in specs}
+    assert held[4] is None  # queued: the four GPUs are taken
+    running = [JobInput(1, specs[1], 1.0, terminal=True)] + [
+        JobInput(j, specs[j], float(j), assignment=held[j], steps_done=50, measured_iter_s=0.05)
+        for j in (2, 3)
+    ] + [JobInput(4, blob, 4.0)]  # fmt: skip
+    adapter.sync(running, 60.0)
+    adapter.round(60.0)
+    now = {j: adapter.assignment(j) for j in (2, 3, 4)}
+    assert now[4] is not None
+    slots = [s for a in now.values() if a for s in a.slots]
+    assert len(slots) == len(set(slots))
+    for j, a in now.items():
+        check_pinned(adapter, a)
+        per_node = {}
+        for s in a.slots:
+            i = adapter.cluster.index_of(s.node)
+            per_node[i] = per_node.get(i, 0) + 1
+        assert tuple(sorted(per_node.items())) == adapter.core.jobs[j].allocation.placement

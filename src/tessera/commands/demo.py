@@ -27,37 +27,37 @@ from tessera.commands.jobs import duration, gpus_text, jobs_table, plan_text
 console = Console()
 if not console.is_terminal:
     console = Console(width=200)
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # a source checkout's examples folder
 
 
 def demo_jobs(data_path: str) -> list[dict[str, Any]]:
-    """The demo's jobs: what to train, never which or how many GPUs."""
-    from pathlib import Path as _P
-
-    examples = _P(__file__).resolve().parents[3] / "examples" / "blob_classifier.py"
+    """The demo's jobs: what to train, never which or how many GPUs (``max_gpus`` caps one of them, as a user
+    might). The same specs are in ``examples/demo/*.yaml``."""
     text = {"global_batch": 8, "seq_len": 64, "precision": "fp32", "learning_rate": 3e-3, "data": data_path}
     jobs = [
-        {"name": "gpt-short", "model": "gpt-tiny", "steps": 60, **text, "checkpoint_every_steps": 20},
+        {"name": "gpt-short", "model": "gpt-tiny", "steps": 40, **text, "checkpoint_every_steps": 20},
         {
-            "name": "gpt-long",
+            "name": "gpt-capped",
             "model": "gpt-tiny",
-            "steps": 360,
+            "steps": 240,
+            "max_gpus": 1,
             **text,
             "checkpoint_every_steps": 40,
-            "seed": 1,
         },
-        {"name": "llama-text", "model": "llama-tiny", "steps": 160, **text, "checkpoint_every_steps": 40},
+        {"name": "llama-long", "model": "llama-tiny", "steps": 600, **text, "checkpoint_every_steps": 100},
     ]
-    if examples.is_file():  # a user model through an entrypoint (present in a source checkout)
+    model = EXAMPLES / "blob_classifier.py"
+    if model.is_file():  # a user's own model through an entrypoint (present in a source checkout)
         jobs.append(
             {
                 "name": "blob-classifier",
                 "model": "blob-classifier",
-                "entrypoint": f"{examples}:BlobClassifier",
+                "entrypoint": f"{model}:BlobClassifier",
                 "global_batch": 32,
-                "steps": 120,
+                "steps": 150,
                 "precision": "fp32",
                 "learning_rate": 3e-3,
-                "checkpoint_every_steps": 40,
+                "checkpoint_every_steps": 50,
             }
         )
     return jobs
@@ -143,17 +143,37 @@ def demo(
 
 
 def _watch(c: Any, timeout_s: float) -> bool:
+    """A live table on a terminal; elsewhere (CI logs) one line per job whenever its state or GPUs change."""
     deadline = time.time() + timeout_s
-    with Live(console=console, refresh_per_second=2, transient=False) as live:
-        while True:
-            jobs = c.jobs()["jobs"]
-            cluster = c.cluster()
-            live.update(Group(_cluster_table(cluster), jobs_table(jobs, title="jobs (tessera list)")))
-            if jobs and all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs):
-                return all(j["state"] == "SUCCEEDED" for j in jobs)
-            if time.time() > deadline:
-                return False
-            time.sleep(1.0)
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            while True:
+                jobs, cluster = c.jobs()["jobs"], c.cluster()
+                live.update(Group(_cluster_table(cluster), jobs_table(jobs, title="jobs (tessera list)")))
+                if _ended(jobs) or time.time() > deadline:
+                    return _ended(jobs) and all(j["state"] == "SUCCEEDED" for j in jobs)
+                time.sleep(1.0)
+    seen: dict[int, tuple] = {}
+    t0 = time.time()
+    while True:
+        jobs = c.jobs()["jobs"]
+        for j in jobs:
+            key = (j["state"], j["reason"], j["cell"])
+            if seen.get(j["id"]) != key:
+                seen[j["id"]] = key
+                where = f" on {gpus_text(j['gpus'])} ({j['cell']})" if j["gpus"] else ""
+                why = f" [{j['reason']}]" if j["reason"] else ""
+                loss = f", loss {j['last_loss']:.3f}" if j["last_loss"] is not None else ""
+                console.print(f"{time.time() - t0:6.1f}s job {j['id']} {j['name']}: {j['state']}{why}{where}, "
+                              f"step {j['steps_done']}/{j['total_steps']}{loss}", highlight=False)  # fmt: skip
+        if _ended(jobs) or time.time() > deadline:
+            console.print(jobs_table(jobs, title="jobs (tessera list)"))
+            return _ended(jobs) and all(j["state"] == "SUCCEEDED" for j in jobs)
+        time.sleep(1.0)
+
+
+def _ended(jobs: list[dict[str, Any]]) -> bool:
+    return bool(jobs) and all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs)
 
 
 def _cluster_table(cluster: dict[str, Any]) -> Table:
@@ -170,7 +190,7 @@ def _cluster_table(cluster: dict[str, Any]) -> Table:
 
 def _summary(c: Any) -> None:
     t = Table(title="summary")
-    for col in ("job", "state", "GPUs (each allocation)", "plan (last)", "rescales", "restarts", "JCT", "loss",
+    for col in ("job", "state", "GPUs of each allocation", "plan (last)", "rescales", "restarts", "JCT", "loss",
                 "est iter ms", "measured iter ms"):  # fmt: skip
         t.add_column(col)
     for j in c.jobs()["jobs"]:

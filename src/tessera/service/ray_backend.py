@@ -18,6 +18,7 @@ reattaches to gangs still running on an external cluster.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -145,9 +146,16 @@ class RayCluster:
             )
             for a in args[1:]:
                 self._cluster.add_node(**a)
-            ray.init(address=self._cluster.address, namespace=NAMESPACE, log_to_driver=False)
+            ray.init(
+                address=self._cluster.address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
         else:
-            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
+            ray.init(
+                address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING
+            )
         self.refresh()
 
     def _node_args(self, name: str, gpu_type: str, n_gpus: int) -> dict[str, Any]:

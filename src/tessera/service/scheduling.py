@@ -504,6 +504,7 @@ class SchedulingAdapter:
         self._specs: dict[int, JobSpec] = {}
         self._assignments: dict[int, Assignment] = {}
         self._factors: dict[str, float] = {}  # planning key → estimated / measured iteration time
+        self._unplannable: dict[int, str] = {}  # job → why the GPUs it was given could not hold a plan
         self._build_core()
 
     # -------------------------------------------------------------- the core
@@ -675,6 +676,7 @@ class SchedulingAdapter:
             self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
+        self._unplannable.pop(jid, None)
         self._specs.pop(jid, None)
         self._assignments.pop(jid, None)
         if jid in self.core.running:
@@ -702,7 +704,11 @@ class SchedulingAdapter:
             result = self._tick(now, force)
             changes: list[Change] = []
             if result is not None:
-                for ch in result.changes:
+                moved = {ch.job_id for ch in result.changes}
+                # GPUs this round leaves where they are; jobs that held GPUs before pick theirs first
+                taken = {x for j, a in self._assignments.items() if j not in moved for x in a.slots}
+                order = sorted(result.changes, key=lambda ch: (ch.job_id not in self._assignments, ch.job_id))
+                for ch in order:
                     if ch.job_id in self.held_back and ch.old is None and ch.new is not None:
                         self.release(ch.job_id, now)  # still in backoff after a failure: not yet
                         continue
@@ -711,7 +717,14 @@ class SchedulingAdapter:
                         self._assignments.pop(ch.job_id, None)
                         changes.append(Change(ch.job_id, "preempt", old, None))
                         continue
-                    new = self._assign(ch.job_id, ch.new)
+                    try:
+                        new = self._assign(ch.job_id, ch.new, taken)
+                    except ValueError as e:  # no plan on these GPUs after all: back to the queue, say why
+                        self.release(ch.job_id, now)
+                        self._unplannable[ch.job_id] = str(e)
+                        continue
+                    taken |= set(new.slots)
+                    self._unplannable.pop(ch.job_id, None)
                     self._assignments[ch.job_id] = new
                     kind = {"rescale": "resize"}.get(ch.kind, ch.kind)
                     note = ""
@@ -747,22 +760,23 @@ class SchedulingAdapter:
         self.core.validate(decision)
         return RoundResult(tuple(self.core.bind(decision, now)), True, dt)
 
-    def _assign(self, jid: int, a: Allocation) -> Assignment:
-        """Concrete GPUs for the core's (node, count) placement — the job's own GPUs first, then the lowest free
-        indices — and the Cell's tuned Plan pinned to them."""
+    def _assign(self, jid: int, a: Allocation, held: set[Slot]) -> Assignment:
+        """Concrete GPUs for the core's (node, count) placement — the job's own GPUs first, then the lowest
+        indices not in ``held`` — and the Cell's Plan pinned to them. Raises ValueError when none fits."""
         from tessera.perf.estimate import estimate_plan
 
         spec = self._specs[jid]
         cells = self.cells_of(spec)
-        held = {s for j, x in self._assignments.items() if j != jid for s in x.slots}
         mine = self._assignments.get(jid)
         slots: list[Slot] = []
         for i, n in a.placement:
             node = self.cluster.nodes[i]
-            own = [s for s in (mine.slots if mine else ()) if s.node == node.name][:n]
+            own = [s for s in (mine.slots if mine else ()) if s.node == node.name and s not in held][:n]
             rest = [Slot(node.name, k, node.gpu_type) for k in range(node.n_gpus)]
             rest = [s for s in rest if s not in held and s not in own]
             slots += own + rest[: n - len(own)]
+        if len(slots) != a.n_gpus:
+            raise ValueError(f"job {jid}: the placement {a.placement} has no free GPUs left on its nodes")
         gpus = dict(a.gpus)
         stages = a.n_stages or cells.best_stages(gpus) or 1
         devices = None
@@ -791,6 +805,9 @@ class SchedulingAdapter:
             spec = self._specs[jid]
             if jid in self.held_back:
                 out[jid] = Reason.BACKOFF
+                continue
+            if jid in self._unplannable:
+                out[jid] = f"{Reason.RESOURCES} ({self._unplannable[jid]})"
                 continue
             try:
                 cells = self.cells_of(spec)
