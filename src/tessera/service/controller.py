@@ -236,7 +236,7 @@ class Controller:
         assert self.adapter is not None
         cells = self.adapter.cells_of(spec)
         every = spec.checkpoint_every_steps or max(1, spec.total_steps // 10)
-        backend = "gloo" if self.cluster is None or self.cluster.embedded else "nccl"
+        backend = "gloo" if self.cluster is None or self.cluster.embedded else "auto"
         run = RunSpec(
             job_id=job.id, attempt=attempt, total_steps=spec.total_steps, learning_rate=spec.learning_rate,
             seed=spec.seed, checkpoint_dir=str(ckdir.resolve()), checkpoint_every=every, resume=resume,

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -38,7 +38,7 @@ class RunSpec:
     checkpoint_dir: str
     checkpoint_every: int
     resume: bool
-    backend: str  # gloo | nccl
+    backend: str  # gloo | nccl | auto (nccl where the actor sees a CUDA GPU, else gloo)
     pg_timeout_s: float
     model_factory: Any = None  # None: the zoo model the Plan names
     data_path: str | None = None
@@ -144,8 +144,10 @@ class DeviceWorker:
         from tessera.runtime.telemetry import RankStep, peak_memory_bytes
 
         rank, world = self.rank, self.world_size
-        if run.loopback:
-            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        if run.backend == "auto":
+            run = replace(run, backend="nccl" if torch.cuda.is_available() else "gloo")
+        if run.loopback or master[0].startswith("127.") or master[0] == "localhost":
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # a loopback rendezvous: gloo must not pick another NIC
         os.environ.update(
             RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
             TESSERA_GPU_TYPE=self.gpu_type, TESSERA_JOB_ID=str(run.job_id), TESSERA_ATTEMPT=str(run.attempt),

@@ -366,7 +366,10 @@ class Gang:
         devices = sorted(self.plan.devices, key=lambda d: d.rank)
         bundles = [{"GPU": 1, "CPU": self.cluster.cpus_per_gpu} for _ in devices]
         selectors = [{RAY_NODE_ID_LABEL: self.cluster.node_id(d.node)} for d in devices]
-        self.pg = placement_group(bundles, strategy="PACK", name=self.name, bundle_label_selector=selectors)
+        # detached like the actors: a placement group dies with the driver that made it, and its actors with it
+        self.pg = placement_group(
+            bundles, strategy="PACK", name=self.name, bundle_label_selector=selectors, lifetime="detached"
+        )
         ready = self.pg.ready()
         deadline = time.time() + self.placement_timeout_s
         while True:
@@ -410,6 +413,7 @@ class Gang:
         self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=30)
         with contextlib.suppress(Exception):
             self.pg = get_placement_group(self.name)
+        self.ready_at = time.time()  # its "ready" messages went to the previous server
 
     def _watch(self) -> tuple[str, str | None, int | None]:
         import ray

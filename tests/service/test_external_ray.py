@@ -1,0 +1,121 @@
+"""`tessera server --ray-address`: join a Ray cluster started elsewhere (here: two emulated GPU nodes that
+advertise only Ray's own accelerator types, as real GPU nodes do). Kill the server mid-run: the job's actors
+keep training (they are detached), and the restarted server reattaches to them — same attempt, no relaunch,
+no step lost from the telemetry."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from conftest import EXAMPLES, free_port, wait_for
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def external_ray(tmp_path_factory):
+    """A Ray cluster this test starts and owns: A100-40G ×2 on the head, V100 ×2 on a second node."""
+    from ray.cluster_utils import Cluster
+
+    tmp = f"/tmp/tsr-ext-{os.getpid()}"
+    old = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = tmp
+    os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+    common = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "num_gpus": 2, "object_store_memory": 100 * 2**20,
+              "dashboard_agent_listen_port": None}  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**common, "include_dashboard": False, "resources": {"accelerator_type:A100-40G": 1},
+                        "labels": {"ray.io/accelerator-type": "A100-40G"}},
+    )  # fmt: skip
+    cluster.add_node(
+        **common, resources={"accelerator_type:V100": 1}, labels={"ray.io/accelerator-type": "V100"}
+    )
+    try:
+        yield cluster.address, tmp
+    finally:
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = old
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def start(state, port: int, address: str, tmp: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_TMPDIR": tmp,
+    }
+    cmd = [sys.executable, "-m", "tessera.cli", "server", "--state-dir", str(state), "--port", str(port),
+           "--round", "2", "--ray-address", address]  # fmt: skip
+    log = open(state / f"server-{time.time():.0f}.log", "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200
+        return False
+
+    wait_for(up, 90, "the server to answer")
+    return proc
+
+
+@pytest.mark.timeout(300)
+def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_path):
+    address, tmp = external_ray
+    state = tmp_path / "state"
+    state.mkdir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    corpus = state / "corpus.txt"
+    corpus.write_text((EXAMPLES / "data" / "corpus.txt").read_text())
+    procs = [start(state, port, address, tmp)]
+    try:
+        c = httpx.get(f"{url}/api/cluster").json()
+        assert c["mode"] == "external" and c["by_type"] == {  # Ray's accelerator types → the GPU catalog
+            "A100-40GB": {"total": 2, "used": 0, "free": 2},
+            "V100-32GB": {"total": 2, "used": 0, "free": 2},
+        }
+        body = {"name": "ext", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 400, "precision": "fp32",
+                "learning_rate": 3e-3, "data": str(corpus), "checkpoint_every_steps": 100}  # fmt: skip
+        jid = httpx.post(f"{url}/api/jobs", json=body).json()["job"]["id"]
+        wait_for(lambda: (j := httpx.get(f"{url}/api/jobs/{jid}").json())["state"] == "RUNNING" and j["steps_done"] >= 20,
+                 150, "the job to run")  # fmt: skip
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=30)
+        time.sleep(2.0)  # the detached actors train on without a server
+        procs.append(start(state, port, address, tmp))
+        final = wait_for(
+            lambda: (j := httpx.get(f"{url}/api/jobs/{jid}").json())["state"] in ("SUCCEEDED", "FAILED") and j,
+            200, "the reattached job to finish",
+        )  # fmt: skip
+        assert final["state"] == "SUCCEEDED", final["error"]
+        assert (
+            final["restarts"] == 0 and final["attempt"] == 1 and len(final["history"]) == 1
+        )  # never relaunched
+        logs = [x["line"] for x in httpx.get(f"{url}/api/jobs/{jid}/logs").json()["lines"]]
+        assert any("reattached to attempt 1" in line for line in logs)
+        steps = httpx.get(f"{url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}).json()["steps"]
+        assert sorted(x["step"] for x in steps) == list(range(400))  # every step once, none lost or repeated
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
