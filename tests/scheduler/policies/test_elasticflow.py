@@ -88,3 +88,11 @@ def test_homogeneous_view_places_by_free_gpus_not_speed():
     ctx = make_context([(A100, 2), (V100, 4)], kn, pending=[job(1)])
     get_policy("elasticflow-ls", max_gpus=1).schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((V100, 1),)
+
+
+def test_minimum_share_comes_from_dp_only_data():
+    # any plan fits 1 GPU, DP-only needs 4: ElasticFlow-LS's minimum share is 4 (it over-estimates, Crius §8)
+    kn = table_knowledge({("m", 8): {(A100, n): 1.0 * n for n in (1, 2, 4)}}, dp={("m", 8): {(A100, 4): 3.0}})
+    ctx = make_context([(A100, 4)], kn, pending=[job(1), job(2)])
+    get_policy("elasticflow-ls").schedule(ctx)
+    assert {j: a.n_gpus for j, a in ctx.decision().allocations.items()} == {1: 4}

@@ -106,20 +106,29 @@ def test_policy_never_changes_gpu_count():
     assert ctx.decision().allocations[1].gpus == ((A100, 2),)
 
 
-def test_dp_profile_stands_in_where_dp_only_cannot_hold_the_job():
+def test_dp_profile_is_dp_only_data_with_a_stand_in_only_for_jobs_dp_cannot_hold_anywhere():
     from tessera.hardware import get_gpu
     from tessera.scheduler.policies.gavel import DPProfile
 
-    # DP-only fits from 4 A100s (rate 4.0); the job also fits 2 A100 or 2 V100 with other plans
+    # DP-only fits from 4 A100s; other plans fit 2 A100 or 2 V100, but the baseline does not know them
     true = {(A100, 2): 3.0, (A100, 4): 5.0, (V100, 2): 1.0}
-    kn = table_knowledge({("m", 8): true}, dp={("m", 8): {(A100, 4): 4.0}})
+    kn = table_knowledge({("m", 8): true, ("big", 8): true}, dp={("m", 8): {(A100, 4): 4.0}, ("big", 8): {}})
     prof = DPProfile(kn.view())
-    j = job(1)
-    assert prof.has_dp(j)
-    assert prof.rate(j, A100, 4) == 4.0  # the DP-only figure itself
-    assert prof.rate(j, A100, 2) == pytest.approx(2.0)  # linear in GPUs, anchored to the DP figure
+    j, big = job(1), job(2, "big")
+    assert prof.has_dp(j) and not prof.has_dp(big)
+    assert prof.rate(j, A100, 4) == 4.0
+    assert prof.rate(j, A100, 2) == 0.0 and prof.rate(j, V100, 2) == 0.0  # DP-only needs 4 GPUs
+    # no DP-only data anywhere: linear in GPUs × peak FLOP/s wherever the memory fits
     ratio = get_gpu(V100).peak_flops("fp16") / get_gpu(A100).peak_flops("fp16")
-    assert prof.rate(j, V100, 2) == pytest.approx(2.0 * ratio)  # and in peak FLOP/s
-    assert prof.rate(j, V100, 1) == 0.0  # does not fit at all
-    none = table_knowledge({("big", 8): {(A100, 8): 1.0}}, dp={("big", 8): {}})
-    assert not DPProfile(none.view()).has_dp(job(2, "big"))
+    assert prof.rate(big, A100, 2) == pytest.approx(2.0)
+    assert prof.rate(big, V100, 2) == pytest.approx(2.0 * ratio)
+    assert prof.rate(big, V100, 1) == 0.0  # does not fit at all
+
+
+def test_a_job_dp_only_cannot_hold_at_its_scale_still_runs():
+    # DP-only needs 4 GPUs, the job asked for 2 (another plan fits 2): Gavel keeps its count, so it falls back
+    # to the stand-in rather than leaving the job queued forever
+    kn = table_knowledge({("m", 8): {(A100, 2): 3.0, (V100, 2): 1.0}}, dp={("m", 8): {(A100, 4): 4.0}})
+    ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(1, gpus=2)])
+    get_policy("gavel").schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((A100, 2),)

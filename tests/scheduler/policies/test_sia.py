@@ -139,3 +139,12 @@ def test_ilp_matches_brute_force_within_the_gap(rows, cap):
             if u[0] <= cap[0] and u[1] <= cap[1]:
                 best = min(best, _cost(G, yy))
     assert _cost(G, y) <= best * (1 - 0.01) + 1e-9
+
+
+def test_policy_gives_a_job_the_gpus_its_dp_data_needs():
+    # the job asked for 1 GPU, but DP-only fits only from 8: Sia believes its data and gives it 8 (Crius §8:
+    # DP-only data over-estimates large jobs' shares), beyond its usual 4x bound
+    kn = table_knowledge({("m", 8): _linear()}, dp={("m", 8): {(A100, 8): 8.0}})
+    ctx = make_context([(A100, 8)], kn, pending=[job(1, gpus=1)])
+    get_policy("sia").schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((A100, 8),)

@@ -100,12 +100,17 @@ class ElasticFlow(Policy):
         c = self._curves.get(key)
         if c is None:
             assert self._prof is not None
-            levels, rates = [], []
-            for n in powers_of_two(1, min(self.max_gpus, job.global_batch, max(cap.values(), default=0))):
-                w = [(cap[t], r) for t in cap if cap[t] >= n and (r := self._prof.rate(job, t, n)) > 0]
-                if w:
-                    levels.append(n)
-                    rates.append(sum(c * r for c, r in w) / sum(c for c, _ in w))
+            prof = self._prof
+            counts = powers_of_two(1, min(self.max_gpus, job.global_batch, max(cap.values(), default=0)))
+            for rate in (prof.rate, prof.standin):  # the stand-in only when the DP-only data allows nothing
+                levels, rates = [], []
+                for n in counts:
+                    w = [(cap[t], r) for t in cap if cap[t] >= n and (r := rate(job, t, n)) > 0]
+                    if w:
+                        levels.append(n)
+                        rates.append(sum(c * r for c, r in w) / sum(c for c, _ in w))
+                if levels:
+                    break
             c = self._curves[key] = (np.array(levels, dtype=np.int64), np.array(rates, dtype=np.float64))
         return c
 
@@ -267,7 +272,7 @@ class ElasticFlow(Policy):
                 free = ctx.free_by_type()
                 types = sorted(free, key=lambda t: (t != prev, -free[t], t))
                 if any(
-                    free[t] >= m and self._prof.rate(js.job, t, m) > 0 and ctx.reserve(js.job_id, ((t, m),))
+                    free[t] >= m and ctx.fits(js.job, ((t, m),)) and ctx.reserve(js.job_id, ((t, m),))
                     for t in types
                 ):
                     break

@@ -124,49 +124,52 @@ def assign_round(
 
 class DPProfile:
     """The baselines' throughput data (Crius §8.1: "only allow them to schedule jobs with data profiled from
-    data parallelism"): the DP-only rate of a job on n GPUs of a type.
+    data parallelism"): the DP-only rate of a job on n GPUs of a type, 0 where DP-only does not fit — so a
+    baseline believes a job needs the GPUs data parallelism needs (Crius §8: ElasticFlow-LS "overestimates
+    the minimum required share of large jobs").
 
-    Large models do not fit data-parallel-only at any count, so a profile of them does not exist; rather than
-    never scheduling them, a baseline then assumes the job scales linearly with GPU count × peak FLOP/s,
-    anchored to the job's DP-only figures where any exist (else in arbitrary units: the policies here use a
-    job's rates only relative to each other). Memory feasibility always comes from the memory module
-    (``fits``), so no allocation is ever infeasible. Shared by the baseline policies; cached per configuration.
+    The largest models fit data-parallel-only nowhere, so no profile of them exists at all; rather than never
+    scheduling them, a baseline then assumes such a job scales linearly with GPU count × peak FLOP/s wherever
+    the memory module says it fits (in arbitrary units: the policies here use a job's rates only relative to
+    each other, or treat such jobs as best effort). Shared by the baseline policies; cached per configuration.
     """
 
     def __init__(self, kn: Knowledge) -> None:
         self.kn = kn
         self._rate: dict[tuple, float] = {}
-        self._anchor: dict[tuple, tuple[float, bool]] = {}
-
-    def _anchor_of(self, job: Job) -> tuple[float, bool]:
-        a = self._anchor.get(job.config)
-        if a is None:
-            best = 0.0
-            for t in self.kn.gpu_types:
-                peak = get_gpu(t).peak_flops("fp16")
-                for n in powers_of_two(1, min(64, self.kn.capacity.get(t, 0))):
-                    r = self.kn.dp_rate(job, t, n)
-                    if r > 0:
-                        best = max(best, r / (n * peak))
-            a = self._anchor[job.config] = (
-                (best, True) if best > 0 else (1.0 / get_gpu("A100-40GB").peak_flops("fp16"), False)
-            )
-        return a
+        self._has: dict[tuple, bool] = {}
 
     def has_dp(self, job: Job) -> bool:
         """Whether DP-only data exists for the job at all (some type and count holds it)."""
-        return self._anchor_of(job)[1]
+        h = self._has.get(job.config)
+        if h is None:
+            h = self._has[job.config] = any(
+                self.kn.dp_rate(job, t, n) > 0
+                for t in self.kn.gpu_types
+                for n in powers_of_two(1, min(64, self.kn.capacity.get(t, 0)))
+            )
+        return h
 
     def rate(self, job: Job, gpu_type: str, n_gpus: int) -> float:
         """Iterations/s the baseline believes the job runs at on ``n_gpus`` of ``gpu_type`` (0: cannot run)."""
         key = (job.config, gpu_type, n_gpus)
         r = self._rate.get(key)
         if r is None:
-            r = self.kn.dp_rate(job, gpu_type, n_gpus)
-            if r <= 0 and n_gpus >= 1 and self.kn.fits(job, ((gpu_type, n_gpus),)):
-                r = self._anchor_of(job)[0] * n_gpus * get_gpu(gpu_type).peak_flops("fp16")
+            r = (
+                self.kn.dp_rate(job, gpu_type, n_gpus)
+                if self.has_dp(job)
+                else self.standin(job, gpu_type, n_gpus)
+            )
             self._rate[key] = r
         return r
+
+    def standin(self, job: Job, gpu_type: str, n_gpus: int) -> float:
+        """The linear stand-in (GPUs × peak FLOP/s relative to one A100) where the memory fits, else 0. Also
+        the policies' last resort when the DP-only data allows a job nothing the policy may give it (e.g. a
+        fixed GPU count DP-only cannot hold), so that no job waits forever."""
+        if n_gpus < 1 or not self.kn.fits(job, ((gpu_type, n_gpus),)):
+            return 0.0
+        return n_gpus * get_gpu(gpu_type).peak_flops("fp16") / get_gpu("A100-40GB").peak_flops("fp16")
 
 
 def job_scale(kn: Knowledge, job: Job) -> int | None:
@@ -202,6 +205,10 @@ class Gavel(Policy):
         row = self._rows.get(key)
         if row is None:
             row = np.array([prof.rate(job, t, scale) for t in types], dtype=np.float64)
+            if (
+                not row.any()
+            ):  # DP-only cannot hold it at its scale on any type: the stand-in, or it never runs
+                row = np.array([prof.standin(job, t, scale) for t in types], dtype=np.float64)
             top = row.max(initial=0.0)
             row = row / top if top > 0 else row
             self._rows[key] = row

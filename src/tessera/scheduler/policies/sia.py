@@ -231,7 +231,12 @@ class Sia(Policy):
         key = (job.config, bound, configs)
         row = self._rows.get(key)
         if row is None:
-            row = np.array([prof.rate(job, types[k], n) if n <= bound else 0.0 for k, n in configs])
+            full = np.array([prof.rate(job, types[k], n) for k, n in configs])
+            # the job's range: up to max_scale × its request, and at least to the fewest GPUs its data allows
+            lo = min((n for (_, n), r in zip(configs, full, strict=True) if r > 0), default=0)
+            row = np.where(np.array([n for _, n in configs]) <= max(bound, lo), full, 0.0)
+            if not row.any():  # nothing the DP-only data allows: the stand-in, or it never runs
+                row = np.array([prof.standin(job, types[k], n) if n <= bound else 0.0 for k, n in configs])
             self._rows[key] = row
         return row
 
