@@ -99,7 +99,12 @@ def serve(config: ServiceConfig, *, announce: Any = None) -> None:
     try:
         server = uvicorn.Server(
             uvicorn.Config(
-                service.app(), host=config.host, port=config.port, log_level="warning", access_log=False
+                service.app(),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                access_log=False,
+                timeout_keep_alive=30,  # clients (the CLI, dashboards) keep connections; 5 s races their reuse
             )
         )
         if announce is not None:
