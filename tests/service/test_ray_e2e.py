@@ -8,6 +8,7 @@ a 20 s process-group timeout, and an outer timeout on every test.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -114,8 +115,13 @@ def test_three_jobs_train_rescale_and_respect_gpu_types(served):
     steps = httpx.get(f"{served.url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}).json()["steps"]
     after = [x["step"] for x in steps if x["attempt"] == h["attempt"]]
     assert after and min(after) == h["from_step"]  # the relaunch continued from its checkpoint
-    # telemetry reached calibration: the allocation that ended has a measured iteration time
+    # telemetry reached calibration: the allocation that ended has a measured iteration time, and the service's
+    # cost model (its own directory: emulated GPUs are CPU processes) learned that these "GPUs" run slower
     assert prev["measured_iter_s"] and prev["estimate_iter_s"]
+    cal = json.loads((served.service.config.cost_dir / "calibration.json").read_text())
+    assert any(v > 1.0 for v in cal["compute_scale"].values()), cal
+    logs = [x["line"] for x in httpx.get(f"{served.url}/api/jobs/{a}/logs").json()["lines"]]
+    assert any(line.startswith("calibrated the cost model") for line in logs)
 
 
 @pytest.mark.timeout(300)
@@ -187,7 +193,8 @@ def test_dashboard_in_headless_chromium(served, tmp_path):
             # per-job loss and throughput curves
             page.wait_for_selector("#loss-chart path.series", timeout=15000)
             assert int(page.locator("#loss-chart path.series").first.get_attribute("data-points")) > 5
-            assert page.locator("#throughput-chart path.series").count() >= 1
+            for chart in ("throughput", "iter", "memory"):
+                assert page.locator(f"#{chart}-chart path.series").count() >= 1
             # allocation timeline and estimated vs measured iteration time
             assert page.locator("#timeline g.alloc").count() >= 3
             assert page.locator("#estimate-chart rect.bar-meas").count() >= 1

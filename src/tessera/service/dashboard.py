@@ -45,6 +45,10 @@ INDEX_HTML = """<!doctype html>
       <figure><figcaption>loss</figcaption><svg id="loss-chart" class="chart" viewBox="0 0 560 220"></svg></figure>
       <figure><figcaption>throughput (samples/s)</figcaption>
         <svg id="throughput-chart" class="chart" viewBox="0 0 560 220"></svg></figure>
+      <figure><figcaption>iteration time (s)</figcaption>
+        <svg id="iter-chart" class="chart" viewBox="0 0 560 220"></svg></figure>
+      <figure><figcaption>peak memory per device (MiB)</figcaption>
+        <svg id="memory-chart" class="chart" viewBox="0 0 560 220"></svg></figure>
     </div>
     <div id="legend" class="chips"></div>
   </section>
@@ -218,6 +222,9 @@ function renderCharts() {
   const series = ids.map(id => ({ id, color: jobColor(id), points: (state.telemetry[id] || {}).steps || [] }));
   lineChart($('#loss-chart'), series, 'loss');
   lineChart($('#throughput-chart'), series, 'samples_per_s');
+  lineChart($('#iter-chart'), series, 'iter_time_s');
+  const mem = series.map(s => ({ ...s, points: s.points.map(p => ({ step: p.step, mib: p.peak_memory_bytes / 2 ** 20 })) }));
+  lineChart($('#memory-chart'), mem, 'mib');
   const lg = $('#legend'); lg.replaceChildren();
   for (const s of series) {
     const j = state.jobs.find(x => x.id === s.id);
