@@ -148,3 +148,15 @@ def test_policy_gives_a_job_the_gpus_its_dp_data_needs():
     ctx = make_context([(A100, 8)], kn, pending=[job(1, gpus=1)])
     get_policy("sia").schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((A100, 8),)
+
+
+def test_rounding_fallback_is_feasible_and_fills_cheapest_first():
+    from tessera.scheduler.policies.sia import _round_down_and_fill
+
+    # variables: (group 0, 2 GPUs), (group 1, 2 GPUs), (group 1, 1 GPU) on one type with 3 GPUs
+    x = np.array([1.0, 0.5, 0.5])  # the LP splits group 1
+    cost = np.array([-0.6, -0.5, -0.1])
+    y = _round_down_and_fill(x, cost, np.zeros(3), np.ones(3), np.array([0, 1, 1]), np.zeros(3, dtype=int),
+                             np.array([2, 2, 1]), np.array([1.0, 1.0]), np.array([3.0]))  # fmt: skip
+    # group 0 keeps 2 GPUs; group 1's 2-GPU unit no longer fits, its 1-GPU unit does
+    np.testing.assert_array_equal(y, [1, 0, 1])

@@ -35,11 +35,10 @@ job by its max replicas, so the ILP size depends on the number of groups, not on
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix, vstack
+from scipy.sparse import coo_matrix
 
 from tessera.scheduler.knowledge import Knowledge, powers_of_two
 from tessera.scheduler.policies.gavel import DPProfile
@@ -125,9 +124,11 @@ def sia_ilp(
         return out.astype(np.int64).reshape(n_g, n_c)
     rows_g, cols_c = np.divmod(live, n_c)
     idx = np.arange(len(live))
-    per_group = coo_matrix((np.ones(len(live)), (rows_g, idx)), shape=(n_g, len(live)))
-    per_type = coo_matrix((cgpus[cols_c], (ctype[cols_c], idx)), shape=(len(cap), len(live)))
-    A_ub = vstack([per_group, per_type]).tocsr()
+    A_ub = coo_matrix(
+        (np.concatenate([np.ones(len(live)), cgpus[cols_c]]),
+         (np.concatenate([rows_g, n_g + ctype[cols_c]]), np.concatenate([idx, idx]))),
+        shape=(n_g + len(cap), len(live)),
+    ).tocsr()  # fmt: skip
     b_ub = np.concatenate([cnt, cap])
     c, lo, hi = cost[live], lower[live], upper[live]
     cons = LinearConstraint(A_ub, -np.inf, b_ub)
@@ -140,14 +141,21 @@ def sia_ilp(
     if np.allclose(lp.x, np.rint(lp.x), atol=1e-7):
         best = np.rint(lp.x)
     else:
-        best = _round_down_and_fill(lp.x, c, lo, hi, A_ub, b_ub)
+        best = _round_down_and_fill(lp.x, c, lo, hi, rows_g, ctype[cols_c], cgpus[cols_c], cnt, cap)
         if c @ best - lp.fun > mip_rel_gap * abs(lp.fun):
             res = milp(
                 c,
                 constraints=cons,
                 integrality=np.ones(len(live)),
                 bounds=bounds,
-                options={"mip_rel_gap": mip_rel_gap, "time_limit": time_limit_s, "disp": False},
+                # no presolve: the model is already tiny, and mapping a presolved incumbent back runs a repair
+                # step that prints a stray debug line in the HiGHS scipy bundles (HiGHS issue #2783)
+                options={
+                    "mip_rel_gap": mip_rel_gap,
+                    "time_limit": time_limit_s,
+                    "disp": False,
+                    "presolve": False,
+                },
             )
             if res.x is not None:
                 y = np.rint(res.x)
@@ -158,21 +166,32 @@ def sia_ilp(
 
 
 def _round_down_and_fill(
-    x: np.ndarray, cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, A: Any, b: np.ndarray
+    x: np.ndarray,
+    cost: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    group: np.ndarray,
+    gtype: np.ndarray,
+    gpus: np.ndarray,
+    count: np.ndarray,
+    capacity: np.ndarray,
 ) -> np.ndarray:
-    """A feasible integer point near the LP optimum: round down, then add the cheapest units that still fit
-    (the fallback when the solver's time limit ends before it has a better incumbent)."""
+    """A feasible integer point near the LP optimum: round down, then add the cheapest units that still fit.
+    Variable v belongs to job group ``group[v]`` and uses ``gpus[v]`` GPUs of type ``gtype[v]`` per unit."""
     y = np.maximum(np.floor(x + 1e-9), lower)
-    slack = b - A @ y
-    A = A.tocsc()
-    for v in np.argsort(cost, kind="stable"):
+    g_left = (count - np.bincount(group, weights=y, minlength=len(count))).tolist()
+    t_left = (capacity - np.bincount(gtype, weights=y * gpus, minlength=len(capacity))).tolist()
+    yl, ul, gl, tl, wl = y.tolist(), upper.tolist(), group.tolist(), gtype.tolist(), gpus.tolist()
+    for v in np.argsort(cost, kind="stable").tolist():
         if cost[v] >= 0:
             break
-        col = A.getcol(v)
-        while y[v] < upper[v] and (slack[col.indices] >= col.data).all():
-            y[v] += 1
-            slack[col.indices] -= col.data
-    return y
+        add = min(ul[v] - yl[v], g_left[gl[v]], t_left[tl[v]] // wl[v])
+        if add >= 1:
+            add = float(int(add))
+            yl[v] += add
+            g_left[gl[v]] -= add
+            t_left[tl[v]] -= add * wl[v]
+    return np.array(yl)
 
 
 def job_base(kn: Knowledge, job: Job) -> int | None:
