@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.scheduler.policies.elasticflow import progressive_fill
-from tessera.scheduler.policy import get_policy
+from tessera.scheduler.policy import RoundEvents, get_policy
 from tessera.scheduler.testing import job, make_context, table_knowledge
 
 A100, V100 = "A100-40GB", "V100-32GB"
@@ -46,6 +46,11 @@ def test_admission_and_drops_follow_the_hand_computed_reservations():
     assert p.admitted == {1, 2, 3}
     assert {j: x.n_gpus for j, x in dec.allocations.items()} == {2: 2, 3: 2}
     np.testing.assert_array_equal(p._plans[1][1], [0, 4])
+    # next round B and C are done: A gets its reserved 4 GPUs for the slot [300, 600)
+    assert p.every_round
+    ctx = make_context([(A100, 4)], kn, pending=[a], now_s=300.0, events=RoundEvents(finished=(2, 3)))
+    p.schedule(ctx)
+    assert ctx.decision().allocations[1].n_gpus == 4
 
 
 def test_a_job_that_cannot_meet_its_deadline_even_alone_is_dropped():

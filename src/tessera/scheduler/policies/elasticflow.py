@@ -80,6 +80,9 @@ class ElasticFlow(Policy):
 
     def __init__(self, loosened: bool = False, max_gpus: int = 64) -> None:
         self.loosened = loosened
+        # reservations may start a job in a later slot, so the deadline mode runs every round; -LS changes
+        # only when jobs arrive or finish
+        self.every_round = not loosened  # type: ignore[misc]
         self.max_gpus = max_gpus
         self.reset()
 
