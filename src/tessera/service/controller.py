@@ -351,7 +351,9 @@ class Controller:
         ended = self._ended_at.pop(gang.job_id, None)
         if ended is not None and self.adapter is not None:
             self.adapter.observe_restart(time.time() - ended)
-        self.store.update(gang.job_id, log=f"running from step {step} (attempt {gang.attempt})", **fields)
+        took = gang.startup_text()
+        msg = f"running from step {step} (attempt {gang.attempt}{'; ' + took if took else ''})"
+        self.store.update(gang.job_id, log=msg, **fields)
 
     def _on_end(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
         jid = gang.job_id

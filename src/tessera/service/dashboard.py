@@ -248,13 +248,13 @@ function renderTimeline(tl) {
   for (const a of tl.allocations) {
     const i = rows.indexOf(a.job_id);
     const x = X(a.started_at), w = Math.max(2, X(a.ended_at || tl.now) - x);
-    const types = Object.keys(a.gpus);
+    const types = [...new Set(a.gpus.map(g => g.gpu_type))];
     const g = sv('g', { class: 'alloc', 'data-job': a.job_id, 'data-kind': a.kind });
     const rect = sv('rect', { x, y: T + i * rowH + 2, width: w, height: rowH - 6, rx: 3, fill: typeColor(types[0] || '?'),
                               stroke: jobColor(a.job_id), 'stroke-width': 2 });
     rect.append(sv('title', {}, `${a.kind}: ${a.cell} (attempt ${a.attempt}) ${a.end_reason || 'running'}`));
     g.append(rect);
-    if (w > 60) g.append(sv('text', { x: x + 4, y: T + i * rowH + 14, fill: '#fff' }, `${a.kind} ${a.cell}`));
+    if (w > 60) g.append(sv('text', { x: x + 4, y: T + i * rowH + 14, style: 'fill: #fff' }, `${a.kind} ${a.cell}`));
     svg.append(g);
   }
   svg.append(sv('text', { x: L, y: H - 4 }, new Date(t0 * 1000).toLocaleTimeString()),
@@ -282,14 +282,15 @@ function renderEstimates(tl) {
   const Y = v => H - B - (Math.log10(v) - lo) / (hi - lo) * (H - T - B);
   const bw = Math.min(40, (W - L) / done.length / 2.5);
   svg.append(sv('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }));
-  for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) svg.append(sv('text', { x: L - 4, y: Y(10 ** e) + 4, 'text-anchor': 'end' }, (10 ** e * 1e3).toPrecision(2) + ' ms'));
+  const ms = v => { const x = v * 1e3; return (x >= 1 ? x.toFixed(0) : x.toPrecision(1)) + ' ms'; };
+  for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) svg.append(sv('text', { x: L - 4, y: Y(10 ** e) + 4, 'text-anchor': 'end' }, ms(10 ** e)));
   done.forEach((a, i) => {
     const x = L + 10 + i * bw * 2.5;
     svg.append(sv('rect', { class: 'bar-est', x, y: Y(a.estimate_iter_s), width: bw, height: H - B - Y(a.estimate_iter_s), fill: '#b8c7ec' }),
                sv('rect', { class: 'bar-meas', x: x + bw, y: Y(a.measured_iter_s), width: bw, height: H - B - Y(a.measured_iter_s), fill: jobColor(a.job_id) }),
                sv('text', { x: x, y: H - B + 14 }, `#${a.job_id}.${a.attempt}`));
   });
-  svg.append(sv('text', { x: W - 200, y: 20 }, 'light: estimated · dark: measured (log scale)'));
+  svg.append(sv('text', { x: W - 10, y: 20, 'text-anchor': 'end' }, 'light: estimated · dark: measured (log scale)'));
 }
 
 async function refresh() {

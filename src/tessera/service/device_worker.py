@@ -73,9 +73,10 @@ class DeviceWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def address(self) -> tuple[str, int]:
-        """(host, free port) for the process group's rendezvous (asked of rank 0)."""
-        host = "127.0.0.1" if os.environ.get("TESSERA_LOOPBACK", "1") == "1" else _node_ip()
+    def address(self, loopback: bool = True) -> tuple[str, int]:
+        """(host, free port) for the process group's rendezvous (asked of rank 0): loopback for the embedded
+        cluster, else this node's address as Ray knows it."""
+        host = "127.0.0.1" if loopback else _node_ip()
         return host, free_port(host)
 
     def start(self, plan_json: str, run: dict[str, Any], master: tuple[str, int]) -> bool:

@@ -303,12 +303,23 @@ class Gang:
         self._thread: threading.Thread | None = None
         self.started_at = time.time()
         self.ready_at: float | None = None
+        self.marks: dict[str, float] = {}  # when placement, worker processes and start-up finished
         self.outcome: str | None = None
         self.reattached = False
 
     @property
     def name(self) -> str:
         return f"tessera-{self.job_id}-{self.attempt}"
+
+    def startup_text(self) -> str:
+        """Where the launch time went: placement group, worker processes, model build + process group."""
+        t0, m = self.started_at, self.marks
+        if self.ready_at is None or "placed" not in m or "workers" not in m:
+            return ""
+        return (
+            f"placement {m['placed'] - t0:.1f} s, worker processes {m['workers'] - m['placed']:.1f} s, "
+            f"model + process group {self.ready_at - m['workers']:.1f} s"
+        )
 
     def actor_name(self, rank: int) -> str:
         return f"{self.name}-r{rank}"
@@ -380,8 +391,8 @@ class Gang:
                 raise RuntimeError("cancelled while placing")
             if time.time() > deadline:
                 raise RuntimeError(f"placement group not ready after {self.placement_timeout_s:.0f} s")
+        self.marks["placed"] = time.time()
         worker = ray.remote(DeviceWorker)
-        env = {"TESSERA_LOOPBACK": "1" if self.run.get("loopback", True) else "0"}
         for d in devices:
             opts = {
                 "name": self.actor_name(d.rank),
@@ -393,11 +404,11 @@ class Gang:
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     self.pg, placement_group_bundle_index=d.rank
                 ),
-                "runtime_env": {"env_vars": env},
             }
             self.actors.append(worker.options(**opts).remote(d.rank, len(devices), d.gpu_type))
         self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=self.placement_timeout_s)
-        master = ray.get(self.actors[0].address.remote(), timeout=60)
+        self.marks["workers"] = time.time()
+        master = ray.get(self.actors[0].address.remote(bool(self.run.get("loopback", True))), timeout=60)
         plan_json = self.plan.to_json(indent=None)
         ray.get([a.start.remote(plan_json, self.run, tuple(master)) for a in self.actors], timeout=60)
         if self._stop.is_set():
