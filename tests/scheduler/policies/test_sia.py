@@ -160,3 +160,14 @@ def test_rounding_fallback_is_feasible_and_fills_cheapest_first():
                              np.array([2, 2, 1]), np.array([1.0, 1.0]), np.array([3.0]))  # fmt: skip
     # group 0 keeps 2 GPUs; group 1's 2-GPU unit no longer fits, its 1-GPU unit does
     np.testing.assert_array_equal(y, [1, 0, 1])
+
+
+def test_an_unchanged_problem_is_not_solved_again():
+    kn, p = table_knowledge({("m", 8): _linear()}), get_policy("sia")
+    jobs = [job(i, gpus=1) for i in range(8)]
+    ctx = make_context([(A100, 4), (V100, 4)], kn, pending=jobs)
+    p.schedule(ctx)
+    first = ctx.decision().allocations
+    ctx = make_context([(A100, 4), (V100, 4)], kn, pending=jobs)
+    p.schedule(ctx)
+    assert p.solves == 1 and ctx.decision().allocations == first

@@ -34,7 +34,11 @@ job by its max replicas, so the ILP size depends on the number of groups, not on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -143,26 +147,41 @@ def sia_ilp(
     else:
         best = _round_down_and_fill(lp.x, c, lo, hi, rows_g, ctype[cols_c], cgpus[cols_c], cnt, cap)
         if c @ best - lp.fun > mip_rel_gap * abs(lp.fun):
-            res = milp(
-                c,
-                constraints=cons,
-                integrality=np.ones(len(live)),
-                bounds=bounds,
-                # no presolve: the model is already tiny, and mapping a presolved incumbent back runs a repair
-                # step that prints a stray debug line in the HiGHS scipy bundles (HiGHS issue #2783)
-                options={
-                    "mip_rel_gap": mip_rel_gap,
-                    "time_limit": time_limit_s,
-                    "disp": False,
-                    "presolve": False,
-                },
-            )
+            with _quiet_stdout():
+                res = milp(
+                    c,
+                    constraints=cons,
+                    integrality=np.ones(len(live)),
+                    bounds=bounds,
+                    options={"mip_rel_gap": mip_rel_gap, "time_limit": time_limit_s, "disp": False},
+                )
             if res.x is not None:
                 y = np.rint(res.x)
                 if (A_ub @ y <= b_ub + 1e-9).all() and c @ y <= c @ best:
                     best = y
     out[live] = best
     return out.astype(np.int64).reshape(n_g, n_c)
+
+
+@contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1 around a MILP solve: the HiGHS scipy bundles prints a stray debug line
+    ("HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();", HiGHS issue #2783) from C++
+    even with output off, which would land in the middle of the CLI's progress bar."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (captured, redirected to an object)
+        yield
+        return
+    sys.stdout.flush()
+    saved, null = os.dup(fd), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+        os.close(null)
 
 
 def _round_down_and_fill(
@@ -223,10 +242,18 @@ class Sia(Policy):
         self.realloc_step = realloc_step  # factors are bucketed (Sia rounds its matrix to 2 decimals too)
         self._rows: dict[tuple, np.ndarray] = {}
         self._prof: DPProfile | None = None
+        self._configs: tuple = ()
+        self._per_job: dict[int, tuple[int, np.ndarray | None]] = {}  # job → (bound, goodput row or None)
         self.ilp_sizes: list[tuple[int, int]] = []
+        self._last: tuple = (None, None)
+        self.solves = 0
 
     def reset(self) -> None:
+        self._last = (None, None)
+        self.solves = 0
         self._rows.clear()
+        self._per_job.clear()
+        self._configs = ()
         self._prof = None
         self.ilp_sizes.clear()
 
@@ -262,19 +289,30 @@ class Sia(Policy):
     def schedule(self, ctx: SchedulingContext) -> None:
         kn, types, now = ctx.knowledge, ctx.cluster.types, ctx.now_s
         if self._prof is None or self._prof.kn is not kn:
-            self._prof, self._rows = DPProfile(kn), {}
+            self._prof, self._rows, self._per_job = DPProfile(kn), {}, {}
+        active = {js.job_id for js in (*ctx.running, *ctx.pending)}
+        if len(self._per_job) > 2 * len(active) + 1024:
+            self._per_job = {j: v for j, v in self._per_job.items() if j in active}
         configs = tuple(self.configs(ctx))
+        if configs != self._configs:  # capacity changed (failures): every row is rebuilt
+            self._configs, self._rows, self._per_job = configs, {}, {}
         cindex = {(types[k], n): c for c, (k, n) in enumerate(configs)}
         cap = ctx.capacity_by_type()
         groups: dict[tuple, list[JobState]] = {}
         rows: dict[tuple, np.ndarray] = {}
         for js in [*ctx.running, *ctx.pending]:
-            base = job_base(kn, js.job)
-            if base is None:
-                continue
-            bound = min(self.max_gpus, self.max_scale * base)
-            row = self._row(self._prof, js.job, bound, configs, types)
-            if not row.any():
+            info = self._per_job.get(js.job_id)
+            if info is None:
+                base = job_base(kn, js.job)
+                if base is None:
+                    info = (0, None)
+                else:
+                    bound = min(self.max_gpus, self.max_scale * base)
+                    row = self._row(self._prof, js.job, bound, configs, types)
+                    info = (bound, row if row.any() else None)
+                self._per_job[js.job_id] = info
+            bound, row = info
+            if row is None:
                 continue
             a = ctx.allocation(js.job_id)
             cur = cindex.get(a.gpus[0], -1) if a is not None and len(a.gpus) == 1 else -1
@@ -282,25 +320,31 @@ class Sia(Policy):
             r = 1.0
             if cur >= 0:
                 r = realloc_factor(now - js.job.arrival_s, js.restarts, self._penalty(ctx, js.job))
-                r = np.floor(r / self.realloc_step) * self.realloc_step if r < 1.0 else 1.0
+                r = math.floor(r / self.realloc_step) * self.realloc_step if r < 1.0 else 1.0
             key = (js.job.config, bound, cur, pinned, r)
             groups.setdefault(key, []).append(js)
             rows[key] = row
         if not groups:
             return
-        keys = list(groups)
-        y = sia_ilp(
-            np.array([rows[k] for k in keys]),
-            [k for k, _ in configs],
-            [n for _, n in configs],
-            [cap.get(t, 0) for t in types],
-            count=[len(groups[k]) for k in keys],
-            current=[k[2] for k in keys],
-            realloc=[k[4] for k in keys],
-            pinned=[k[3] for k in keys],
-            p=self.p,
-            lambda_n=self.lambda_n,
-        )
+        keys = sorted(groups)
+        signature = (configs, tuple(cap.get(t, 0) for t in types), tuple((k, len(groups[k])) for k in keys))
+        if signature == self._last[0]:
+            y = self._last[1]  # the same ILP as last round (same groups, sizes and capacity): same answer
+        else:
+            y = sia_ilp(
+                np.array([rows[k] for k in keys]),
+                [k for k, _ in configs],
+                [n for _, n in configs],
+                [cap.get(t, 0) for t in types],
+                count=[len(groups[k]) for k in keys],
+                current=[k[2] for k in keys],
+                realloc=[k[4] for k in keys],
+                pinned=[k[3] for k in keys],
+                p=self.p,
+                lambda_n=self.lambda_n,
+            )
+            self._last = (signature, y)
+            self.solves += 1
         self.ilp_sizes.append((len(keys), len(configs)))
 
         # members of a group are interchangeable: the oldest get the configurations with the most goodput
