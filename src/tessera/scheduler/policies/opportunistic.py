@@ -14,6 +14,9 @@ Rules implemented:
   needed) are suspended back to the queue and the waiting job starts — the same starvation guard as Crius's
   opportunistic execution (§6). Jobs that started with nobody waiting ahead are never preempted.
 
+Scale: a (configuration, request) that found no place in a round is not tried again that round, so a round
+costs O(queue + running · types).
+
 Information: no throughput data at all — GPU peak FLOP/s and the memory module's fit. Jobs still run the
 best plan for their GPUs.
 """
@@ -56,12 +59,20 @@ class Opportunistic(Policy):
         types = speed_order(ctx.cluster.types)
         preempted: list[JobState] = []
         waiting_ahead = False
+        failed: set[tuple] = (
+            set()
+        )  # (configuration, request) that found no place this round: nor will the next
         for js in ctx.pending:
-            placed = self._place(ctx, js, types) or self._yield_to(ctx, js, types, preempted)
+            key = (js.job.config, js.job.requested_gpus)
+            placed = key not in failed and (
+                self._place(ctx, js, types) or self._yield_to(ctx, js, types, preempted)
+            )
             if placed:
                 if waiting_ahead:
                     self.opportunistic.add(js.job_id)
-            elif self._could_ever_run(ctx, js, types):
+                continue
+            failed.add(key)
+            if not waiting_ahead and self._could_ever_run(ctx, js, types):
                 waiting_ahead = True
         # suspended jobs take whatever is still idle (opportunistically: someone older is waiting)
         for js in sorted(preempted, key=lambda j: (j.job.arrival_s, j.job_id)):

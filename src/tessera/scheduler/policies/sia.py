@@ -26,10 +26,11 @@ Rules implemented (Sia §3–4 and its simulator, ``sia-simulator/sia.py``):
   round at 2,048 GPUs); on the hardest rounds of a two-week Philly run the result is within 0.6% of the
   exact optimum, at a few ms per round.
 
-Scale: jobs whose inputs are identical (same goodput row, current configuration and penalty factor) are
+Scale: jobs whose inputs are identical (same goodput row, current configuration and penalty bucket) are
 interchangeable, so the ILP is solved over job *groups* with integer counts y[g, c] ≤ |g| — exactly the per-job
-ILP. Configurations are bounded to at most ``max_scale`` × the job's requested GPUs (and 64), as Sia bounds each
-job by its max replicas, so the ILP size depends on the number of groups, not on the queue length.
+ILP. Each job's configurations stop at ``max_scale`` × its requested GPUs (and 64), or at the fewest GPUs its
+DP-only data allows if that is more, as Sia bounds each job by its max replicas; so the ILP grows with the
+number of groups, not the queue. A round whose ILP equals the previous round's reuses its answer.
 """
 
 from __future__ import annotations
