@@ -7,9 +7,10 @@ Rules implemented:
   *requested* GPU count of type t (Gavel never changes a job's GPU count — its ``scale_factor``).
 * **Max-sum-throughput policy** (Gavel §4.1, ``policies/max_sum_throughput.py``):
   maximize Σ_j Σ_t T[j, t] · X[j, t]  s.t.  X ≥ 0,  Σ_t X[j, t] ≤ 1,  Σ_j scale_j · X[j, t] ≤ capacity_t.
-  Throughputs are normalized per job (÷ its throughput on its requested GPUs), so the objective is the
-  cluster throughput the metrics report, and a small model's many steps per second do not drown a large
-  one. Solved with scipy's HiGHS (:func:`max_sum_throughput`).
+  Throughputs are normalized per job (÷ its fastest type's, so every row tops at 1, as Gavel's policies
+  with packing normalize each job's row): iterations/s of different models are not comparable, and a small
+  model's many steps per second would otherwise drown a large one. Solved with scipy's HiGHS
+  (:func:`max_sum_throughput`).
 * **Round-based mechanism** (Gavel §5, ``scheduler.py`` ``_update_priorities`` /
   ``_schedule_jobs_on_workers_helper``): each round, priority[j, t] = X[j, t] / (fraction of time j has
   received on t since the allocation was computed); entries (job, type) are taken greedily in descending
@@ -17,8 +18,9 @@ Rules implemented:
   free GPUs (:func:`assign_round`). A job that keeps its type keeps its GPUs (Gavel's lease extension).
 * The allocation is recomputed when the set of active jobs changes (arrivals, completions), as Gavel does.
 
-Information: DP-only throughput (Crius §8.1), never Tessera's Cells; the job still runs the best plan for the
-GPUs it gets. Memory-infeasible (type, count) pairs have T = 0 and are never allocated.
+Information: DP-only throughput (Crius §8.1), never Tessera's Cells, through :class:`DPProfile`; the job
+still runs the best plan for the GPUs it gets. Where DP-only cannot hold a job at its requested count on any
+type, its row falls back to the profile's linear stand-in (else it would never run).
 
 Scale: jobs with the same normalized throughput row and scale factor are interchangeable in the LP, so it
 is solved over *job classes* (variables per class and type, Σ_t X[c, t] ≤ |c|) and each member gets an equal

@@ -5,14 +5,15 @@ Rules implemented (Sia §3–4 and its simulator, ``sia-simulator/sia.py``):
 * **Configurations**: a job may run on any (GPU type, GPU count) configuration, one GPU type per job. Sia's
   counts are 1, 2, 4, … within a node, then whole nodes; here they are the powers of two up to 64 (the
   within-node counts and the power-of-two node multiples — the grid the throughput table is profiled on).
-* **Goodput estimates**: per job and configuration, from data-parallel-only throughput
-  (:class:`~tessera.scheduler.policies.gavel.DPProfile`) (the batch size is
-  fixed here, so goodput = throughput; Crius §8.1: baselines decide with DP-only data). Each job's row is
+* **Goodput estimates**: per job and configuration, from data-parallel-only throughput (Crius §8.1: baselines
+  decide with DP-only data; :class:`~tessera.scheduler.policies.gavel.DPProfile`); the batch size is fixed
+  here, so goodput = throughput. Each job's row is
   normalized to its smallest positive entry (Sia: "normalize to the min-GPU configuration on the slowest
   type"), so 1.0 means one slow GPU's worth of progress.
 * **Re-allocation penalty**: every configuration other than the job's current one is scaled by the Pollux/Sia
   factor r = max(age − restarts · penalty, 0) / (age + penalty) (r = 1 while age < penalty), with the
-  job's restart penalty its checkpoint-restore cost (``ctx.restart_s``; Sia measured 25–250 s per model).
+  job's restart penalty its checkpoint-restore cost (``ctx.restart_s``; Sia measured 25–250 s per model);
+  factors are bucketed to 0.05 (Sia rounds its matrix to two decimals too). Sia re-solves every round.
 * **Objective** (p-norm fairness, p = −0.5, λ_n = 1.1): minimize Σ_j Σ_c x[j, c] · G[j, c]^p
   + λ_n · (#jobs − Σ x) — each unallocated job costs λ_n, so allocating is always worthwhile and, among
   configurations, more goodput (smaller G^p) wins with diminishing returns (fairness).
