@@ -6,9 +6,9 @@
   time from the HTTP submission of a tiny job (gpt-tiny, no GPU count) to its state RUNNING (scheduler round,
   Cell → Plan, placement group, one actor per device started with torch, model built, process group up).
   Jobs run one after another on an otherwise idle cluster; the median of ``--jobs``.
-* ``api_submits_per_s`` — submissions stored per second through the HTTP API (uvicorn, SQLite in WAL mode),
-  ``--submits`` sent by 64 concurrent connections, each with its own Idempotency-Key; the figure counts only
-  jobs found stored afterwards (exactly once each).
+* ``api_submits_per_s`` — submissions stored per second through the HTTP API (``tessera server --api-only``
+  in its own process: uvicorn, SQLite in WAL mode), ``--submits`` sent by 64 concurrent connections, each with
+  its own Idempotency-Key; the run counts only if every one of them is found stored afterwards.
 
 Writes ``bench/results/service.json``. Timings depend on the machine (on a busy 2-core box, Ray actor start-up
 dominates the first figure); compare runs on the same machine only.
@@ -101,11 +101,40 @@ def submit_to_running(n_jobs: int) -> dict:
 
 
 def api_submits(n: int, concurrency: int = 64) -> dict:
+    """The API server runs in its own process (``tessera server --api-only``), as in production, so the load
+    generator does not share its interpreter."""
+    import signal
+    import socket
+    import subprocess
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="tsr-bench-") as d:
-        service = Service(ServiceConfig(state_dir=Path(d), scheduler=False))
-        service.start()
-        server, thread, url = serve(service)
+        cmd = [
+            sys.executable,
+            "-m",
+            "tessera.cli",
+            "server",
+            "--api-only",
+            "--state-dir",
+            d,
+            "--port",
+            str(port),
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
+            deadline = time.time() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/api/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the API server did not start")
+                time.sleep(0.2)
 
             async def run():
                 limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -126,11 +155,14 @@ def api_submits(n: int, concurrency: int = 64) -> dict:
                     return time.perf_counter() - t, codes
 
             elapsed, codes = asyncio.run(run())
-            stored = len(service.store.list_jobs())
+            stored = (
+                httpx.get(f"{url}/api/jobs", params={"limit": 1}, timeout=60)
+                .json()["counts"]
+                .get("PENDING", 0)
+            )
         finally:
-            server.should_exit = True
-            thread.join(30)
-            service.stop()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
     if stored != n or any(c != 201 for c in codes):
         raise RuntimeError(f"{stored} of {n} submissions stored; status codes {sorted(set(codes))}")
     return {

@@ -92,3 +92,8 @@ def test_schema_compiles_for_postgresql():
             assert "CREATE INDEX" in str(CreateIndex(index).compile(dialect=dialect))
     assert "SERIAL" in str(CreateTable(store.jobs).compile(dialect=dialect))
     assert make_url("postgresql://u@db/tessera").get_dialect().name == "postgresql"
+
+
+def test_bad_database_url_is_one_clear_error():
+    with pytest.raises(StoreError, match="--db"):
+        Store("not a url")

@@ -71,9 +71,9 @@ def _free_port() -> int:
 
 def demo(
     state_dir: Path | None = typer.Option(
-        None, "--state-dir", help="keep the store here [default: a temporary directory]"
+        None, "--state-dir", help="keep the store here (default: a temporary directory)"
     ),
-    port: int = typer.Option(0, "--port", help="API/dashboard port [default: any free port]"),
+    port: int = typer.Option(0, "--port", help="API/dashboard port (default: any free port)"),
     round_s: float = typer.Option(5.0, "--round", min=0.5, help="seconds between scheduling rounds"),
     timeout_s: float = typer.Option(900.0, "--timeout", help="give up after this many seconds"),
 ) -> None:

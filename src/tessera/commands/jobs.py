@@ -18,7 +18,7 @@ if not console.is_terminal:
     console = Console(width=200)
 err = Console(stderr=True)
 
-URL = typer.Option(None, "--url", envvar="TESSERA_URL", help="server URL [default: http://127.0.0.1:8470]")
+URL = typer.Option(None, "--url", envvar="TESSERA_URL", help="server URL (default: http://127.0.0.1:8470)")
 TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", help="the server's token, if it has one")
 JSON = typer.Option(False, "--json", help="machine-readable output")
 

@@ -16,12 +16,14 @@ def server(
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind (non-loopback requires a token)"),
     port: int = typer.Option(DEFAULT_PORT, "--port", min=1, max=65535),
     state_dir: Path = typer.Option(
-        None, "--state-dir", help="store, checkpoints, calibration [default: $TESSERA_HOME/service]"
+        None,
+        "--state-dir",
+        help="store, checkpoints, calibration (default: $TESSERA_HOME/service or ~/.local/share/tessera/service)",
     ),
     db: str | None = typer.Option(
         None,
         "--db",
-        help="SQLAlchemy URL, e.g. postgresql://user@host/tessera [default: SQLite in the state dir]",
+        help="SQLAlchemy URL, e.g. postgresql://user@host/tessera (default: SQLite in the state dir)",
     ),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="join this Ray cluster (real GPUs) instead of the embedded one"

@@ -138,8 +138,8 @@ logs = Table(
 Index("ix_logs_job", logs.c.job_id, logs.c.id)
 
 
-class StoreError(RuntimeError):
-    pass
+class StoreError(ValueError):
+    """The store cannot be used as asked (a bad --db URL, a missing driver, a newer schema): one clear line."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,15 @@ def _engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    try:
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    except ModuleNotFoundError as e:
+        raise StoreError(
+            f"--db {url.split('@')[-1]}: the database driver is not installed ({e.name}); for PostgreSQL: "
+            "pip install 'psycopg[binary]'"
+        ) from None
+    except Exception as e:  # a malformed URL
+        raise StoreError(f"--db: {e}") from None
 
 
 class Store:
