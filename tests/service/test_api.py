@@ -128,6 +128,8 @@ def test_get_list_logs_cancel(served):
     again = httpx.get(f"{served.url}/api/jobs/{jid}/logs", params={"after": logs["next"]}).json()
     assert again["lines"] == []
     assert httpx.get(f"{served.url}/api/jobs/999999").status_code == 404
+    for ref in ("%C2%B9", "9" * 30, "-1"):  # a Unicode digit, beyond 64 bits, a name that is no job: 404s
+        assert httpx.get(f"{served.url}/api/jobs/{ref}/telemetry").status_code == 404
 
 
 @pytest.mark.timeout(120)

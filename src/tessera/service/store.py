@@ -387,8 +387,9 @@ class Store:
 
     def find(self, ref: str) -> JobRecord | None:
         """A job by id, or the latest job of that name."""
-        if ref.isdigit():
-            return self.get(int(ref))
+        if ref.isascii() and ref.isdigit():  # "¹" is a digit to str.isdigit, not to int()
+            n = int(ref)
+            return self.get(n) if n < 2**63 else None
         with self._read() as conn:
             row = conn.execute(
                 select(jobs).where(jobs.c.name == ref).order_by(jobs.c.id.desc()).limit(1)
