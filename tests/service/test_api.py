@@ -91,6 +91,7 @@ def test_1000_concurrent_submissions_stored_exactly_once(served):
         ({"entrypoint": "/nonexistent/model.py:Net", "model": "mine"}, "entrypoint"),
         ({"entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:Nope", "model": "mine"}, "entrypoint"),
         ({"data": "/nonexistent/corpus.txt"}, "data"),
+        ({"seq_len": 65}, "seq_len"),  # gpt-tiny has 64 positions
     ],
 )
 def test_malformed_spec_gets_422_naming_the_field(served, change, field):

@@ -200,10 +200,10 @@ def create_app(service: Any) -> FastAPI:
             raise unprocessable("seed", f"must be within ±{MAX_STEPS}")
         try:
             check_data(spec)
-            if spec.entrypoint or spec.model.endswith(".json"):
-                model_spec(spec)
+            model_spec(spec)  # zoo: cheap, and catches e.g. a seq_len beyond the model's positions
         except ModelSourceError as e:
-            raise unprocessable(e.field, e.reason) from None
+            field = "seq_len" if e.field == "model" and "seq_len" in e.reason else e.field
+            raise unprocessable(field, e.reason) from None
         except (ValueError, OSError) as e:
             raise unprocessable("model", str(e)) from None
 

@@ -302,7 +302,11 @@ class JobCells:
         return self.estimator.estimate(CellShape.of(gpus, n_stages))
 
     def rate(self, gpus: Mapping[str, int], n_stages: int) -> float:
-        c = self.cell(gpus, n_stages)
+        """Iterations/s of the Cell (0.0: does not fit, not allowed, or the estimator failed on it)."""
+        try:
+            c = self.cell(gpus, n_stages)
+        except (ValueError, KeyError, ArithmeticError):
+            return 0.0
         return 1.0 / c.iteration_time_s if c is not None and c.feasible and c.iteration_time_s > 0 else 0.0
 
     def best_stages(self, gpus: Mapping[str, int]) -> int | None:
@@ -599,6 +603,9 @@ class SchedulingAdapter:
                 except ModelSourceError as e:
                     self._errors[key] = e.reason
                     raise
+                except Exception as e:  # a planning bug or an input it cannot take: this job waits, not all
+                    self._errors[key] = f"planning failed: {type(e).__name__}: {e}"
+                    raise ModelSourceError("model", self._errors[key]) from None
             cells = self._cells[key]
             assert cells is not None
             return cells
