@@ -194,6 +194,10 @@ def main() -> None:
         f"MARP mean / worst       {result['marp_mean_accuracy']:.4f} / {result['marp_worst_accuracy']:.4f}"
         f"  (under-estimates {result['marp_underestimates']}/{len(rows)})"
     )
+    for z in range(4):
+        sl = result["formula_by_slice"].get(f"zero={z}")
+        if sl:
+            print(f"  ZeRO-{z} ({sl['n']:3d})         {sl['mean']:.4f} / {sl['worst']:.4f}")
     print(f"formula configs/s       {speed:,.0f}")
     print(f"trace GPT-1.3B step     {t13:.2f} s")
     worst = sorted(rows, key=lambda r: r["formula_accuracy"])[:5]

@@ -1,11 +1,13 @@
 """The fast formula and MARP against their ground truth, the exact fake-tensor trace."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from tessera.memory.estimate import estimate_layout, smallest_fitting_layouts
 from tessera.memory.formula import evaluate, inputs_for, peak_arrays
-from tessera.memory.grid import make_grid, point_spec_and_view
+from tessera.memory.grid import GridPoint, make_grid, point_spec_and_view
 from tessera.memory.layout import Layout, LayoutError
 from tessera.memory.marp import marp_bytes, marp_weights
 from tessera.memory.trace import trace_stages
@@ -14,20 +16,65 @@ from tessera.models.zoo import get_spec
 GRID = make_grid(10, seed=11)  # a seeded sample of the benchmark's grid, not picked by hand
 
 
+def _fsdp_points() -> list[GridPoint]:
+    """ZeRO-2/3 layouts whose peaks hinge on FSDP2's buffers: a tied full model in the 1F1B steady state
+    (the root unit), a first stage with two micro-batches in flight (FSDP's wrap-around prefetch), a later
+    stage under ZeRO-2 (parameters kept from forward to backward), a bf16-master last stage."""
+    base = make_grid(1, seed=5)[0]
+    gpt = dict(hidden=256, n_heads=4, n_kv_heads=4, ffn_hidden=1024, vocab=4096, dropout=0.1, n_layers=3,
+               max_positions=512)  # fmt: skip
+    llama = dict(hidden=256, n_heads=4, n_kv_heads=2, ffn_hidden=704, vocab=4096, norm="rmsnorm", mlp="swiglu",
+                 position="rope", tied_embeddings=False, dropout=0.0, bias=False, n_layers=3, max_positions=512)  # fmt: skip
+    common = dict(seq_len=256, micro_batch=2, attention="flash", optimizer="adamw", dp=4, tp=1)
+    cases = [  # family, arch, layers, stages, stage, micro-batches, precision, recompute, ZeRO
+        ("gpt", gpt, (0, 5), 1, 0, 4, "bf16", "none", 3),
+        ("llama", llama, (0, 3), 2, 0, 4, "fp32", "selective", 3),
+        ("gpt", gpt, (2, 4), 4, 1, 8, "fp16", "full", 2),
+        ("llama", llama, (2, 5), 2, 1, 4, "bf16-master", "none", 3),
+    ]
+    return [
+        replace(
+            base,
+            family=f,
+            arch=a,
+            layer_range=lr,
+            n_stages=ns,
+            stage_index=si,
+            micro_batches=mb,
+            precision=pr,
+            recompute=rc,
+            zero=zr,
+            **common,
+        )  # fmt: skip
+        for f, a, lr, ns, si, mb, pr, rc, zr in cases
+    ]
+
+
+FSDP = _fsdp_points()
+
+
 @pytest.fixture(scope="module")
 def traced():
-    return trace_stages([p.trace_request() for p in GRID], in_process=False)
+    return trace_stages([p.trace_request() for p in GRID + FSDP], in_process=False)
+
+
+def _accuracy(p: GridPoint, t) -> float:
+    spec, view = point_spec_and_view(p)
+    est = float(evaluate(spec, [view]).peak_bytes[0])
+    return 1 - abs(est - t.peak_bytes) / t.peak_bytes
 
 
 @pytest.mark.timeout(600)
 def test_formula_tracks_the_exact_trace(traced):
-    accs = []
-    for p, t in zip(GRID, traced, strict=True):
-        spec, view = point_spec_and_view(p)
-        est = float(evaluate(spec, [view]).peak_bytes[0])
-        accs.append(1 - abs(est - t.peak_bytes) / t.peak_bytes)
-    assert min(accs) >= 0.93, accs
-    assert np.mean(accs) >= 0.98, accs
+    accs = [_accuracy(p, t) for p, t in zip(GRID, traced, strict=False)]
+    assert min(accs) >= 0.97, accs
+    assert np.mean(accs) >= 0.99, accs
+
+
+@pytest.mark.timeout(600)
+def test_formula_follows_fsdp_buffers(traced):
+    accs = [_accuracy(p, t) for p, t in zip(FSDP, traced[len(GRID) :], strict=True)]
+    assert min(accs) >= 0.98, accs
 
 
 def test_marp_matches_the_paper_by_hand():

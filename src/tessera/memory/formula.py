@@ -1,26 +1,46 @@
-"""Tessera's fast memory formula: phase-aware, precision-, recompute-, attention-, TP-, PP- and ZeRO-aware.
+"""Tessera's fast memory formula: the peak of one device of one stage, composed layer by layer.
 
-Peak = max over the moments where it can fall (notes/memory-and-time-estimation.md §6), not states +
-activations:
+A training step's peak is the largest live total over the moments of the step (notes/memory-and-time-
+estimation.md §6), not states + activations. The formula walks those moments at the granularity of layers:
 
-* **forward end** — weights, optimizer state, in-flight micro-batches' saved activations, the head's
-  logits and log-softmax (and, under 1F1B's steady state, the full gradients);
-* **backward start / end** — the same plus the backward's transients: cross-entropy gradients at the head,
-  one block's recomputed activations under full recompute, gradients growing while activations shrink;
-* **optimizer step** — weights, gradients (fp32 master gradients with bf16-master), optimizer state and
-  foreach AdamW's parameter-sized ``_foreach_sqrt`` temporary.
+* **What each layer does to the allocator** comes from tables measured once per layer class (family
+  structure, precision, recompute, attention) by ``bench/memory_calibrate.py`` on small probe models: for
+  every allocation of a layer's forward and backward, the bytes its own storages hold at that moment, as
+  a sum of terms ``bytes per element × dimensions`` (``2:T*h`` = a half-precision tokens × hidden tensor).
+  The terms are re-evaluated here at the configuration's sizes, each storage rounded to the caching
+  allocator's 512-B block, so saved activations, backward transients and the order in which they come and
+  go are exact per op. A layer's table also says what it leaves for the rest of the forward (saved
+  tensors, autocast's cast cache), for its backward, and after its backward (its gradients).
+* **A stage** is the chain [embedding] + blocks + [head]: a layer's forward sits on what the layers
+  before it left; its backward on what the layers below still hold and those above left behind. Blocks
+  are identical, so the extremes over the block index are at its ends (first, second, second-to-last,
+  last). A later stage's first block reads a received leaf (autocast caches its cast once); its last block
+  gets its gradient from the pipeline; the tied head's gradient waits in autograd until the embedding's.
+* **The schedule**: 1F1B stage i of S holds m = min(S - i, M) micro-batches. The peak falls in the m-th
+  forward or the first backward (the others' activations held, no gradients yet), or, in the steady
+  state, in a later forward and backward with the gradients made. The data loader's tokens and targets
+  live to the end of the step; a later stage holds each received activation and output until its backward.
+* **ZeRO-2/3 (FSDP2)**, per layer: the all-gather output and the unsharded parameters (the output kept
+  until the next gather in the forward, dropped after the copy-out in the backward), the backward prefetch
+  of the next layer (and FSDP's wrap-around prefetch when several forwards preceded the backward), the
+  reduce-scatter input kept until the next layer's, the sharded gradients; ZeRO-2 keeps the unsharded
+  parameters from the forward to their backward.
+* **The optimizer step**: the gradients it reads and foreach Adam's parameter-sized temporary; ZeRO-1
+  and bf16-master convert the gradients parameter by parameter (slice copies / fp32 casts).
 
-Saved activations are counted tensor by tensor from the zoo blocks' ops, with PyTorch's dtype rules per
-precision (CUDA autocast: matmuls in half precision, norms / softmax / loss in fp32, one half-precision
-copy of a linear's input per linear), every storage rounded up to the caching allocator's 512 B block.
-Parameter counts come from the zoo's own TP shards (built once on the meta device and cached), so the
-formula is exact where the model is. Everything per configuration is numpy arithmetic over arrays.
+Everything per configuration is numpy arithmetic over arrays: :func:`inputs_for` reads the model and
+views once (parameter shards from the zoo, built on the meta device and cached), :func:`peak_arrays`
+evaluates any number of configurations at once.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -31,9 +51,8 @@ from tessera.models.spec import ModelSpec, TransformerArch
 BLOCK = 512.0
 PHASES = ("fwd", "bwd", "opt")
 _PREC = {"fp32": 0, "bf16": 1, "fp16": 2, "bf16-master": 3}
-_RECOMPUTE = {"none": 0, "selective": 1, "full": 2}
 _OPT = {"adamw": 0, "adam": 1, "sgd": 2}
-_FAMILY = {"gpt": 0, "llama": 1, "bert": 2, "moe": 0}
+NEG = -np.inf
 
 
 def r(x: Any) -> Any:
@@ -41,182 +60,10 @@ def r(x: Any) -> Any:
     return np.ceil(np.asarray(x, dtype=np.float64) / BLOCK) * BLOCK
 
 
-# ---------------------------------------------------------------------------------------- parameters
-@dataclass(frozen=True)
-class ParamProfile:
-    """Per-device parameter storage of one layer (or a stage): exact, from the zoo's TP shard."""
-
-    numel: float = 0.0
-    fp32_bytes: float = 0.0  # Σ r(4n) over tensors
-    half_bytes: float = 0.0  # Σ r(2n)
-    n_tensors: float = 0.0
-    cast_bytes: float = 0.0  # Σ r(2n) of weights autocast casts for matmuls (saved until backward)
-    largest_fp32: float = 0.0  # r(4n) of the largest tensor
-    buffer_bytes: float = 0.0  # Σ r(bytes) of buffers (RoPE tables), fp32 (halved with bf16-master)
-    bias_cast_bytes: float = 0.0  # Σ r(2n) of linear biases: autocast's cache holds them during a forward
-
-    def __add__(self, o: ParamProfile) -> ParamProfile:
-        return ParamProfile(
-            self.numel + o.numel,
-            self.fp32_bytes + o.fp32_bytes,
-            self.half_bytes + o.half_bytes,
-            self.n_tensors + o.n_tensors,
-            self.cast_bytes + o.cast_bytes,
-            max(self.largest_fp32, o.largest_fp32),
-            self.buffer_bytes + o.buffer_bytes,
-            self.bias_cast_bytes + o.bias_cast_bytes,
-        )
-
-    def scale(self, k: float) -> ParamProfile:
-        return ParamProfile(*(k * x for x in (self.numel, self.fp32_bytes, self.half_bytes, self.n_tensors,
-                                              self.cast_bytes)), self.largest_fp32)  # fmt: skip
+def _ri(n: float) -> int:
+    return -(-int(n) // 512) * 512
 
 
-def _arch_key(arch: TransformerArch) -> tuple:
-    return tuple(sorted(arch.__dict__.items()))
-
-
-@lru_cache(maxsize=4096)
-def _layer_profile(family: str, arch_items: tuple, layer: int, tp: int, zero_d: int) -> ParamProfile:
-    """Build one layer's TP shard on the meta device and measure its parameters."""
-    import torch
-
-    from tessera.models.nn_common import TPShare
-    from tessera.models.zoo import build_model
-
-    arch = TransformerArch(**dict(arch_items))
-    share = TPShare(tp, 0) if tp > 1 else None
-    m = build_model(arch, family=family, layer_range=(layer, layer + 1), tp=share, device="meta")
-    seen: set[int] = set()
-    numel = f32 = half = n = cast = largest = bias_cast = 0.0
-    for mod in m.modules():
-        for name, p in mod.named_parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            k = p.numel()
-            if zero_d > 1:
-                k = -(-k // zero_d)
-            numel += k
-            f32 += r(4 * k)
-            half += r(2 * k)
-            largest = max(largest, float(r(4 * k)))
-            n += 1
-            if isinstance(mod, torch.nn.Linear) and name == "weight":
-                cast += r(2 * p.numel())
-            if isinstance(mod, torch.nn.Linear) and name == "bias":
-                bias_cast += r(2 * p.numel())
-    buffers = float(sum(r(bf.numel() * bf.element_size()) for bf in m.buffers()))
-    return ParamProfile(numel, float(f32), float(half), n, float(cast), largest, buffers, float(bias_cast))
-
-
-def stage_params(spec: ModelSpec, start: int, end: int, tp: int, zero_d: int = 1) -> ParamProfile:
-    """Parameters one device of a stage holds (tied embedding/head counted once when both are held)."""
-    arch = spec.arch
-    assert isinstance(arch, TransformerArch)
-    key = _arch_key(arch)
-    total = ParamProfile()
-    for j in range(start, end):
-        total = total + _layer_profile(spec.family, key, j if spec.layers[j].kind == "moe" else _canon(spec, j),
-                                       tp, zero_d)  # fmt: skip
-    n = spec.n_layers
-    if arch.tied_embeddings and start == 0 and end == n:
-        head_out = _layer_profile(spec.family, key, n - 1, tp, zero_d)
-        emb_only = _tied_weight(arch, tp, zero_d)
-        total = (
-            total + ParamProfile(-emb_only[0], -emb_only[1], -emb_only[2], -1, 0, 0) if head_out else total
-        )
-    return total
-
-
-def _canon(spec: ModelSpec, j: int) -> int:
-    """Identical blocks share one cache entry: map block j to block 1 (index 1 of the layer list)."""
-    kind = spec.layers[j].kind
-    if kind == "transformer":
-        return 1
-    return j
-
-
-def _tied_weight(arch: TransformerArch, tp: int, zero_d: int) -> tuple[float, float, float]:
-    rows = -(-arch.vocab // tp) if tp > 1 else arch.vocab
-    k = rows * arch.hidden
-    if zero_d > 1:
-        k = -(-k // zero_d)
-    return float(k), float(r(4 * k)), float(r(2 * k))
-
-
-# --------------------------------------------------------------------------------- saved activations
-def _dtype_sizes(prec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(residual stream, matmul output, softmax) element sizes for each precision code."""
-    res = np.where(prec == 3, 2.0, 4.0)
-    mm = np.where(prec == 0, 4.0, 2.0)
-    sm = np.where(prec == 3, 2.0, 4.0)
-    return res, mm, sm
-
-
-def block_activation_bytes(
-    *,
-    family: np.ndarray,
-    T: np.ndarray,
-    b: np.ndarray,
-    s: np.ndarray,
-    h: np.ndarray,
-    hq: np.ndarray,
-    hkv: np.ndarray,
-    heads: np.ndarray,
-    head_dim: np.ndarray,
-    f: np.ndarray,
-    dropout: np.ndarray,
-    causal: np.ndarray,
-    prec: np.ndarray,
-    recompute: np.ndarray,
-    math: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes saved by one block for backward, bytes of one block's full activations when recomputed)."""
-    res, mm, sm = _dtype_sizes(prec)
-    amp = (prec == 1) | (prec == 2)
-    llama = family == 1
-    drop = dropout > 0
-    stats = np.where(llama, r(4 * T), 2 * r(4 * T))  # RMSNorm: rstd; LayerNorm: mean + rstd
-    # norm inputs (pre-LN blocks save their input and the mid residual; BERT's post-LN saves two sums)
-    norm_in = 2 * r(res * T * h)
-    rms_extra = np.where(llama, 2 * r(res * T * h), 0.0)  # x * rstd saved by the weight multiply, per norm
-    # inputs of the linears reading a norm output: fp32/bf16-master share one tensor; AMP casts per linear
-    attn_in = np.where(amp, 3 * r(2 * T * h), r(res * T * h))  # q, k, v
-    mlp_linears_in = np.where(llama, 2.0, 1.0)
-    mlp_in = np.where(amp, mlp_linears_in * r(2 * T * h), r(res * T * h))
-    # q, k, v as attention sees them (GQA expands k, v to the q width)
-    rep = hq / np.maximum(hkv, 1)
-    kv_width = np.where(rep > 1, hq, hkv)
-    qkv = r(mm * T * hq) + 2 * r(mm * T * kv_width)
-    rope_tabs = np.where(llama & amp, 4 * r(2 * s * head_dim), 0.0)
-    # attention core
-    flash_core = r(4 * b * heads * s) + 2 * BLOCK  # logsumexp + philox seed/offset
-    # math core: softmax output (fp32 under autocast) + dropout mask + what probs @ v saves (a half copy
-    # under autocast, else the dropped probabilities; without dropout the softmax output itself)
-    scores = b * heads * s * s
-    math_core = np.where(
-        drop,
-        r(sm * scores) + r(scores) + np.where(amp, r(2 * scores), r(sm * scores)),
-        np.where(amp, r(4 * scores) + r(2 * scores), r(sm * scores)),
-    )
-    math_core = math_core + np.where(causal, r(s * s), 0.0)
-    core = np.where(math, math_core, flash_core)
-    core = np.where(recompute == 1, 0.0, core)
-    out = r(mm * T * hq)  # attention output = proj input
-    resid_masks = np.where(drop, 2 * r(T * h), 0.0)
-    # MLP internals
-    gelu_mlp = 2 * r(mm * T * f)
-    swiglu = 4 * r(mm * T * f)
-    mlp = np.where(llama, swiglu, gelu_mlp)
-    full = (
-        norm_in + stats * 2 + rms_extra + attn_in + qkv + rope_tabs + core + out + resid_masks + mlp_in + mlp
-    )
-    saved = np.where(recompute == 2, r(res * T * h), full)
-    return saved, full
-
-
-# ------------------------------------------------------------------------------------------ the formula
 @dataclass(frozen=True)
 class FormulaOut:
     peak_bytes: np.ndarray
@@ -234,8 +81,260 @@ def evaluate(spec: ModelSpec, views: list[DeviceView]) -> FormulaOut:
     return peak_arrays(inputs_for(spec, views))
 
 
+# ---------------------------------------------------------------------------------------- parameters
+@lru_cache(maxsize=4096)
+def _layer_params(
+    family: str, arch_items: tuple, layer: int, tp: int
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(name, shape) of every parameter of one layer's TP shard (rank 0, the largest) in module order,
+    then its buffers as ("buffer:<name>", shape); built once on the meta device."""
+    from tessera.models.nn_common import TPShare
+    from tessera.models.zoo import build_model
+
+    arch = TransformerArch(**dict(arch_items))
+    share = TPShare(tp, 0) if tp > 1 else None
+    m = build_model(arch, family=family, layer_range=(layer, layer + 1), tp=share, device="meta")
+    out = [(name, tuple(p.shape)) for name, p in m.layers[0].named_parameters()]
+    out += [("buffer:" + name, tuple(b.shape)) for name, b in m.layers[0].named_buffers()]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The hashable part of a ModelSpec the parameter caches key on."""
+
+    family: str
+    arch_items: tuple
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> _Model:
+        arch = spec.arch
+        assert isinstance(arch, TransformerArch)
+        return cls(
+            spec.family, tuple(sorted(arch.__dict__.items())), tuple(layer.kind for layer in spec.layers)
+        )
+
+    def params(self, j: int, tp: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Layer j's parameters and buffers; identical transformer blocks share block 1's cache entry."""
+        return _layer_params(self.family, self.arch_items, 1 if self.kinds[j] == "transformer" else j, tp)
+
+    def shared(self, start: int, end: int) -> bool:
+        """The stage holds both ends of a tied model: the head's projection is the embedding's table."""
+        return bool(dict(self.arch_items).get("tied_embeddings")) and start == 0 and end == len(self.kinds)
+
+    def kind(self, j: int) -> str:
+        return "emb" if j == 0 else "head" if j == len(self.kinds) - 1 else "block"
+
+
+def _local(total: int, tp: int) -> int:
+    """Units TP rank 0 holds (the zoo's split: whole units, the remainder to the first ranks)."""
+    return -(-total // tp) if tp > 1 else total
+
+
+_HELD = {  # the parameter whose gradient FSDP's reduce-scatter still references: its layer's last op's
+    ("block", "gpt"): ("mlp.fc_out.bias", "mlp.fc_out.weight"),
+    ("block", "bert"): ("mlp.fc_out.bias", "mlp.fc_out.weight"),
+    ("block", "llama"): ("mlp.down.weight",),
+    ("emb", "gpt"): ("pos",),
+    ("emb", "bert"): ("norm.bias",),
+    ("emb", "llama"): ("tok.weight",),
+    ("head", "gpt"): ("out.weight",),
+    ("head", "bert"): ("decoder.bias",),
+    ("head", "llama"): ("out.weight",),
+}
+
+
+@lru_cache(maxsize=4096)
+def _stage_scalars(
+    model: _Model, start: int, end: int, tp: int, dp: int, zero: int, prec: str, opt: str
+) -> dict[str, float]:
+    """What one device of a stage holds, from its parameter shards: the persistent states (weights,
+    master weights, optimizer state), the optimizer step's gradient conversions, and the FSDP unit sizes
+    (embedding, one block, head, and the root holding a tied embedding + head)."""
+    shared = model.shared(start, end)
+    params = []  # (layer, name, shape) in model.parameters() order, the tied table once
+    buffers = []
+    for j in range(start, end):
+        for name, shape in model.params(j, tp):
+            if name.startswith("buffer:"):
+                buffers.append(prod(shape))
+            elif not (shared and j == end - 1 and name in ("out.weight", "decoder.weight")):
+                params.append((j, name, shape))
+    family = model.family if model.family in ("llama", "bert") else "gpt"
+    master, adam = prec == "bf16-master", opt != "sgd"
+    n_state = 2.0 if adam else 1.0
+    ns = [prod(s) for _, _, s in params]
+    steps = 4.0 * len(ns) if adam else 0.0  # Adam's step counters: 4-B host tensors, unrounded
+    scaler = 1024.0 if prec == "fp16" else 0.0  # GradScaler's scale and growth tracker
+    p4, p2 = float(sum(_ri(4 * n) for n in ns)), float(sum(_ri(2 * n) for n in ns))
+    out: dict[str, float] = {"G": p2 if master else p4}  # the model's gradients once made
+    if zero >= 2:
+        # FSDP shards each parameter by rows; its fp32 shards are the parameters (the masters under
+        # mixed precision), the optimizer state follows them, buffers stay whole
+        sh = float(sum(_ri(4 * -(-s[0] // dp) * prod(s[1:])) if s else 512 for _, _, s in params))
+        out.update(w=(0.0 if master else sh) + sum(_ri(4 * k) for k in buffers), mw=sh if master else 0.0)
+        out.update(os=n_state * sh + steps + scaler, opt_tmp=sh if adam else 0.0, opt_grads=0.0, conv=0.0)
+    else:
+        d = dp if zero == 1 else 1
+        sl = [-(-n // d) for n in ns]  # ZeRO-1: the optimizer's slice of each flattened parameter
+        s4 = float(sum(_ri(4 * k) for k in sl))
+        if master:
+            out.update(w=p2 + sum(_ri(2 * k) for k in buffers), mw=s4)
+        else:
+            out.update(w=p4 + sum(_ri(4 * k) for k in buffers), mw=0.0)
+        out.update(os=n_state * s4 + steps + scaler, opt_tmp=s4 if adam else 0.0)
+        out["opt_grads"] = s4 if (zero == 1 or master) else p4
+        e = 2 if master else 4
+        conv = 0.0
+        if zero == 1:  # each full gradient becomes its slice (a copy; fp32 under bf16-master), then freed
+            base = float(sum(_ri(e * n) for n in ns))
+            for n, k in zip(ns, sl, strict=True):
+                conv = max(conv, base + _ri(e * k))
+                if master:
+                    conv = max(conv, base - _ri(e * n) + _ri(e * k) + _ri(4 * k))
+                base += _ri(4 * k) - _ri(e * n)
+        elif master:  # bf16 gradient -> fp32 master gradient, one parameter at a time
+            done, rest = 0.0, p2
+            for n in ns:
+                conv = max(conv, done + _ri(4 * n) + rest)
+                done, rest = done + _ri(4 * n), rest - _ri(2 * n)
+        out["conv"] = conv
+    out["S"] = out["w"] + out["mw"] + out["os"]
+    # FSDP units: one per layer, a tied embedding and head together in the root; param dtype e
+    e = 2 if master else 4
+    units: dict[str, dict[str, float]] = {}
+    for j in range(start, end):
+        kind = model.kind(j)
+        if kind == "block" and "block" in units:
+            continue
+        unit = "root" if shared and kind != "block" else kind
+        u = units.setdefault(unit, dict(U=0.0, pad=0.0, gl=0.0))
+        held = _HELD.get((kind, family), ())
+        for jj, name, s in params:
+            if jj == j:
+                u["U"] += _ri(e * prod(s))
+                u["pad"] += -(-s[0] // dp) * dp * prod(s[1:]) if s else dp
+                if name in held and (unit != "root" or kind == "head"):
+                    u["gl"] = float(_ri(e * prod(s)))
+    for name in ("emb", "block", "head", "root"):
+        u = units.get(name, dict(U=0.0, pad=0.0, gl=0.0))
+        out[name + "_U"] = u["U"]  # the unsharded parameters (and their gradients)
+        out[name + "_Fl"] = float(_ri(e * u["pad"]))  # the all-gather output
+        out[name + "_RS"] = float(_ri(4 * u["pad"]))  # the reduce-scatter input (fp32 reduce)
+        out[name + "_Sh"] = float(_ri(4 * u["pad"] // dp))  # the sharded gradients
+        out[name + "_gl"] = u["gl"]
+        out[name + "_inc"] = float(_ri(2 * u["pad"] // dp)) if master else 0.0  # bf16 all-gather input
+    return out
+
+
+# ------------------------------------------------------------------------------------- layer tables
+_EVENT_KEYS = ("fev", "lev", "bev0", "bev1", "lbev0", "lbev1")
+_TAGS = ("IN", "GIN")
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """The decoded tables. Term i is ``el[i]`` bytes × Π dims[factors[i]]; its tag marks a layer's input
+    (IN), the gradient it receives (GIN) or sends (GOUT), or a neighbour's storage it frees (X, < 0)."""
+
+    terms: tuple[str, ...]
+    el: np.ndarray
+    factors: tuple[tuple[str, ...], ...]
+    tag: np.ndarray
+    classes: dict[str, tuple[str, ...]]  # kind -> class names (index = class id)
+    entries: dict[str, list[dict[str, np.ndarray]]]  # kind -> per class: key -> [terms] or [events, terms]
+
+
+@lru_cache(maxsize=1)
+def _tables() -> _Tables:
+    doc = json.loads(zlib.decompress(base64.b64decode("".join(_EVENT_TABLES))))
+    terms = tuple(doc["terms"])
+    el, factors, tags = [], [], []
+    for t in terms:
+        tag, _, body = t.rpartition("|")
+        tags.append(tag)
+        size, _, mono = body.partition(":")
+        el.append(float(size) if mono else 0.0)
+        factors.append(tuple(mono.split("*")) if mono not in ("", "1") else ())
+
+    def dense(pairs: list[list[int]]) -> np.ndarray:
+        v = np.zeros(len(terms))
+        for i, c in pairs:
+            v[i] = c
+        return v
+
+    classes, entries = {}, {}
+    for kind, by_cls in doc["tables"].items():
+        names = tuple(sorted(by_cls))
+        classes[kind] = names
+        entries[kind] = [
+            {
+                k: np.stack([dense(e) for e in v]) if k in _EVENT_KEYS else dense(v)
+                for k, v in by_cls[c].items()
+            }
+            for c in names
+        ]
+    return _Tables(terms, np.array(el), tuple(factors), np.array(tags), classes, entries)
+
+
+def _structure(spec: ModelSpec) -> str:
+    """The layer class a model's blocks belong to (what the probes were built as)."""
+    arch = spec.arch
+    assert isinstance(arch, TransformerArch)
+    if spec.family == "llama":
+        return "llama-gqa" if arch.n_kv_heads < arch.n_heads else "llama"
+    base = "bert" if spec.family == "bert" else "gpt"  # MoE blocks: the GPT block's attention and norms
+    return base if arch.dropout > 0 else base + "-nodrop"
+
+
+def _class_id(kind: str, name: str) -> int:
+    names = _tables().classes[kind]
+    if name not in names:
+        raise ValueError(f"no {kind} event table for {name!r}: rerun bench/memory_calibrate.py --write")
+    return names.index(name)
+
+
+def _term_sizes(x: dict[str, np.ndarray]) -> np.ndarray:
+    """[configurations, terms]: the bytes of one storage of each term, rounded to the allocator block."""
+    tb = _tables()
+    out = np.empty((len(x["T"]), len(tb.terms)))
+    for i, (e, fs) in enumerate(zip(tb.el, tb.factors, strict=True)):
+        v = np.full(len(x["T"]), e)
+        for f in fs:
+            v = v * (x[f] if f in x else float(f))
+        out[:, i] = v
+    return r(out)
+
+
+def _layer_values(
+    z: np.ndarray, kind: str, cls: np.ndarray, keys: tuple[str, ...], zero: tuple[np.ndarray, ...] = ()
+) -> dict[str, np.ndarray]:
+    """Per configuration and table key of its class: a vector's bytes, or an event list's largest.
+
+    ``zero`` = (IN flags, GIN flags): configurations whose layer input / received gradient belongs to the
+    pipeline harness (a stage's received activation, its output gradient) and is counted there instead."""
+    tb = _tables()
+    if zero:
+        mask = np.ones_like(z)
+        for flags, tag in zip(zero, _TAGS, strict=True):
+            mask[np.ix_(flags > 0, tb.tag == tag)] = 0.0
+        z = z * mask
+    out = {k: np.zeros(len(cls)) for k in keys}
+    for c in np.unique(cls):
+        idx = np.nonzero(cls == c)[0]
+        entry, zc = tb.entries[kind][int(c)], z[idx]
+        for k in keys:
+            table = entry.get(k)
+            if table is not None:
+                out[k][idx] = (zc @ table.T).max(axis=1) if table.ndim == 2 else zc @ table
+    return out
+
+
+# ------------------------------------------------------------------------------------------ inputs
 def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[str, np.ndarray]:
-    """Arrays the vectorized formula reads, one entry per view."""
+    """Arrays the vectorized formula reads, one entry per view: the sizes the table terms use, the layer
+    classes, the stage's shape and schedule, and its parameter-derived scalars."""
     arch = spec.arch
     if not isinstance(arch, TransformerArch):
         raise ValueError(f"model {spec.name!r}: the memory formula covers transformer models")
@@ -244,300 +343,482 @@ def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[s
     def put(k: str, v: float) -> None:
         rows.setdefault(k, []).append(float(v))
 
-    n = spec.n_layers
+    model = _Model.of(spec)
+    structure = _structure(spec)
+    d, group = arch.head_dim, arch.n_heads // arch.n_kv_heads
     for v in views:
-        zd = v.dp if v.zero >= 1 else 1
-        full = stage_params(spec, v.layer_start, v.layer_end, v.tp)
-        shard = stage_params(spec, v.layer_start, v.layer_end, v.tp, zd) if zd > 1 else full
-        tp = v.tp
-        put("family", _FAMILY.get(spec.family, 0))
-        put("b", v.micro_batch)
-        put("s", spec.seq_len)
-        put("h", arch.hidden)
-        put("heads", arch.n_heads // tp)
-        put("hq", arch.n_heads // tp * arch.head_dim)
-        put("hkv", max(1, arch.n_kv_heads // tp) * arch.head_dim)
-        put("head_dim", arch.head_dim)
-        put("f", -(-arch.ffn_hidden // tp))
-        put("V", -(-arch.vocab // tp))
-        put("dropout", arch.dropout)
-        put("causal", arch.causal)
-        put("tied", arch.tied_embeddings)
-        put(
-            "n_blocks",
-            sum(
-                1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
-            ),
+        tp, kv = v.tp, _local(arch.n_kv_heads, v.tp)
+        tied = "tied" if model.shared(v.layer_start, v.layer_end) else "untied"
+        sizes = dict(b=v.micro_batch, s=spec.seq_len, T=v.micro_batch * spec.seq_len, h=arch.hidden, H=kv * group,
+                     kvH=kv, d=d, dh=d // 2, hq=kv * group * d, hkv=kv * d, rep=group,
+                     f=_local(arch.ffn_hidden, tp), V=_local(arch.vocab, tp), V2=arch.vocab, P=arch.max_positions)  # fmt: skip
+        for k, val in sizes.items():
+            put(k, val)
+        put("blk_cls", _class_id("block", f"{structure}/{v.precision}/{v.recompute}/{v.attention}"))
+        put("emb_cls", _class_id("emb", f"{structure}/{v.precision}/tp{1 if tp == 1 else 2}/{tied}"))
+        put("head_cls", _class_id("head", f"{structure}/{v.precision}/{tied}"))
+        blocks = sum(
+            1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
         )
-        put("has_embed", v.layer_start == 0)
-        put("has_head", v.layer_end == n)
-        put("in_flight", v.in_flight)
-        put("micro_batches", v.micro_batches)
+        put("nb", blocks)
+        put("has_emb", v.layer_start == 0)
+        put("has_head", v.layer_end == spec.n_layers)
+        put("shared", tied == "tied")
+        put("m", max(1, v.in_flight))
+        put("M", max(v.micro_batches, v.in_flight))
         put("prec", _PREC[v.precision])
-        put("recompute", _RECOMPUTE[v.recompute])
-        put("math", v.attention == "math")
-        put("opt", _OPT[v.optimizer])
         put("zero", v.zero)
-        put("dp", v.dp)
-        put("tp", tp)
-        put("P4", full.fp32_bytes)
-        layer_bytes = [
-            _layer_profile(
-                spec.family, _arch_key(arch), j if spec.layers[j].kind == "moe" else _canon(spec, j), tp, 1
-            )
-            for j in range(v.layer_start, v.layer_end)
-        ]
-        put("Lmax4", max(lp.fp32_bytes for lp in layer_bytes))
-        put("P2", full.half_bytes)
-        put("Pn", full.n_tensors)
-        put("Pcast", full.cast_bytes)
-        put("S4", shard.fp32_bytes)
-        put("S2", shard.half_bytes)
-        put("Sn", shard.n_tensors)
-        put("Plarge", full.largest_fp32)
-        put("buffers", full.buffer_bytes)
-        put("Pbias_cast", full.bias_cast_bytes)
-        head = _layer_profile(spec.family, _arch_key(arch), n - 1, v.tp, 1) if v.layer_end == n else None
-        put("head_cast", head.cast_bytes if head else 0.0)
-        put("head_P4", head.fp32_bytes if head else 0.0)
-        emb = _layer_profile(spec.family, _arch_key(arch), 0, v.tp, 1) if v.layer_start == 0 else None
-        put("emb_P4", emb.fp32_bytes if emb else 0.0)
-    out = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
-    for k, v in extra.items():
-        out[k] = np.asarray(v, dtype=np.float64)
+        scalars = _stage_scalars(
+            model, v.layer_start, v.layer_end, tp, v.dp, v.zero, v.precision, v.optimizer
+        )
+        for k, val in scalars.items():
+            put(k, val)
+    out = {k: np.asarray(val, dtype=np.float64) for k, val in rows.items()}
+    for k, val in extra.items():
+        out[k] = np.asarray(val, dtype=np.float64)
+    return out
+
+
+# -------------------------------------------------------------------------------------- the formula
+_BLOCK_KEYS = ("fev", "bev0", "bev1", "fstart", "bstart0", "carryF", "carryB", "carryBend0", "carryBend1")
+_HEAD_KEYS = ("fev", "lev", "lbev0", "lbev1", "bev0", "bev1", "fstart", "bstart0", "carryB", "carryBend0",
+              "carryBend1")  # fmt: skip
+
+
+def _top(*cands: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Largest value among (condition, value) pairs, per configuration (-inf where none holds)."""
+    out = np.full(np.broadcast(*(c for c, _ in cands)).shape, NEG)
+    for cond, val in cands:
+        out = np.maximum(out, np.where(cond, val, NEG))
     return out
 
 
 def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     """The vectorized core: every argument an array over configurations."""
-    prec = x["prec"].astype(int)
-    rec = x["recompute"].astype(int)
-    fam = x["family"].astype(int)
-    b, s, h, V, f = x["b"], x["s"], x["h"], x["V"], x["f"]
-    T = b * s
-    res, mm, sm = _dtype_sizes(prec)
-    amp = (prec == 1) | (prec == 2)
-    master = prec == 3
-    m = x["in_flight"]
-    has_head = x["has_head"] > 0
-    has_embed = x["has_embed"] > 0
-    zero = x["zero"]
-    opt = x["opt"].astype(int)
-    nb = x["n_blocks"]
-    has_blocks = nb > 0
+    n = len(x["T"])
+    z = _term_sizes(x)
+    one, no = np.ones(n, dtype=bool), np.zeros(n)
+    has_emb, has_head, shared = x["has_emb"] > 0, x["has_head"] > 0, x["shared"] > 0
+    nb, m, M, zero = x["nb"], x["m"], x["M"], x["zero"]
+    fsdp, z3 = zero >= 2, zero == 3
+    E, Hh = has_emb * 1.0, has_head * 1.0
+    b2, b3 = nb >= 2, nb >= 3
+    xh = r(np.where(x["prec"] == 3, 2.0, 4.0) * x["T"] * x["h"])  # a received activation, an output, a grad
+    ids = r(8 * x["T"])
+    S, G = x["S"], x["G"]
 
-    saved, full = block_activation_bytes(
-        family=fam, T=T, b=b, s=s, h=h, hq=x["hq"], hkv=x["hkv"], heads=x["heads"], head_dim=x["head_dim"],
-        f=f, dropout=x["dropout"], causal=x["causal"] > 0, prec=prec, recompute=rec, math=x["math"] > 0,
-    )  # fmt: skip
-    # BERT's post-LN blocks under autocast keep one more fp32 h-wide tensor each (measured on the trace)
-    bert_amp = np.where((fam == 2) & amp & (rec != 2), r(4 * T * h), 0.0)
-    saved = saved + bert_amp
-    full = full + np.where((fam == 2) & amp, r(4 * T * h), 0.0)
-    hidden = r(res * T * h)
-    # embedding: dropout mask (GPT/BERT), BERT's embedding LayerNorm, the vocab-shard masks under TP
-    emb_act = np.where(x["dropout"] > 0, r(T * h), 0.0) + np.where(fam == 2, hidden + 2 * r(4 * T), 0.0)
-    emb_act = emb_act + np.where(x["tp"] > 1, r(8 * T) + r(T), 0.0)
-    emb_act = np.where(has_embed, emb_act, 0.0)
-    # head: final norm input + stats + linear input (+ AMP cast), logits, log-softmax output
-    head_norm = hidden + np.where(fam == 1, r(4 * T) + hidden, 2 * r(4 * T))
-    head_lin_in = np.where(amp, r(2 * T * h), hidden)
-    logits = r(mm * T * V)
-    lsm = r(4 * T * V)
-    head_act = np.where(has_head, head_norm + head_lin_in + logits + lsm, 0.0)
-    # what a non-last stage holds until the backward: its output, per in-flight micro-batch
-    held_out = np.where(has_head, 0.0, hidden)
-    # autocast caches casts of leaf parameters only; ZeRO-3 re-gathers (new, uncached) copies per use
-    weights_cast = np.where(amp & (x["zero"] < 3), x["Pcast"], 0.0)
-    # casts saved by the graph: every layer outside full recompute; checkpointed blocks' casts live only in
-    # the cache of the forward that made them (only the head's projection stays saved)
-    cast_saved = np.where(
-        amp, weights_cast * np.where(has_blocks & (rec == 2), _non_block_share(x), 1.0), 0.0
-    )
-    cast_cache = np.where(amp & (x["zero"] < 3), weights_cast - cast_saved + x["Pbias_cast"], 0.0)
-    # a later stage's first block saves the received activation, already counted as an input
-    first_in = np.where(~has_embed & has_blocks, hidden, 0.0)
-    per_mb = nb * saved + emb_act + head_act + held_out + cast_saved - first_in
+    # ---- what each layer does: the tables of its class at these sizes. Positions: the first block (a
+    # later stage's reads a received leaf; under FSDP through a view, so its own table with IN the
+    # harness's), interior blocks, the last block (its gradient from the pipeline on a non-last stage)
+    blk = x["blk_cls"].astype(int)
+    last1 = ((nb == 1) & ~has_head) * 1.0
+    first_leaf = ~has_emb & ~fsdp
+    qf = _layer_values(z, "block_first", blk, _BLOCK_KEYS, (no, last1))
+    qb = _layer_values(z, "block", blk, _BLOCK_KEYS, ((~has_emb & fsdp) * 1.0, last1))
+    q1 = {k: np.where(first_leaf, qf[k], qb[k]) for k in _BLOCK_KEYS}
+    qG = _layer_values(z, "block", blk, _BLOCK_KEYS)
+    qN = _layer_values(z, "block", blk, _BLOCK_KEYS, (no, (~has_head) * 1.0))
+    qE = {k: v * E for k, v in _layer_values(z, "emb", x["emb_cls"].astype(int), _BLOCK_KEYS).items()}
+    qH = {k: v * Hh for k, v in _layer_values(z, "head", x["head_cls"].astype(int), _HEAD_KEYS).items()}
 
-    # ---- states
-    P4, P2, S4 = x["P4"], x["P2"], x["S4"]
-    weights = np.where(master, P2 + x["buffers"] / 2, P4 + x["buffers"])
-    master_w = np.where(master, np.where(zero >= 1, S4, P4), 0.0)
-    n_state = np.where(opt == 2, 1.0, 2.0)
-    opt_state = n_state * np.where(zero >= 1, S4, P4) + np.where(opt == 2, 0.0, 4.0 * x["Sn"])
-    grads_model = np.where(master, P2, P4)  # grads of the model's own params at the end of backward
-    grads_opt = np.where(zero >= 1, S4, P4)  # grads the optimizer reads (fp32)
-    # ZeRO-2/3 (FSDP2): weights, masters, grads and optimizer state sharded. Forward: the gathered compute
-    # copies (ZeRO-2: every layer's, kept until backward; ZeRO-3: one layer's) plus one layer's all-gather
-    # buffer; backward: ZeRO-2 keeps every gathered layer, ZeRO-3 one layer and its buffer.
-    fsdp = zero >= 2
-    c_size = np.where(master, 2.0, 4.0) / 4.0
-    layer_c = x["Lmax4"] * c_size
-    fsdp_fwd = np.where(fsdp, np.where(zero == 3, 2 * layer_c, P4 * c_size + layer_c), 0.0)
-    fsdp_bwd = np.where(fsdp, np.where(zero == 3, 2 * layer_c, P4 * c_size), 0.0)
-    weights = np.where(
-        fsdp, np.where(master, 0.0, S4) + np.where(master, x["buffers"] / 2, x["buffers"]), weights
-    )
-    grads_model = np.where(fsdp, S4, grads_model)
-    states = weights + master_w + opt_state
-    stage_in = np.where(has_embed, r(8 * T), hidden)  # token ids, or a received activation
-    inputs = m * stage_in + np.where(has_head, m * r(8 * T), 0.0)
+    # one in-flight micro-batch between its forward and backward: every layer's saved set, the received
+    # input and the output a later / earlier stage holds
+    hold = qE["carryB"] + q1["carryB"] + (nb - 1) * qG["carryB"] + qH["carryB"]
+    hold = hold + np.where(has_emb, 0.0, xh) + np.where(has_head, 0.0, xh)
 
-    steady = x["micro_batches"] > m  # 1F1B steady state: full grads already exist during later forwards
-    # ---- forward end (the last forward's cross-entropy moment: fp32 copy of half-precision logits)
-    g0 = np.where(steady, grads_model, 0.0)
-    ce_copy = np.where(has_head & (prec != 0), r(4 * T * V), 0.0)
-    base = states + inputs + g0 + m * per_mb
-    fwd = base + cast_cache + ce_copy + fsdp_fwd
-    # ZeRO-3 reshards the head right after its matmul: gathered copies and log-softmax never coexist
-    fwd_z3_head = np.maximum(base + cast_cache + ce_copy, base - lsm + fsdp_fwd)
-    fwd = np.where((zero == 3) & has_head, fwd_z3_head, fwd)
-    # full recompute: the last checkpointed block still builds its internal tensors during its forward
-    # (measured on the trace: GPT 3·T·h + T·f, LLaMA 2·T·h + 1.5·T·f, BERT 2 (fp32) / 3 (half) ·T·h)
-    rec_fwd = np.where(
-        fam == 0,
-        3 * mm * T * h + mm * T * f,
-        np.where(fam == 1, 2 * mm * T * h + 1.5 * mm * T * f, np.where(prec == 0, 2.0, 3.0) * mm * T * h),
-    )
-    fwd = np.maximum(fwd, np.where((rec == 2) & has_blocks, base + cast_cache + fsdp_fwd + rec_fwd, 0.0))
-    # ---- backward: top of the stage (cross-entropy grads or the received grad + top block's transient),
-    # bottom of the stage (grads of everything above, only the bottom block's activations left)
-    a_h, a_f, c_w = _bwd_coefficients(fam, prec, rec)
-    x_block = a_h * (mm * T * h) + a_f * (mm * T * f) + c_w * (4 * h * f)
-    math_extra = np.where(
-        (x["math"] > 0) & (rec >= 1), _math_core(b, s, x["heads"], x["dropout"] > 0, prec), 0.0
-    )
-    x_block = x_block + math_extra
-    # BERT's post-LN block under full recompute keeps two more h-wide tensors in its backward (measured)
-    x_block = x_block + np.where((fam == 2) & (rec == 2), 2 * mm * T * h, 0.0)
-    # with gradients already there (1F1B steady state) each weight's new gradient is a temporary first
-    x_block = x_block + np.where(steady, r(4 * h * f) + np.where(amp, r(2 * h * f), 0.0), 0.0)
-    ce_grads = 2 * r(4 * T * V)
-    # top of the stage: cross-entropy grads at the head, or the top block's transient
-    # ZeRO-2/3 backward: gathered compute copies plus one layer's unsharded gradient before reduce-scatter
-    # (ZeRO-3 gathers the head only after the cross-entropy gradients are made and freed)
-    bwd_top = base + np.where(has_head, ce_grads, np.where(has_blocks, x_block, hidden))
-    bwd_top = bwd_top + np.where(has_head & (zero == 3), 0.0, fsdp_bwd)
-    base = base + fsdp_bwd
-    # the top block's backward under the head: head stuff of this micro-batch gone, its grads made
-    head_now = head_act - np.where(has_head, logits, 0.0)  # the logits stay: the caller holds the output
-    g_head = np.where(has_head & ~((x["tied"] > 0) & has_embed), x["head_P4"], 0.0)
-    after_head = base - head_now + np.where(g0 > 0, 0.0, g_head) + x_block
-    # bottom of the stage: every upper block's grads, only the bottom block's activations left
-    per_block_g = grads_model - np.where(has_head, x["head_P4"], 0.0) - np.where(has_embed, x["emb_P4"], 0.0)
-    per_block_g = per_block_g / np.maximum(nb, 1)
-    g_above = np.where(g0 > 0, 0.0, per_block_g * np.maximum(nb - 1, 0) + g_head)
-    bwd_bottom = base - head_now - np.maximum(nb - 1, 0) * saved + g_above + x_block
-    # the embedding's backward: a dense V×h gradient and its scratch; a tied head's gradient waits in the
-    # autograd input buffer until the embedding's part is added to it
-    pe = np.where(master, 2.0, 4.0)
-    vh = r(pe * V * h)
-    tied = has_embed & has_head & (x["tied"] > 0)
-    emb_g = np.where(master, x["emb_P4"] / 2, x["emb_P4"])
-    # (measured: untied 1 + [first backward]; tied 3 in fp32, 2 under autocast / bf16 params)
-    emb_tmp = vh * np.where(tied, 2.0 + (prec == 0), 1.0 + (g0 == 0))
-    held = np.where(has_head, logits, 0.0)
-    bwd_emb = states + inputs + (m - 1) * per_mb + np.where(g0 > 0, g0, grads_model - emb_g) + emb_tmp + held
-    # non-reentrant checkpointing: the bottom block's recomputed tensors outlive its backward
-    bwd_emb = bwd_emb + fsdp_bwd + np.where((rec == 2) & has_blocks, full - hidden, 0.0)
-    bwd_emb = np.where(has_embed, bwd_emb, 0.0)
-    after_head = after_head + np.where(tied, vh, 0.0)
-    bwd_bottom = bwd_bottom + np.where(tied, vh, 0.0)
-    bwd = np.maximum(bwd_top, np.where(has_blocks, np.maximum(after_head, bwd_bottom), 0.0))
-    bwd = np.maximum(bwd, bwd_emb)
-    # ---- optimizer step: fp32 grads, foreach AdamW's param-sized temporary
-    foreach_tmp = np.where(opt == 2, 0.0, np.where(zero >= 1, S4, P4))
-    loader = m * (np.where(has_embed, r(8 * T), 0.0) + np.where(has_head, r(8 * T), 0.0))
-    opt_phase = (
-        weights
-        + master_w
-        + opt_state
-        + loader
-        + np.maximum(
-            grads_opt + foreach_tmp,
-            # ZeRO-1 / bf16-master: the model's full grads are still there when the first fp32 slice is made
-            np.where(
-                (zero >= 1) | master, grads_model + x["Plarge"] / np.where(zero >= 1, x["dp"], 1.0), 0.0
-            ),
+    def loader(
+        k: np.ndarray,
+    ) -> np.ndarray:  # tokens (first stage) and targets (head stage) of k micro-batches
+        return k * (E + Hh) * ids
+
+    def base_f(
+        o: np.ndarray, k: np.ndarray
+    ) -> np.ndarray:  # + this micro-batch's input and (no head) targets
+        return S + o * hold + loader(k) + np.where(has_emb, 0.0, xh) + np.where(has_head, 0.0, ids)
+
+    def base_b(
+        o: np.ndarray, k: np.ndarray
+    ) -> np.ndarray:  # + the received input, the output and its gradient
+        return S + o * hold + loader(k) + np.where(has_emb, 0.0, xh) + np.where(has_head, 0.0, 2 * xh)
+
+    aE, a1, aG = qE["carryF"], q1["carryF"], qG["carryF"]  # what a layer leaves to later forwards
+    acc_mid, acc_last, acc_head = aE + a1 + (nb - 3) * aG, aE + a1 + (nb - 2) * aG, aE + a1 + (nb - 1) * aG
+    cE, c1, cG = qE["carryB"], q1["carryB"], qG["carryB"]  # what a layer holds until its backward
+    below_head = cE + c1 + (nb - 1) * cG
+
+    # ---- ZeRO-0/1: the parameters stay put
+    def fwd0(o: np.ndarray, g: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return (base_f(o, k) + g) + _top(
+            (has_emb, qE["fev"]),
+            (one, aE + q1["fev"]),
+            (b3, acc_mid + qG["fev"]),
+            (b2, acc_last + qN["fev"]),
+            (has_head, acc_head + np.maximum(qH["fev"], qH["lev"])),
         )
+
+    def bwd0(o: np.ndarray, g: np.ndarray, k: np.ndarray, s: str) -> np.ndarray:
+        eH, eG, e1 = qH["carryBend" + s], qG["carryBend" + s], q1["carryBend" + s]
+        return (base_b(o, k) + g) + _top(
+            (has_head, below_head + np.maximum(qH["lbev" + s], qH["bev" + s])),
+            (b2, cE + c1 + (nb - 2) * cG + eH + qN["bev" + s]),
+            (b3, cE + c1 + (nb - 3) * cG + eG + eH + qG["bev" + s]),
+            (b3, cE + c1 + (nb - 2) * eG + eH + qG["bev" + s]),
+            (one, cE + (nb - 1) * eG + eH + q1["bev" + s]),
+            (has_emb, e1 + (nb - 1) * eG + eH + qE["bev" + s]),
+        )
+
+    steady = m < M  # 1F1B's steady state: a forward, then a backward, with the gradients made
+    cool = ~steady & (M >= 2)  # all forwards first: the second backward, one micro-batch fewer
+    fwd_z = np.maximum(fwd0(m - 1, no, m), np.where(steady, fwd0(m - 1, G, m + 1), NEG))
+    bwd_z = _top(
+        (one, bwd0(m - 1, no, m, "0")), (steady, bwd0(m - 1, G, m + 1, "1")), (cool, bwd0(m - 2, G, m, "1"))
     )
-    phase_bytes = np.stack([fwd, bwd, opt_phase], axis=1)
+
+    # ---- ZeRO-2/3 (FSDP2): per-layer units, a tied embedding and head in the root
+    U, Fl, RS, Sh, gl, inc = ({u: x[f"{u}_{q}"] for u in ("emb", "block", "head", "root")}
+                              for q in ("U", "Fl", "RS", "Sh", "gl", "inc"))  # fmt: skip
+    own_e, own_h, root = has_emb & ~shared, has_head & ~shared, shared
+    Oe, Oh, R = own_e * 1.0, own_h * 1.0, shared * 1.0
+    Ur, Ub = R * U["root"], U["block"]
+    u_all = Ur + Oe * U["emb"] + nb * Ub + Oh * U["head"]
+    sh_all = R * Sh["root"] + Oe * Sh["emb"] + nb * Sh["block"] + Oh * Sh["head"]
+    z2 = fsdp & ~z3
+    # the reduce-scatter output is made while the gradient of the unit's last op is still referenced
+    rs_keep = {u: np.maximum(0.0, gl[u] + Sh[u] - U[u]) for u in U}
+
+    def gather(act: np.ndarray, live: np.ndarray, u: str) -> np.ndarray:
+        """An all-gather: (its bf16 input under mixed precision,) the flat output, then the copy-out."""
+        return act + live + Fl[u] + np.maximum(U[u], inc[u])
+
+    def fwd3(o: np.ndarray, k: np.ndarray, sh: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+        # ZeRO-3 holds a layer's unit while it runs, ZeRO-2 every unit gathered so far; the all-gather
+        # output lives until the next gather; a ZeRO-2 forward after another one finds all gathered
+        gath = z3 | fresh
+        kept = lambda j: np.where(z2, Oe * U["emb"] + (j - 1) * Ub, 0.0)  # noqa: E731
+
+        def blk(
+            acc: np.ndarray, q: dict[str, np.ndarray], j: np.ndarray, prev: np.ndarray, cond: np.ndarray
+        ) -> list:
+            live = np.where(gath, Ur + kept(j) + Ub + Fl["block"], u_all)
+            return [
+                (gath & cond, gather(acc + q["fstart"], Ur + kept(j) + prev, "block")),
+                (cond, acc + live + q["fev"]),
+            ]
+
+        head_live = np.where(root, Ur + np.where(z2, nb * Ub, 0.0) + Fl["block"],
+                             U["head"] + Fl["head"] + np.where(z2, Oe * U["emb"] + nb * Ub, 0.0))  # fmt: skip
+        return (base_f(o, k) + sh) + _top(
+            (gath & root, gather(no, no, "root")),
+            (gath & own_e, gather(qE["fstart"], no, "emb")),
+            (
+                has_emb,
+                np.where(gath, np.where(root, Ur + Fl["root"], U["emb"] + Fl["emb"]), u_all) + qE["fev"],
+            ),
+            *blk(aE, q1, one * 1.0, Oe * Fl["emb"] + R * Fl["root"], one),
+            *blk(acc_mid, qG, nb - 1, Fl["block"], b3),
+            *blk(acc_last, qN, nb, Fl["block"], b2),
+            (gath & own_h, gather(acc_head + qH["fstart"], Fl["block"] + kept(nb + 1), "head")),
+            (has_head, acc_head + np.where(gath, head_live, u_all) + qH["fev"]),
+            (has_head, acc_head + np.where(z2, u_all, 0.0) + qH["lev"]),  # the loss, every unit resharded
+        )
+
+    lo_G, lo_1 = qG["carryBend0"] - Ub, q1["carryBend0"] - Ub  # a block's leftovers after its reduce-scatter
+    h_above = Oh * (qH["carryBend0"] - U["head"]) + R * qH["carryBend0"]  # the root reduces at the very end
+
+    def bwd3(
+        o: np.ndarray, k: np.ndarray, q: np.ndarray, first: np.ndarray, sh_pre: np.ndarray
+    ) -> np.ndarray:
+        # FSDP frees the unsharded gradients every backward, so each backward makes them anew (tables 0)
+        us = z2 & (q >= 1)  # ZeRO-2 right after forwards: every unit still unsharded
+        pre = (q >= 1) & ~us  # the backward prefetches the next unit (FSDP2's implicit prefetch)
+        wrap = q >= 2  # several forwards since the last backward: the first unit prefetches the last one
+        F1 = first * 1.0
+        cands: list[tuple[np.ndarray, np.ndarray]] = []
+        # the loss's backward, then the head: its own unit or the root gathered (and the last block prefetched)
+        cands.append((has_head, below_head + np.where(us, u_all, 0.0) + qH["lbev0"]))
+        act_h = below_head + qH["bstart0"]
+        pref_h = np.where(pre & (nb >= 1), Fl["block"], 0.0)
+        cands.append((has_head & ~us, np.where(root, gather(act_h, no, "root"), gather(act_h, no, "head"))))
+        cands.append(
+            (has_head, below_head + np.where(us, u_all, np.where(root, Ur, U["head"])) + pref_h + qH["bev0"])
+        )
+        rs_h = below_head + qH["carryBend0"] + RS["head"] + pref_h + np.where(us, u_all - U["head"], 0.0)
+        cands.append((own_h, rs_h + rs_keep["head"]))
+        sh_h = F1 * Oh * Sh["head"]  # sharded gradients made so far (the first backward)
+
+        def block(j: np.ndarray, q_: dict[str, np.ndarray], below: np.ndarray, above: np.ndarray,
+                  rs_prev: np.ndarray, pref: np.ndarray, cond: np.ndarray) -> None:  # fmt: skip
+            done = sh_h + F1 * (nb - j) * Sh["block"]
+            units = np.where(us, Ur + Oe * U["emb"] + j * Ub, Ur + Ub)
+            cands.append((cond & ~us, gather(below + above + q_["bstart0"], done + rs_prev + Ur, "block")))
+            cands.append((cond, below + above + done + rs_prev + units + pref + q_["bev0"]))
+            rs = below + above + q_["carryBend0"] + done + RS["block"] + pref + units - Ub + rs_keep["block"]
+            cands.append((cond, rs))
+
+        pref_b = np.where(pre, Fl["block"], 0.0)
+        # block 1 as the first unit (no embedding of its own) wraps to the last: the head, or the last block
+        wrap_1 = np.where(wrap, Oh * Fl["head"] + np.where(has_head | ~b2, 0.0, Fl["block"]), 0.0)
+        block(nb, qN, cE + c1 + (nb - 2) * cG, h_above, Oh * RS["head"], pref_b, b2)
+        block(nb - 1, qG, cE + c1 + (nb - 3) * cG, lo_G + h_above, RS["block"], pref_b, b3)
+        block(2 * one, qG, cE + c1, (nb - 2) * lo_G + h_above, RS["block"], pref_b, b3)
+        pref_1 = np.where(own_e, np.where(pre, Fl["emb"], 0.0), wrap_1)
+        block(
+            one * 1.0,
+            q1,
+            cE,
+            (nb - 1) * lo_G + h_above,
+            np.where(b2, RS["block"], Oh * RS["head"]),
+            pref_1,
+            one,
+        )
+        # the embedding: its own unit (prefetched by block 1, or gathered) wrapping to the last unit, or the
+        # root's part, whose reduce-scatter ends the backward
+        done_e = sh_h + F1 * nb * Sh["block"]
+        above_e = lo_1 + (nb - 1) * lo_G + h_above
+        wrap_e = np.where(own_e & wrap, Oh * Fl["head"] + np.where(has_head, 0.0, Fl["block"]), 0.0)
+        cands.append((own_e & ~us, gather(above_e + qE["bstart0"], done_e + RS["block"], "emb")))
+        cands.append(
+            (has_emb, above_e + done_e + RS["block"] + np.where(root, Ur, U["emb"]) + wrap_e + qE["bev0"])
+        )
+        rs_e = np.where(root, RS["root"] + rs_keep["root"], RS["emb"] + rs_keep["emb"])
+        cands.append((has_emb, above_e + qE["carryBend0"] + done_e + rs_e + wrap_e))
+        return (base_b(o, k) + sh_pre) + _top(*cands)
+
+    fwd_f = np.maximum(
+        fwd3(m - 1, m, no, z3 | (m == 1)), np.where(steady, fwd3(m - 1, m + 1, sh_all, one), NEG)
+    )
+    bwd_f = _top(
+        (one, bwd3(m - 1, m, m, one, no)),
+        (steady, bwd3(m - 1, m + 1, one * 1.0, ~one, sh_all)),
+        (cool, bwd3(m - 2, m, no, ~one, sh_all)),
+    )
+
+    # ---- the optimizer step: the simulated micro-batches' loader tensors, the gradients it reads and
+    # foreach Adam's parameter-sized temporary, or ZeRO-1's / bf16-master's gradient conversion
+    sim = np.minimum(M, m + 1)
+    opt = (
+        S
+        + loader(sim)
+        + np.where(fsdp, sh_all + x["opt_tmp"], np.maximum(x["conv"], x["opt_grads"] + x["opt_tmp"]))
+    )
+
+    phase_bytes = np.stack([np.where(fsdp, fwd_f, fwd_z), np.where(fsdp, bwd_f, bwd_z), opt], axis=1)
     phase = np.argmax(phase_bytes, axis=1)
-    peak = phase_bytes[np.arange(len(phase)), phase]
+    peak = phase_bytes[np.arange(n), phase]
+    grads = np.where(phase == 0, 0.0, np.where(fsdp, sh_all, G))
+    held = np.where(phase == 2, loader(sim), m * hold)
     breakdown = {
-        "weights": weights,
-        "master_weights": master_w,
-        "gradients": np.where(phase == 2, grads_opt, g0),
-        "optimizer_state": opt_state,
-        "activations": m * per_mb + inputs,
-        "temporaries": np.where(phase == 2, foreach_tmp, np.where(phase == 1, bwd - base, fwd - base)),
+        "weights": x["w"],
+        "master_weights": x["mw"],
+        "optimizer_state": x["os"],
+        "gradients": grads,
+        "activations": held,
+        "temporaries": np.maximum(0.0, peak - S - grads - held),
     }
     return FormulaOut(peak_bytes=peak, phase=phase, phase_bytes=phase_bytes, breakdown=breakdown)
 
 
-def _math_core(
-    b: np.ndarray, s: np.ndarray, heads: np.ndarray, drop: np.ndarray, prec: np.ndarray
-) -> np.ndarray:
-    """Scores a recomputed math-attention core re-materializes in the backward."""
-    amp = (prec == 1) | (prec == 2)
-    sm = np.where(prec == 3, 2.0, 4.0)
-    n = b * heads * s * s
-    return np.where(amp, r(4 * n) + r(2 * n), r(sm * n)) + np.where(drop, r(n) + r(sm * n), 0.0)
-
-
-def _non_block_share(x: dict[str, np.ndarray]) -> np.ndarray:
-    """Fraction of matmul weights outside the transformer blocks (the head's projection)."""
-    return np.where(x["has_head"] > 0, x["head_cast"] / np.maximum(x["Pcast"], 1.0), 0.0)
-
-
-# Backward transient of the top block of a stage (with the received gradient, and the recomputed block under
-# full recompute), over the forward-end level: a_h·(T·h·e) + a_f·(T·f·e) + c·(4·h·f), f this rank's FFN
-# columns, e the matmul element size. Measured by bench/memory_calibrate.py on the trace of one block at two
-# token counts and two TP degrees; the memory benchmark checks them on other widths, batches and layouts.
-_BWD_COEF: dict[tuple[str, str, str], tuple[float, float, float]] = {
-    ("bert", "amp", "full"): (8.501, 2.09, 0.834),
-    ("bert", "amp", "none"): (0.828, 0.913, 0.5),
-    ("bert", "amp", "selective"): (0.828, 0.913, 0.5),
-    ("bert", "fp32", "full"): (4.918, 2.087, 1.003),
-    ("bert", "fp32", "none"): (1.744, 0.999, 1.003),
-    ("bert", "fp32", "selective"): (1.744, 0.999, 1.003),
-    ("bert", "master", "full"): (4.835, 2.173, 0.502),
-    ("bert", "master", "none"): (1.486, 0.999, 0.502),
-    ("bert", "master", "selective"): (1.486, 0.999, 0.502),
-    ("gpt", "amp", "full"): (10.843, 1.257, 0.833),
-    ("gpt", "amp", "none"): (0.824, 0.916, 0.499),
-    ("gpt", "amp", "selective"): (0.824, 0.916, 0.499),
-    ("gpt", "fp32", "full"): (3.921, 2.087, 1.002),
-    ("gpt", "fp32", "none"): (0.747, 1.0, 1.002),
-    ("gpt", "fp32", "selective"): (0.747, 1.0, 1.002),
-    ("gpt", "master", "full"): (4.175, 2.09, 0.502),
-    ("gpt", "master", "none"): (0.493, 0.999, 0.502),
-    ("gpt", "master", "selective"): (0.493, 0.999, 0.502),
-    ("llama", "amp", "full"): (11.834, 6.58, 1.563),
-    ("llama", "amp", "none"): (1.992, 3.999, 1.002),
-    ("llama", "amp", "selective"): (1.992, 3.999, 1.002),
-    ("llama", "fp32", "full"): (6.0, 6.457, 2.002),
-    ("llama", "fp32", "none"): (0.996, 4.0, 2.002),
-    ("llama", "fp32", "selective"): (0.996, 4.0, 2.002),
-    ("llama", "master", "full"): (5.997, 6.459, 1.002),
-    ("llama", "master", "none"): (0.992, 3.999, 1.002),
-    ("llama", "master", "selective"): (0.992, 3.999, 1.002),
-}
-
-_FAM_NAMES = ("gpt", "llama", "bert")
-_CLS = ("fp32", "amp", "amp", "master")
-
-
-def _bwd_coefficients(
-    fam: np.ndarray, prec: np.ndarray, rec: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a = np.zeros(len(fam))
-    af = np.zeros(len(fam))
-    c = np.zeros(len(fam))
-    for fi, fname in enumerate(_FAM_NAMES):
-        for pi, cls in enumerate(_CLS):
-            for ri, rname in enumerate(("none", "selective", "full")):
-                sel = (fam == fi) & (prec == pi) & (rec == ri)
-                if sel.any():
-                    a[sel], af[sel], c[sel] = _BWD_COEF[(fname, cls, rname)]
-    return a, af, c
+# ---- BEGIN GENERATED LAYER EVENT TABLES (bench/memory_calibrate.py --write) ----
+_EVENT_TABLES = (
+    "eNrtfd2v3UaO5/+Sx4aDSFU6H/bjPOzsvMzuQ29jASNY2B073WgnTjueAIuZ/d/3+hzpSFVFssj6kEo67Ifr9L0qSmKRP7JIivzP"
+    "7/748OX3v3/+9bs3/avvvn748svv3715+13/5s9/+tt3r74b3vz3P/359u/4808fx3//Nv37z5f/uL7pbz/Ny89/+/f/mv/+cfz3"
+    "289/df9y//19/ct/fPun/3a3P/1++6/fb/8Oj9+Y8d5mpGCme5s3919/HH89/pz+OP4zkXl5honCvy7/+3/8rz8/Hs68+Wm65fSQ"
+    "//hjet3bf5nH78zjd8Ob/zm97Pjof7n9//5G5Xr7acZrzHiNGa/53/81XT28MeMV5sHiv9z+7ce73f/fX6Ynu1OZnml6lft7/fiy"
+    "o+/ef/rwsqX/+d37T5//+o9v//Hzb19/+PibNT/8+vnXDz98/PTu9799+/XHD3+87Pzbt90r8+Ort/2r/uWneTW8/LS33wyvTi8/"
+    "T7ffnG9/vdx+Xl9+/vhyp4+/f3335es3ErffvPrur+++fPm//+3bL3CSFic5EviXDALvP/zRje/UB+vtbf3wWP/6fs390iWxvl/Q"
+    "hGn1Hq3e3H71+v7YUZLGYXAPELgRvT9zP9x+6a8dYmuH+1q72LIX/vRl+fON6E0OupRtc9gyEurzCd3l6MOvP90eymfP2WPPcsG3"
+    "m//4/155KvPLu6+OxvQj3+9P0F9uDzXtS397wMtix8bLx3d6LDKEvjF0jE3VulSXapZO46FpDxI9SoIULE8zGOQ4ugdThTfM3Cid"
+    "cEVqSnPr8DvGGUDXE2QHVfdsWgU1/vcPnz789evf/0AtZYbOdjL17ESa2PHRHLRwGfrViD0TvztkvcTC220tpwnmyTq7r1Kdio3X"
+    "nViNdC4ymbB7dfr4H58+QYjfg/L59vFoJpC4gas3gWaEsi87mTEOLvDWZ55+Wjz2GFgNNmao50Kh/lBVKWfZC8hSuJ7ZdMUJ0IBt"
+    "9IV5LsOOHPzjmfzQgkBu9uHneKceQ5x69r6zKcesNTHi/cf+TEcJr/d/Xt9ImvvemRER7+9j7kw1d56YO4IsMfP+wmkRxcfth4zb"
+    "98zoI3gzsyTPouubc5CFArKwUbreX/T1TY5mqvbOkj6P+Os7HZ/fKFUjcArAW0BELQAdlqbd3y803fSo5i4Tvad9AjS7s4xPg+GO"
+    "7FAgKNWIEH8tjyfnKmIszFyWfmkopt01c54eftSfy/2p7QL9JoM1m0vKQpqzt8dCqL8EUJAYzQ4eZMh5kJ4bACdv60oFeocwPM5l"
+    "cOwGDAdlps9FgKzbMIzDhbYOyTcDyWN2gnbJHoTtrD+An8lwlhs3Ok8gkXzrdEHMUxFZYSZNsvBGlFIpeKeCRi6acEm1REITlHfE"
+    "IM0M28+gTAnbWyS0RuobxknF0Z8L+8RBQArtB3H7V91INmjSaJnowLMwrQC1KrgV9dBRqxH30BUCFQKHXO+WOiQCsrd/J/fQEJu7"
+    "vU+G03Bmd3w6T13dXTiNwf2lmPbXSUd7HipCKa9Je0Sraehm0OLmmx/7dikY45crl4arHc1tCE33KhcrRa3XT9kx0vqjF0q5n15o"
+    "WAEyUmAwm91BEHpn5KiDOM0lNwJfKEan4eK1wsXNxIlV1psJRG9aPKaFIVoYooUhWhiihSEbF4bMUKyFIVoYooUhWhiihSFaGHKw"
+    "wpCbkdPCEM2KamGIFobsKOHo4ZYWhigEamGIQqwWhrSI01oYooUhWhiihSHHLAyZIU4LQ7QwRAtDtDBEC0O0MKRG+eH3v7z7/euH"
+    "L8z6kAVHl9Z0aUHNJUDt+6+okITl0qWCDwIiqHM8MGhcl6RC58aVioV9FRPs4/EaCd15/0AbPji6Pyv9cv0QX++EjsxSIFDPc3Om"
+    "08dmK3086tQsJ+bqesD2s8d2trJHPUu7cPhG0+AJBIz8KGTcX5UFECzSFibNKAVg0okl/PGAyP2nr4CwUTE8SU6hyUQQknQgEKNj"
+    "cyJAoAfRow30aX4vSYZ7LxVNQsckHQWuIvQqYJcgsZwGPZ0cZToxoHRSeWMbvMjyPETYgQdRnn1s7yCmUl1L2iM0/zbcTVW32upG"
+    "24PrTg3w2pvBYSNqVvet7lRjbO+JLm6EeOLPxY/gshU71NuoWp5qHARLHLvbP28bgcJtx2ZXt3DVWUkzUmzgxe2nPYdQ+4WXfqHy"
+    "iltoGv9wj51zZGf8QqelMkfeY591Tfyse6RtTzsdrww13//6+acvn3+jJvcVndmXMa0vfU4fNEvBiif0HWs236o8ETMDSjjlz/vb"
+    "dNJfqGmBUfc6/6OT/h7X9ZnD/QhC1Dw/ybJZCcFVpOD5wgZSSBm5BDJaNKuCmrFg9zLkb+0dISnAfISAgCV+OAgkLC8PAERwOEOh"
+    "2SrMVdoUodjzhL8q75tq8cSivb0wS0zaCeDhE8o8ZYyu+cbovBNjtJbmxXh1TA2Fw6vQtDS7mK1WZFraCueM3UwG5DAjgwtFjlkr"
+    "1vWFIkrbD8hyrCLDKznKemaJa5BkK9L2oNApZQM9IgbrwbHQFTqnrdQzrXi3tEoNrKp+HFbts7CRqnHSAcwif3MX3j21qKm09dW+"
+    "/xJsfUd+AedBWLXGZy22PAtBFHFGgo97TqKWZ8gnGkJYTutytl5jsxq9zOo1c6r9iVi1r8KernvYWjJQvodXmgx04Ddl+Y3Aqvb+"
+    "arPdlwPwRPw9FZOlYFyjzU1mg5si3UYKNqQp1I1L3Vf5JhZsFhPdxBDkxI4oD5g2bwmDYBDX0xS17lIcOxaOIc2Wro7t7xNcPl/K"
+    "zgWcSIXcvUGuXBKeB6nb6eG1QpOZKpHiUNaLdlg6TFi1IDo2AYs7FKUDtukKwYz2OAVtuhyvBAuG9k2091oBO32/fRBEiJkBqexA"
+    "cew+BXoSaTy1eWhWSV0x6psTqd2kHkfrCLSOQOsItI5A6wgKgCjuazNGp/VaR6B1BCv5vYb2Vo43p0HLCdJ3X6sKQrjXqgKtKtAU"
+    "l1YVbJSris0FQ/zOk8jvVBzTqgJ+VYGhU8ppLqUi736LC4QC8Ty4rTUGWmOgNQZaY7D3GgNiIpjWClBhSM3vHy3O2VKAkzE+q9c0"
+    "f+ForDyCulFRGD1cq/xYrcyBWnmjtGaRsrkTsA48+2o9LmWwBx8yU2Yo1vbjsFAtjUb3iHFYDCQXTMBCqHGGXkmXRpO4VjhxwSeT"
+    "NwbD34LEptxI42i71zlWG+wVhwzAXRxP2JKKY0kiiXo4Ik5XCkBBBAMSxU8Wn6OMlKrFAfary4xuVC2aUgSuVT0BG6wqw7SH1zL2"
+    "8LxXe7i+AlMcJLl0PF0n8yz+iJuZ47bkjJvaR6t9T4Gi2JPLlxpnzY1GtsSHRHEGP60r+OudBPS4lqx+/E3K2J3SB7Q1lfD9hy9f"
+    "qYlJY/0DMGBiSJ2bhJNkTk9KJOBPQCTfKfJVyDwybiH/U/PeIeyjbMFHgonEGu9jtPpFvhHut3+esz0QgakNcI8vpdreb8DWHpG+"
+    "cJZo/sSlPEL5aQ5PU7ExipfxcZwpS85guSl7A+8Qp6AxSo6auCRf7A9UZL0HUrnlDMdb5rEiysshwFFcj864Xctu8ITSFlLUjdjY"
+    "s14fyiQKRAbPOiYTKam6RJiyy1XLTqaInUj1ugQp6fi2EV4iUqgmrF8VBpGWTawI3eaiHzNdrkCoVuRoBYiz11XMzBoaQb7i/nWG"
+    "GiU/7c4ATJAJWVpugswGbr7JOD3psYmYqrRl2ZYn5RKjMLpv7vSkbbUCOn5hTvO6brdJPL20emxpjcVpR5pVtYwYptR54+VzOhKl"
+    "xwKL3N5FSChiKG2xElD0jaCUINVvZvZ2Z7LnGNlFRXUXPO7DKoib93DJCr/8MIuS+T5KvI/VZEeJW4w4//MnE1b5h1TdOndaTW9P"
+    "/hpxAhqSp9KCVEeCFlTBsG+exj84CcSBS1EuDvGII8Vr0WQwY1q2QVJKoLnsExgiKp3cl8Xg0epkmv5XyPGdOUcpe/Ae+D3pTYT4"
+    "lKWfrYC2g6DPtR4Xynyg9AXfiYEWZOkwEg01B8qglLI97ctpBQGtJpmCnaXSHBkYBFqt8sRLGq5oWiS3h8qwxnEEsS1shwE2I+Ll"
+    "kCayHUEQwqXeH02E3bwDhXzpEYFAd/aBgADyFd3/wnuct7kldjXVbY/AXRadOsiG++XMwVhXZJ8VERURG0NExpnTGcFR2cN9YngV"
+    "b8bRATm/N1Wf15dluZwFoUaSqCrRzqVmTgBOW/J7EhGRaYBq6fg0cIseevCU8HRAu2CQOtLdhQThaF+X0ojcjojVlK2m0vDEMK0T"
+    "d5hWSourw0OpOPhOJbTLx+Cp5HdC06IAnCOEi8SAo3eJIvSFhmiSfG4gOKwfSA8HlwToZxXcyhIr3uwGKrS0dkRrR7R2RGtHtHbk"
+    "oLUjxHgvrR3R2hGtHdHaEa0d0dqR9mpHYoPKNFOqmVKtHdHakf2lKmPjz7R2RBFRa0e0dkRrR9YEZK0d0doRrR3R2hGtHQGRUWtH"
+    "tHZEa0e0dkRrR7R25FFWSI9jI2x51lA2n27SaLYMIix/2Aadn6gW7r4vMkCNxq3nNQDPFvqflEaxCHqOYawPNdSpe2U+9dHXoo+y"
+    "WZPY8omVavwdn8R2WjYwnzD8ggA1voWC0TEkTc44mTQCaOo9JpdI53fPBhie7vqN8GEqTL2Fic3N6HtiRsB50dy/oJpvxtxeyI9L"
+    "PMcaEyx8dEwWoRq6n5hD5Wt1J9fjTqy5XaI4sS2rJ0BSOxpOuahvNTPemJ4U06XLf9eUxEdNnnU5p+pQSR0QOL6uaJ5W1afYOx9P"
+    "6ah2xvPuDfBMJ4jhZUc6rXwGMblntUMf0iSns9UHJsXnlZFGZPT5/PllzSgCfOrDnPC1XXmTc07ayQGpSdbnHZ/WVtJptiAx3Kzo"
+    "WLOMgWbpo8xy28ZDDeMtf3zZMQaXrcTEPo+JnMRv/pSzbeebhTobGNap9f/FnQfQZ440u5DvHWos6/pZTS8cEfPF6sJXTmSNaFSM"
+    "27jertPTvyZj+gTG9DRHIKWjRQHXNMm6CupFxPwyFImtQVzVkYmGSFn2OGasMDt6CTsQqyOW/AZEHjUrJ4chqga4sTDygWIeoJ5X"
+    "MTFNaAz88rtWJjiYB81asovJTC7rCs5favkgpCegRLa1VuwaKgDLkGymFI0cO57hvMFmRcIJYwsRJ2aGbdbxqXqvp4Jdnor34yne"
+    "ialSD6ZK3ZewTUcf00bpNdbHqSmJKS0qaLOlGm2WGmuwFEKq7zUEXwScYl/KbNJTqWobpUKdk4o2oSnazKhC/6IKLYtmUYzC7YXC"
+    "W5dWgY5HW7c6akywSkoUh79+nKJwj6GG2go5cE1EyVfqolG4f0Zy54zMFgiZ/S6KdLoo0uOCgYwEJG7dLWiDXczbPrm7GOtmtmUf"
+    "CQRbov4g98tpBSMFo7XAaF593qj55O6wjMG1A+Odts+JR+zX6GpSumVO1WY5ddrkHLpBTrtCVEd6WswQ4hOVBO1wvO8E/Et77ZwD"
+    "o2j1niEl+9tUa2lTvotNhcY1JTrWNAK7bUtdeXHj72E7ZRua09actua0NaetOe3ikAr4uYz2b73mtDWn/aw5bSrMv2aP84Ontpls"
+    "fr4Md2x+jiaVNKmkGW7NcBfAlqh3yI1wKhgpGK0GRr6QXh3HoWf6Z777cd7Gy9tlupzJvANjqGbNNWuuWXPNmj9D1hyfJaOpcE2F"
+    "HzsVnh8M1Ix4Ixlx9la2VK1ED2opP6IlczhL3liWEj1sZ6mzyaNYyg5hYXbM7gP7X7SDaX3W9gVYK+0xXGj2SwNTX1Clx32ui9e9"
+    "uC/QAz8gw2iCz1/Dc4Co9riBbbHMPviBsyFshB901LUr9h+uzK4+lV09l08XRiZP0DZfvLaikoozdYKpS6IJS5JpSvK21GKFy5nA"
+    "0rzJTGJSL2YSPewlbcxRWzoTiSjQZWGqSVGbZdKmtgQofl6z2357ioey5FBqSSY1/BkXMwd99LYhauWOvmj6YKgnQoinycxsfc4M"
+    "qjliW7aZPjV2/HrOc5eIQVknrRUV5NOnd7+840x3uTfivMeQL7nTXZbETrLpLuylQVPj+8rrbeXZ66rK7srbewx4HSRkkeX3hVdv"
+    "ITHQZFpyfnRqdZaM2Qb/6hN69YBc/dqpU7FOhVfQ2vjOhJPH/TAVyuhsfE5d7u9gxt5R94WHwsTFLzoURkrC1fJwuzhqHTRYHtHr"
+    "MmLi3EXZmwnzuI5CAY7mE4ROxIQYybJZ48FVsOb7EgMuhbU+spTU+HCRXSyyj0bGvha3ixAg42CkYPEcRgnWUn+nE/eYvB+8XRBy"
+    "sEQYR42E5ZmIQc60SUYAts5ztVyk1yJNZupuU/on0jiRjjG1iq9H/qwOoUasrAMS03kC+KGqEsHN857M3I7UjMH23agjNibHBnVI"
+    "dvGSJUfi6OlxMT1Ez43sc2NKIVqaetCGapqO4k7UWUF/9Cy2pr7pKWwjPaQn/Qz3wO95jhHb+FcLaX2QhqCGl3ErGw2/liW8zBRe"
+    "g/i5dcPoGG/ixteJ47Op2hSqELkzZakTqM7KEbf/g7PGFg/3XG/XYjI9cOUh/LInWczi7kCGrBWTh9KSEPsAqZDe4vhZ5QYlcBjx"
+    "h8ApQTOXLXy290zPnP3jIvslECl+1Dy420l2N0uE1gvS9n2+mTRX7S4IxsP2H/x6iE/YphEGKYYxjGzCCNj7PpDzdUwgxtYTY9KF"
+    "rW0yfKngGpBQ4Gju5ojya8bu5chzSYGrIGp50oVnP0psTSxFUv4emVaIrjRnGg6pxWC/PW0ccsgkOPdxyI+DfBzdCV1gAzlJI4LZ"
+    "7TjlFJgmbf3rPIebgkjmruXtV5brzEOpAuSKARLXN7Yi31hB7QlBrYd6C7XtiCpMZsFk8qY/BcjCqUqPlxZsQhO2dAsA1sYv6R1i"
+    "FrwyUn/gLOM0jioS3y4YrttRaHhfMeHM9FQ1SdFgdI3g8SpJMyp5DY55Cpu/vDo4wJYLOteLbO0vUvucIdoiBQZriKKGh1uL5dav"
+    "ZdIaCq2h0BoKdVu1hmLLGgp8HNVskMKpVIFJ6bWGQmsodlBDkZb10FIKLaUQuN8ZqTWtqJhsklZUaPJRU4VaUdFCsi8ymgvzlE8i"
+    "T1lB7XkrKsC5WVHRodxSzBU5N+/vKgwXqthI2/unwHIt3NDCDS3c0MINLdyQACbt97qTxpxpn1q4oYUbbRdutBkX1vqN56zfKBdA"
+    "XqOqj56DZvs7ncdWXvwxTuJBaAHJU5zkErrT1j+Qfl5+DcR+tEoAFa8L9UykD9gyijaLyLj6ik2YJhrVz6vPi17c/nxqCy85EUsG"
+    "YsnjWuNfu4SumTsnaExhL2SxhfZJSiTc7OxdZjyCq89CyUWbi2fR8VqRhzsqgAvapZxlBxqr5oIlhTO8OTQ0uZNPDi8O4KxF/EYG"
+    "tgSDHhACKK5ECcQwBVhpnZXLIZ4+OOwFgjC2ooDE3RcUjLgEAMnIEQn61vjGXmL5alIN8Gk7qTQKwRKRd86GGBmoiGAkATgSoEIC"
+    "Dvt2LxKcCYnrkOAoJLoFaU5Abd0S2v0TzCtVw2wbfd6zjd6/HjM3aMc6jw6us9BEravz9oVGaumBXaKJelIvcVJPHeyVpWbRwqQe"
+    "nnm3nirqabcx/dVjrvyYu4Juf//zP3VU3w6HLVgzZU16fg/4eZHhVM4Bl+schubn9y13jav2/HlE1gJjiXSi336nSLQAJDpgYg9j"
+    "/oTAIpr494AVbs1U8DIhBXqoGXQ9MdvMuZw54sxbE5l0Bl3d7UyTQ9313oo10Iy/Btkf6c5IhwniN6OHmBHrauhdglUfyGGDqqUM"
+    "LcVx3uHyvk32QRSdv137xwUdd9jsCVzP3hvMQExRH844RNCW6lTEHZ5n9STb0KhEvrrmTU20wxQ1Nys1/qPuWKL/XwJ9yWf0MYZl"
+    "fX0ZJ57y1SRFNbs3IEy84JeZhYNv8Y9qJAIk/2oyRr3Ex5MSpS4hQJVEJ7+nYPJWCr+rT79PYRPAGkpjT1P9H7gZfeHxjR5z1ulA"
+    "SN60TCNC7i3S+xFGOZf53SmDftrHoiThAk0KEfoZzcQD8S/ZU5znRvM/+4xKXu7Xn9EblPkINCp/FSSvnswVEbMS3Qpl4pHVtFB4"
+    "q3LWjt3GcDZ2JvL0Wf2/5LdhdAPLIoocajCaPckPqlNYKkUrowiTYnYRY1HMbJRY86CC8XggJYE8naQJF6OXV5o8FJGEkjIQPXGk"
+    "MZB5zChBvAbaCg8YNuWAofit+F0Bv/uEQ3DlU4Dah53bh0JipbZmtjVI4h7ch2inM3cZ1fAscmXY9wxdwGp/5q4u0WYyJ+j7xGmP"
+    "Pec7iuZya0uYpl3Wzo+snYRmTCH1TgbQkcBtbfnsuF882VI9Zrv3nIQmI1aWOM12lM52rJCTWLUeUQuctMBJC5y0wEkLnJ60wEk4"
+    "TXU+ZZwIM1dstqoWOGmBU0sFTkbi7Jkftc5J65wyzhRZ0qblTjzbp+VOmi7XcidNZ2u507poKzxuDCnHDcVvxe965U6YqJ4Foioe"
+    "iJv2hZEWV6k14pwxMr5fUwNHzOnVGiutsdIaK62x0sxPkzVW3IHBnnmEnDutsdIaq+epsdpNPkRLrY5TalU8LbJyNa9OHz7sMCNX"
+    "/CQzUTxPgTNkDFqig44OMJJ4ubFCOJFMKXRreXRI8VONbWoKqXSk04EmF6ehl3SIsRv1TXeDIDpR3wdeRDs83hrBZNVgZXzAKrzE"
+    "HtCfCd6U7cQIV+JbmbSHKT4Kdd+oY0IurqnPaS7JEJ2frAiQjQCU6fG24lD+xrGRRLaxRwQfneC866CHRjtaG+ucoYasCc+I3ddB"
+    "z0eOGGioYE/Tn2kIeMGA958+//Uf/+fj37/8/vWbvv/821dqHHTnVAXcUjdjEgmaWuuot6PYOB0L0VkigHjpAyq6BQxPK+0jA+YM"
+    "PEE+b/22mxCV3qPSm3HGjIkQMw73emDpcM9Q3eT8volvncQduWq4r7KuMhbggyupsi15vP5SpFNJuLLvs+HsswEwgq7EB3Zv5K83"
+    "8mbuy3N6AYCbkt8vHN/Dm7QIKQquHGxSE2vc6HvC6tmaTot7dDEpKQ/BZhDiKI1PD96HeSI1ogcbKltpjtIc8KPNUlkAdTODSkH1"
+    "JELNXZKadVyN6pjK0/ER1bMmSSqxoe0QvCNkKQSy120nZgmmwI57+oziyMCna5MIncIn1svuTvbhAFznDPgbxtmV06vOUjNQ4r2U"
+    "YFdIJQeKiBsO712yF9+K+258ed2AZUDtHVB1V0EcWSjs4i80lfXmHL2qLMyswwLkJHPPDDIHG4GyDBd97765AX3zfe2X7ABQW1GJ"
+    "YavdFCgzYYitX343MYaqzP3dzWmRITHjlHQjiys97jlk3LOPxqDA25gl4QhF3wyCvGITDKH+ER89ETlhOVmnHHzmK0rPsIwpSBwi"
+    "ZwE9txjVKQvRTY9n7vvde8rDgpsxiM5eTRrwnWw2JeQRsq8l0cM8ZaKCiqUol0ZM2rVx+xS8PPbl/rx2gVcX5wNp3EjNH4qkYfHF"
+    "U2dZ7DK4+5Bz9z4e7iRv6G48QDsMhnI5SZOOOAMzZa4aJ96Agd4XGr4TbgMSxoAcc3nclNkwSYfvtZGOZoP24KByxjccF8RyZMkB"
+    "IxSegRPsQHmRexS0PNEweqqR4FiHPPccsQBsKw+jPNsbAxVA6ntRROLAHEdkwonmo+6OXebqm8RGNQzOEp3fCPRk0akCL1HvFoVy"
+    "yrtVjFKMCj0C6qwUiNH+HMQDoV/e1h0cPNECeBMqm8vt0xg8NlALmThqubmPSQOY61AkjRKIJAUf+3EpFjmWqcVzxkbbwLg97Xn1"
+    "EOk6aRxGvnV02yh/bXBbZD0RbGGGbWDHbyO5xiCWcMkL4xaIFGkosnQoctMYpMru6uHN1StrNGGvCXtN2GvCXhP2UsTUhL0m7DVh"
+    "rwl7Tdhrwn6NhH1s0p0mwzQZpikrTdiXgRdN2CtGacJe0U8T9mzw1IS9Juw1Ya8J+43SOJqw14S9Juw1Ya+ye+CEfXz2lG+Jg4E2"
+    "RtqX8eq5+AQp6tDMWY36kENs8dhoE3IThrAnpw2an9CU+ngwgUXQ67Dq0xgcPZ0UdFw4xBc6kYyIh7YBR+njn2U/EHX4E1DxOqX6"
+    "PD1jfkNMJaM+mF24SSM4T9sMQy+q0UbcOjKgZj1qjOxsjEAsBYsf1+eWuwR+G54siogxFRymGezsciQXoqq9q9xboUKDO0Ryc3r+"
+    "aGaQlFEQSfIIVQATQa6PDQmdQPs7vqJ3bIlhmxJsXaKmNml4S/CGbVRRwe+akHGh1bSLPVJtKGu3ru3brfos5vAotEZ70z+qyefy"
+    "Udwx917cLr3TJ/+UKtrRrINdiyc6w9GBNXkIDKcAplJUlFmxuXBnbxjnryckS1Na6pknQcjBFhwIC/jnmUenw5yZDHFm2ukuCo9X"
+    "1VX7+18///Tl82/UnJn8CTNJs2VSpspA/ZStYJ7MnifJrPTu7Jf2AwU5E2k2mkUTKgcyig3I5zxm0Tyu6FPGzxCr4YkzvAX+yDbv"
+    "elJ6ZokB18oGFYD8Y/approv2zYH0KzHbWQtxCl4LDopQrCWihaW11AiYifVO4amxXVLtr/7mTtT+L0kVkQgjVvKn8RMnBwuHU1A"
+    "KYC/5gD8uUmAr6kaNDf2rjxwKMwdB2IfA0PkZ/+q3nGj02k4L530tsmHgMoFOqFE0UjsYnA5Yavu5j2nN20yvGkpfzP855WEnBj3"
+    "Aoe1avWNqd4xpmCvmOKNPip9s1Dha4WRnnFis8y6V3OXyXa7ABTf1gqfJQi2tUM+w/CQpkLbl7YavoRYhxj0oFr9xGz4gtQlC3FT"
+    "0ONljbYuZTu51Gh9Ue9ThgpfLxy8g0r9/S3ZzSRtfzvvq4ecZiiV+p+01vLEwV4itpoKmiy0LNtJILmHQOYH4EW+/M/uS6IOIL5B"
+    "Rb7Nj27QEoXErlwMPzb8Ah+BCq6vxmxfokCzC6BBWlNcHQvbi5wmX2DOWQ6Y4mBLOCjd3+MC57YdTCp80l8hCunKaqFOFLuO4RXB"
+    "rM3AaicCsvsmJSHQ0M4Zq0mJY+mxmFu/QVuTCljmu64DO8zICItkRhupO2R1cNAoXQMgqZJXIX6YFvlbrXxBM7ua2dXMrmZ2j5/Z"
+    "JSZ6SEZ59JrZ1cxuqs9oaJ/AaIJ3rwle0c4+eZ43NuFC0y+a59X8huZ5Q6jgem4npuemQPPUeV5DpwONpnsPke4VbfNxYVSzvpr1"
+    "1ayvZn2rJxQiWd+ny+Fq9nWPkbStQ2iM0Q69JmETY3yS6NyKBTP0yIciwx5SxzwkDniYJcMmj2c4xmCGFTiRwgKg03rmqIYNhzSg"
+    "uhQNHEFDGhggyumpFhAgRzGw10STa5bbAdlfn9hs2meptNMn0rDS7mC6wpo7QK4HWAcoOE/GYOWWrq2n2OIMEq2sPPVkKaRcAHY4"
+    "76D4W8Zfj2mrcOFtQ1y5xui03K+nkWjEjFwzzch5B2ZkDY2i2AOzYNdaRwa9H83eZz6mNOGq5tjvZkQBxYLkdy9zmlmtsXl8dAE5"
+    "laCsSK7gkOpZwGSeBVJ4nu/911WI9x++fKV6/I8ZWqBx8yDq9I/Tifb7Fy/1p9mQD4/WXc8zRRZx26mL4BA2a7TeY8DLYz1yQyr9"
+    "I8mCtcY9T8Fxf+nUibDHF8HdaldlXB+IUDi4KWdGQCqJ/Gixp1zYbJzL+CAXYCjJFOyG9oA7YRSiAc8IkCxDpolSDwxUfDgjVJaR"
+    "fVLTYkvjWracvHIZb9Wj/VDPy/RTslatzqiefE1yYCe1+XDZTMLykhoWncop1aGOqzUdU0860YZ3XKsTXsyU/s3sSmEWIDZDILvd"
+    "htIaMwp2MUpTRZgD4NdqAF5LfIlX2Z9oU6MrJ84PTlv1JbuS2qqv6q6aJD//aR181LOvWqfhiSMPZEev5eTMnawksqHvDzl7azmK"
+    "RuxRt+FKb88+iYNdXeCJxv/+UFqTUWErjPkUuaeJxofA2xAfsZtY2EhK0EYx0zC/6wxLEgmzg0Qs8TYIXLL420fIxk3llaxcNSzi"
+    "aLztEaiPVu+bsBwWMM+Ppww/7hko5CLKTQcG4kWmSm8vlKWlsY4YxiKLebBBBRxLUS5uHBBvCC6uCxtJBSY2KC4SAv3Fsy7MuGbZ"
+    "2xoiFEreifok3+CB0mSalvJaTFoDAc8kBI5QJDtGdIjgU+bq+YWyNwR9rsW5UCYHpc8wOhfK6iz9yNdAo0XHuSR96kbsVfvCXkHK"
+    "q4m3QDyosH4GkMWD/kWIlzR20ZRAqungmKoydzCJRx3YAImXWzCsyfQYQfCXuok0EaZSEcZCeiAh7AL7+EGZgJ0dNgoLSp6ElBCN"
+    "1ENCBCiz6NTBRPwUgFoZ/xSgKKoo2iSKxg+0zpzfPfjTTwzJ4h09OojHiuR7bhsGv6DbcNswPFSj5yKxiWXK2NQiWeAKKY4w8Ump"
+    "wj6i7bsIszeCry1Iz8rR8ZWSlVR2XuKJPjv2CUP47GhaZiQfS6xzIm17CiQ/QQR5/dDxEwhzi/HiFcqytEpFq1S0SkWrVLRKRatU"
+    "UOOgVSpapaJVKlqlolUqWqVy0CqV2GAdza9qflWrVDQl+kxVKrEJQlqloiiqVSpapaJVKq2DuFapaJWKVqlolcquq1SIAUlapaJV"
+    "KlqlolUqWqVyxCqV+Hgn4pgiHfLkk5KNekpZjfqjy8OWDbpEgT29fX9hgLpWW8++0z4gNYSApuQNh4v2RKa8q1q86PE3oM+EaQOe"
+    "MqiU6jAdH/B0WjbFvsEoBJX4/ogy8oY/30m4Ek2jxyTLbxLu4a3haZhB4NqItMujMncq74m28OeprXuuFq7PuZ71zpGUpZHPZkqj"
+    "UEMnBUlIttJ1AjXr+IrVSQWCbZ4MEidmq0tV05PyVsiMjS5BWLs2xDNqN2w0hKxCy8H4a1WMryzu5HvtXRmoBrvLs5gfcXKiould"
+    "dqt7xyb5pHCUIwLrbLDCXJj4iCQYfZdD4x2pqyabwPEBcglX8yhNki/enhPeCEOlvnl93ZimiBGjk/KHJiWNS0oZlJTeCBxqAW45"
+    "w5H2OBapOpv6VDbRWbKc6UlbzU0KFSwwPlO79svUvb1PGZV0IV7QVazIlbM2XThyMsvGhatDwNXMQRlua3Jbry97nVfvRa/ew+/s"
+    "a8WFlGxIFXgrKsg/EZ6RyjtD0OMSzt1fpky3P7io2Av3vBcOvX2+mG4qnyhIn8YXfzppXZZwMoYTebB1rgbVG4g09Hq7knM49OIO"
+    "hbGPsTEzW9JGxLTmlD+VNy5jzLZVaqGMRmC4lsRu6Pgex+NlvSzTx11L8ojJQ+t2c6nex6VgB5fibTKKd1mpVPFdqbMKtunoY9oo"
+    "vSP2aGlK7ErLG26EK7RQaax5SgjGvhsQVPGe8GL19fqlVG2RUqgrStHeEEUblVQoKa/QjmSWvChEXyiMdmkVqEU/RBuTxqSzpFhy"
+    "NsmPIRTuH9JQyxAH4omocM2v3Qt/5578hXvmV8aZ36UX+SK9yLfoDEwlwPQQnUA2EIU8GZA7p7EeR1t+742gUtT7ZH0qqQCmAFYV"
+    "wMbV5z23sdsd/jFYf2CM1NYYYPqgbluDcu0wVg2LZsVDD9X8okX5WC9+uWoqB0wiSvy34LN4MNLYa1uMt29rtgAo08Ji7RBjcmyx"
+    "zXhgK4HAzURp43jgivUXmgXXLLhmwTULrlnwzbPg+CQRXsumXrPgmgV/kiw4dbLbXQ/igyfDmXv1fDnx2DQNTSlpSklz4poTXzff"
+    "E5lnkRYnVQBTAKsHYIFMXh0Po+d5g4Gfct6xT7nLBDtzBw6Mu5pn1zy75tk1z95inh2fLKG5c82d7zF3XjGKqCn0JqKIqxYh0dMX"
+    "isxdSJ24kDhrIattKCY1rPkKhSYrsHoDTzTKNV2tybc+h2/sZq25Ixy2HN6A6iTitzyGN5BTz2W5UKoNN+Ni3F2I9iqNYDbQiTsw"
+    "z9xW3EFfU1u1xWstXvRiXvQ0E2KpLE7Hbv6iilrDSk7xh5rwBpiwhpUIevfyFSFpgkKDJkbGgZ7PAWQ8g3CKSCMijVuDk3dSfWYJ"
+    "h2PrJMYHiHiu2/l7U02A33fHChIPQfvRmOUheAQHWRe2xk4Zz3u8kHOqoekPqDDzgb68bG/uvx/Xcee9vdBVryqlnz69++UdZwLD"
+    "vYniPSB3SZrAsKRw4k5gYCwKmr3e11xva85ec0tGL9Pee8fXXnoJWHhfcvWWgMMIpovPj1aZzsW3UOzyuhN63RBc99pJnNvRLwya"
+    "vd5f8+Tx1M/pRHq9nuUL/R1J2gv4XvCwhpjwkMMa+ItdNQQ2gaF3QbPZEUIuIxT1j+jzY1bD4wpcQQmlJFafwMkNvAWzMoLXw0o5"
+    "bz64CFZIdBGhjO7ldnG5fbS49dVse7UFmQKrb4STsOpGFvl7Jt4t5B4Q+31FZggdrMSihZkKTE6WkKklQxHjqsdUNqZ6RRVqQ9Vg"
+    "KgNT/KMCzxFxvxU/W2RXE1KJqTk5731kKaZw6dyiWWhQ9qNsbFY7sKEUdlE6YB8vkzyG4qlOJnomSSr7SJNdGtSn4QbT5IpSYq0+"
+    "fr4CPLF3X0Ml6Ckawz3Wdp7jcTZeOyuohBrpn0T0LVkkVYbkMrNxDYKS1o1NYkygDJUTD2XTszJ6EKEzbtWE9GbZpqzk4Fxti5zw"
+    "r7erMMEceLvslocniw1lOjNkp8Aul9tfqsasgL5hX/QUJV0CIhGvYS5stXPx/MxTC50WF+g/pz+4cHvxxCUatwxucZLdwoLBzSJU"
+    "fe9oJsrVnQsCvL6VDbZJRtJKSYK0wrNxBkkQgZd+xYOIhSTSevELxM2rgeD+XnPxPGxRgvEvXSgxL62EZJYRoIKikyotcOS5BPPx"
+    "8HRJ6pnmgC6rZOI4C8DZL4thdRqBBAeYQuA45lJgSwg0A1fJ1SiEbuu4wgiXsJUhmCXtp3gv0nYh2b2MAUgWoWJYwfUfLdN/VKQ5"
+    "AtIE5vfcmLOmqBVBrcRNPCTawakhj2cW+pDc+Yx4gXGW+mPvELDeNXjKdXEtUdRcIP5ZKB7UeCyx5SBiQpKhws5rxDInzlgt9UFl"
+    "A0e/DP9S/dVOga1U3LFOjGQf0btjh+2SE7N1hUrDhOtH9uoUYmjWWbPOmnXWrLNmnaMQiXun7jfGFwjbe806a9Z53axzSjhbk89P"
+    "nnxOyoE8bQ6aMXdCM0Oag9ZsjuagY9MgMG/yxPQmFWkOlIMOpOAalwLMdcMM+7kxb1DxkJ3dTtnLQ8KpJrk1ya1Jbk1yt5/kxkc+"
+    "uCbfHfmwGLmkSW5Nch87Sqi57iPluksEEmtVG9HjJWx/p/PYpovfd5+T3w6onAgqy6OzcOEDaOd110BiR+DvA2P8aBM5r+6Dlx6F"
+    "kl49LrtiQ+6gzq3zsvOiIaY/G896156Iawfo2sdFD+PnoMj86qeA4U5f1gjjLMR29upw09J3i7qpq2ISYQM7LKcR8DqAAhvE11/a"
+    "n5pFwZlP4YIUrvHc3CrOBiJ1Si5CHCiGls/9iZGVqIbjK2ntdpdYZ8kC/QNtbQkFMGahmBBlM4oH0ZXA1ibtKXIzZIPINB6l51Dj"
+    "dfHiQpBAJONStJyp1zxNluiuRFtZ+rkbWyuxrCw7KrGaUhsptIjVhF1oBE8eP55RISJ4eG7dYO1DlTiM3o2+oQM9rDPkYDGcU9yb"
+    "Tk9xD3XQ41v0+MYfspAl8tFahd4bAlJOH/T0U1d79Nizhkp9//M/dVpJOz2BrZkixT2nM+p8uaGrWpwLdYTJpiNM3E3j6SW/xby1"
+    "Tqd5HWrSUMPj9bVbJ51sN+lEqOeioScPLTeiqRHLZfTwCPdKYobE4kLGKAnvanSiBHRd16iShWrlPX1kfATnaoTffE7z56lAN6AH"
+    "R4AraihGghUckHkrz6xAOI4u2LYXE7cz7eOyf39qqhNfaiuHnuuKjYFJkW3ORBjP7uhgmC2MiJ6QKk6L4WtO3uAYO0zRS1Ozkw91"
+    "m7yGPiLKks8LY5xJ/EYmTlb2hQtFL6PZD0y2yPczBeIt8aJsvljIvnOJ0c373IWvjbliUVwgcpoEJWyW8AvElDsURmdWz3F7mip0"
+    "QNb3xSbYeAyp2FKIvFNuZ6E48fQGQxEWZXw6xKAs/eqHJJnVdQihnNQ7M5DkMi00Y24n/1ueiDzlfNITJZ37ZU9UqorKU3lJyhSe"
+    "3CZE3K3P6kXEvkk548PuTjTbHhN5bnkHETltsp9IIjnE/ceo9cSLY71GUmlZLi2YSLQPCYtWcv+j0i49xsWB2F/Uj08RlkhnkLRd"
+    "ztzfEjtL+uZpjIo65HlkawCh0BW3MldcQVVBlQOqfcLJr4K/rHDdMFwXEZNnBn0kXQrym2in4i6Au6qg14TNVYBLYz1Wlksyekil"
+    "RRifLFq+nzB5dl6unsRohL5WQH2NhCJjHJPnIEOe8eMbl4PibeGoe9Xo3x6j1c8apq4oRxoBbzJaXb28SotEtEhEi0TUBdUikfaK"
+    "RIQjpmbH+0TYmwIDp7RIRItEqnrfRuJAmR+1VkRrRUR9ZmPpOi0ZAU2RloxodlNLRjQH+cwlIynTunjJ2djsLgVVBVXJdLCZ5Jkt"
+    "daJZYSkfJWhpyvOUphT4hOWJbYxWqGiFilaoaIWKVqgk4Gak7blriiCXSCtUtEKl7QqVpmPkWqiyp0KVgqHyFWoQdUjbbtr7L4WH"
+    "2afctV707AvnWm393+zkNtAj4em3ZH7Nsv5BZ7ntbprBVmChkw7aHfCWhhzSWW/LkJ/QJ3CWRh0B72ra+ruBSNbYq2AJMf0Kvtbu"
+    "1LgHbxO36Nwl+JbI9kJksME7Ra00vKqmgqXZ5wEfM6e6KLK6bihrf8Z3/8os2KD9K74OutvuJKxH4MrT7zJUgjUIz7d/Og+vvROk"
+    "Hh23GJJHa96L6n345f039fr5t6/3jvBff+t/+I9fv/79w09LreucsDTsOXZ+xLbzIrHdI/+3CLfb8+K39gL+9gFEk3QIKPkkZo52"
+    "2IdLHfG90XgT67N+QjKHjw1y8dXyFUwRrn676BomLGqz1wBiau/moFvk44aOTkc4KwLmg3+eHSr3do9rluwbDVTAxQe58Brj/DHY"
+    "w8U7zT5J0SfxHgG598LdDrgEbjx1WYYYPI8QhCpbdd8hrd5kq2/9UdQwvS3GR+ViPhfV/jy3/XmIgQrBMzshapnK+PRqmYpxUS2T"
+    "gpJaJnVPHoF0ykDdY+S52DqV1k8BoaFf/now8K8tDK9MYgEVH2GBkGlHVNaNt7nTY3K1UZ6+Wr6NKcXjb5dZLNBXndlRqzbWQqyG"
+    "aBNvOi/XNv46ZCiAJH345PCWRlGtwNP4j4Hdn0Y2KLFOXJYvFs8lFKFC1xYDSOe32Pjvf/3805fPv1FpKvKcgJZFnJfG3vfqR7s+"
+    "T2h+sB1Zds2f6Myw7wEz1mYFGZVmsAaJL1fkEWFAHh6diYMECg8YMLjc4PidwTUSJ5d1O/g+XE826sPmeq/Bzh1t3xg5nbL7SKdz"
+    "VttQIpPzfNiNpmNWxu6X7R1efd+nY7hDYBWeKZbvDstj+RLdt1ZtsEJ2yAyFbCnPFLL3qvoK2Ts0tXTsn45QY3g1BWkMGDse44Qm"
+    "SJpiy2z+ZwaCsFEsdF+dJVQMj8MiJBRXn1cEcs+xwhoQ4HKFF9PsyLxGJJTOuiFyJ3a0PBouLRUoZQbK97yHjLh46T2lI+J1N/f9"
+    "hy+MzzQWnX/JHOR8JZCP9P7o5SbNo2nawg46raC6qfPgKTTUU3OiR6kMcM3ktXZw/pL/AGnVOfPLE5U60EXehjpv5rxTdHsPubnj"
+    "4aPWtuIfomy+odH89fI1JfnK5UNHcpfQpXAec7kRiDMcbAuQyozIR3yFAYjH4CKaKy/zcmSpkKwoKNiXeIEQsaScxKq8lpdXFAHX"
+    "FtHo5z2NSWX0KyD1e/bs90Q+TtLNPcDmqg+kPtC+rI36QCqvO/HZ1Ts6dFRIvaOjb656R2pt9mVt1DtSed2NN8/8GtKOjxIzpP3M"
+    "VsCSun8Nv+ybp9wtk42Lxm1mMqZnIEM6XjN/AwhdNBUP4F8A8h8i8QvMfil66BeC4FXeljsv6LwZd8sPvOHDSKHeTuPffbazxZwP"
+    "RO2MMwJ75Dx9xCCB16LfChr3UrAwwdslwMLEJIaxxCyWdFxU4XyUWuYNye8Whd+phjsU/3aRWlNcjFWIqwkxipQbiG30u9rWBJXx"
+    "Aa7hDFOEIxBw7ME59Hfu2b94nIG6mTSmEIkm1IgjRL8J3t/u8LPn8r2D8t/b7xrzM4nwXMe3B6zjNedgDfAcK5xv7djMf/Qih2LR"
+    "cbjiQTjlw2oVNXENTyHpIip0WhMoojhHfYIGrAtaXaO7087uqO1X278aVKvtV1Gr72aqV9B2pEC9guZ3R70CherVoFq9AhW1NRxQ"
+    "RnuKWFYey8cjmXg3P+QlwytUWdD3ExdUxPLsVTLsot4ZO9wvfn4wZTehBF9D28ht6xF0BpbknnlZZ1a+GdoCrJ9EgxURkscvU+4g"
+    "yx+vkTlO6Uii4pdYy1BM4IhChTZE7DY+mu4L3id050NbEZboOYi18XLeZaueeaI+Z36/nS17pNFcJbsP70xCNm6Ee1AJIZud7g5D"
+    "VELqYEj08JogKXj3xBJtEq3gnTZr9ydsrBe6O1u25SM5/P3P/zyUf7J8H8WXkvhy4+yB/JTl+6ikFJeUA/kry/dRSamCKQfzW4D3"
+    "Ut+lnO/ywua/fXh3Y+V9qqw1eB3HZaEDV1+O3i5v6wvT2+G6DFBdFvmnq8dr+EozK1gohOwVM0/jzzOzN3qtx+nrkltUzsy59OWP"
+    "n1AmDAHfP6GvD1w7WQv6RebRwtb8oCKwvgjMjf8bkYSbTwd4Ha+h1EhAhC8ZED3/EUFBucP9hPpjJH258JG9I2gvN8m/Hr1wTOmb"
+    "14hAbvBkyCMtJP7xUNgdAcnnrvE0wHlKWgMWl7qizxELC2uCeCkl2pC2hHqiWrILLaGfbE/KApqL3ejM7RSotkVti9qWuJ6olqht"
+    "Udsi8semeFHMxIxVeJdAYcxFoDGAqkzrcV0JVj6eApdiYg0qX+HllGRBV8My5dbEXXMAGBCFx4uhYkQuggUIkJxxCSA6KjjbC47d"
+    "l/w4vRc0kPrUgVS3D4dKwtPHU52Ps/Xoq0dfPfpSbrzby0CVRU/AegIWqo4GWdXSqKWRqYsqi1oatTQpTpqGXDXkmh4y08irRl5T"
+    "xWieaB2NudpSkTbLjrR9ixudOtC8XcMwoHvli/n4dqPT/SNp1AAXuG9/vxK5UyzOZwVxPsuL8+GMyI3/WkG4z7LDfXZpGhcz1lUe"
+    "k+473/AQYskPRq8lndEw9O3FjGc4biywQYur5EOQnamf8LPQgBrmwXlIg5FxzxOjcXZfDl638M+D5eACC8mIWS430P2AJa7UI05G"
+    "k+8/t2uEPJzYlhPuDm8pdSyTqG/ck45Lr50eC/GHhBTESoqlpjwcUBRQFCj9/pIXH68NXvUo+EEHeY4AI9FcgwKJAom6E4d3JyJJ"
+    "FEUBRQF1J9Sd4JxKOAklWyIhYOUJgSF4QygM74exA57YUGeHxa056sm9N4wQ/t1QDWGnJKwoJRHlSLIdlWYmrDwzYXmZCV5qSyWZ"
+    "e28KUnYs0HZnci372EETHZp4Wym1IfnyQsVS82+bCqmm4fTErHGzp4+bMb92UTBQMNDwmYbPmGiiSTnFE3Uu1LngfeCkYKBgoM6F"
+    "OheCo4qm6DRFd4AUnewjNBVozdTtRrwXwyahHF2/9LlMRjKk91tFocmQ3o+LR7IRpyAbgSc8UmhT2Qz0rYBsBnYtr5lVUnatXyYj"
+    "DJ24wK/1Exfwi3hzKdltRfr8MwOEOj3YP43dL8Ffh/Ym6MHeZ0FvAp6YbvBI4p4IPdW4TbaS1x+hL9ZTpHf9X3l7BJwAq0lCj7Z/"
+    "W4zrVMVRxVHFkSkOfdS04whxdya61DUHqbjWOvDN5zVh1GF6udAzPgWesXOtMzws/QZXtNlEQNQE1Jz5YozLI+0mEo6Kke1AnGnR"
+    "Kkp85jWAOz3PRlWXWl3qAi71PEJVvQP1DtQ7EHkH81RZVR5VHlUeufKoe63udQvu9cv//j+uWrg1"
+)
+# ---- END GENERATED LAYER EVENT TABLES ----

@@ -42,8 +42,13 @@ What each option models:
   backward, cool-down backwards); ``min(M, S - i + 1)`` micro-batches are simulated, which already
   repeats the steady state (grads present + S - i in flight). GPipe runs all M forwards, then all M
   backwards. A stage without the head runs backward from a received output gradient; received
-  activations are freed after their backward; data-loader tensors (tokens; targets at the head stage)
-  live until the end of the step.
+  activations arrive in the sending stage's compute dtype (bf16 under bf16-master, also when FSDP holds
+  fp32 shards) and are freed after their backward; data-loader tensors (tokens; targets at the head
+  stage) live until the end of the step.
+* ``timeline=True``: the result's ``meta["timeline"]`` lists the tracked iteration's events (every
+  storage's birth with shape and dtype, its death, resizes) with layer marks (forward start / end,
+  backward start, autocast exit): what ``bench/memory_calibrate.py`` compiles into the fast formula's
+  per-layer tables.
 * TP: the zoo builds the rank's shard (``TPShare``); its all-reduces are in place, so none is traced.
 
 Not modelled: CUDA context, cuBLAS workspaces, NCCL buffers, fragmentation (the note, §4); for ZeRO-0
@@ -131,6 +136,8 @@ class StepOptions:
     lr: float = 1e-4
     warmup: str = "state"  # iteration 1: "state" (grads + optimizer step only) | "full" (fwd + bwd + step)
     emulate_inplace_accumulation: bool = True  # False shows pitfall 1 (out-of-place sums under any mode)
+    #: keep the tracked iteration's events, with layer marks (what bench/memory_calibrate.py compiles)
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         if self.warmup not in ("state", "full"):
@@ -191,11 +198,14 @@ def trace_step(
         else:
             first = is_first_stage
         step = _Step(model, opts, session, make_batch, loss, fsdp_units, first)
+        if opts.timeline:
+            _mark_layers(step.model, tracker)
         step.warm_up()  # iteration 1: optimizer state, FSDP lazy init
         step.label_state()
         tracker.phase = "fwd"
         tracker.reset_peak()
         step.run()
+        tracker.mark("end")
         snap = tracker.snapshot()
         bwd_end = step.bwd_end_breakdown
         meta = {
@@ -204,6 +214,7 @@ def trace_step(
             "inplace_accumulations": tracker.inplace_accumulations,
             "end_bytes": snap.current_bytes,
             "device": opts.device,
+            **({"timeline": tracker.timeline} if opts.timeline else {}),
         }
         del step, model
     return TraceResult(
@@ -217,6 +228,35 @@ def trace_step(
         bwd_end_breakdown=bwd_end,
         meta=meta,
     )
+
+
+def _no_mark(label: str, layer: int = -1) -> None:
+    return None
+
+
+def _mark_layers(model: nn.Module, tracker: Any) -> None:
+    """Timeline marks at each layer's forward start (``F0``) and end (``F1``) and when the gradient of its
+    output is complete (``Bgo``: its backward starts). Pre-hooks go first so FSDP's all-gathers fall inside
+    the layer; the gradient hook of the output is registered before FSDP's pre-backward hook."""
+    import torch
+
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        return
+    start = getattr(model, "layer_start", 0)
+    for i, layer in enumerate(layers):
+        index = start + i
+
+        def pre(mod: Any, args: Any, index: int = index) -> None:
+            tracker.mark("F0", index)
+
+        def post(mod: Any, args: Any, out: Any, index: int = index) -> None:
+            tracker.mark("F1", index)
+            if isinstance(out, torch.Tensor) and out.requires_grad:
+                out.register_hook(lambda g, index=index: tracker.mark("Bgo", index))
+
+        layer.register_forward_pre_hook(pre, prepend=True)
+        layer.register_forward_hook(post, prepend=True)
 
 
 def _max_in_flight(order: Sequence[tuple[str, int]]) -> int:
@@ -253,7 +293,9 @@ def _session(opts: StepOptions) -> Iterator[_Session]:
             from torch.distributed.device_mesh import init_device_mesh
 
             mesh = init_device_mesh(opts.device, (opts.dp_degree,))  # outside FakeTensorMode: reads ranks
-        tracker = MemoryTracker(emulate_inplace_accumulation=opts.emulate_inplace_accumulation)
+        tracker = MemoryTracker(
+            emulate_inplace_accumulation=opts.emulate_inplace_accumulation, timeline=opts.timeline
+        )
         stack.enter_context(_fake_mode_class()())
         stack.enter_context(tracker)
         stack.enter_context(torch.random.fork_rng(devices=[]))
@@ -352,6 +394,7 @@ class _Step:
         self.device = torch.device(opts.device)
         self.order = schedule_order(opts.schedule, opts.n_stages, opts.stage_index, opts.micro_batches)
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(opts.precision)
+        self.compute_dtype = torch.bfloat16 if opts.precision == "bf16-master" else None
         self.masters: list[torch.Tensor] = []
         self.zero1_pairs: list[tuple[torch.Tensor, torch.Tensor, slice]] = []
         self.fsdp = opts.zero >= 2
@@ -486,6 +529,15 @@ class _Step:
             if op == "F":
                 tr.phase = "fwd"
                 inputs, targets = self.make_batch(self.model, i)
+                if (
+                    self.compute_dtype is not None
+                    and not self.first_stage
+                    and _is_tensor(inputs)
+                    and inputs.is_floating_point()
+                ):
+                    # a received activation arrives in the sending stage's compute dtype (bf16 under
+                    # bf16-master, also when FSDP holds fp32 shards and make_batch would pick fp32)
+                    inputs = inputs.to(self.compute_dtype)
                 tr.label([x for x in (inputs, targets) if _is_tensor(x)], "inputs")
                 if self.first_stage:
                     loader.append(inputs)
@@ -494,6 +546,7 @@ class _Step:
                 with self._autocast():
                     out = self.model(inputs)
                     loss = self.loss(self.model, out, targets) if self.loss is not None else None
+                    getattr(tr, "mark", _no_mark)("autocast-exit")  # the cast cache dies on leaving
                 if loss is not None:
                     loader.append(targets)  # a stage without the head loads no targets
                 if loss is not None and self.scaler is not None:
@@ -786,6 +839,7 @@ class StageTraceRequest:
     schedule: str = "1f1b"
     micro_batches: int = 1
     device: str = "cuda"
+    timeline: bool = False  # return the tracked iteration's events in meta["timeline"]
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     arch: dict[str, Any] | None = None  # a TransformerArch / ConvArch as a dict: traced instead of a zoo name
 
@@ -812,6 +866,7 @@ class StageTraceRequest:
             stage_index=self.stage_index,
             micro_batches=self.micro_batches,
             device=self.device,
+            timeline=self.timeline,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,10 @@ Two corrections make it match an un-instrumented run (see notes/memory-and-time-
   StorageImpl and compared with counts calibrated on a graph whose accumulation is known to be in place.
 * **Storage resizes** (FSDP2 frees and re-allocates unsharded parameters with ``UntypedStorage.resize_``)
   are followed, since they bypass dispatch.
+
+With ``timeline=True`` the tracker also keeps the event list of the tracked iteration (every storage's
+birth with its shape and dtype, its death, resizes, and caller marks such as layer boundaries): the raw
+material ``bench/memory_calibrate.py`` compiles into the fast formula's per-layer event tables.
 """
 
 from __future__ import annotations
@@ -115,8 +119,13 @@ class MemoryTracker(TorchDispatchMode):
         *,
         block_bytes: int = CUDA_BLOCK_BYTES,
         emulate_inplace_accumulation: bool = True,
+        timeline: bool = False,
     ) -> None:
         super().__init__()
+        #: events of the tracked iteration (``reset_peak`` restarts it), when asked for:
+        #: ["A", key, nbytes, rounded, shape, dtype, category] birth; ["F", key, rounded] death;
+        #: ["R", key, nbytes, rounded, previous rounded] resize; ["M", label, layer] mark
+        self.timeline: list[list[Any]] | None = [] if timeline else None
         self.block_bytes = block_bytes
         self.emulate_inplace_accumulation = emulate_inplace_accumulation
         self._phase = SETUP
@@ -141,13 +150,21 @@ class MemoryTracker(TorchDispatchMode):
     @phase.setter
     def phase(self, phase: str) -> None:
         self._phase = phase
+        self.mark("phase:" + phase)
         # a phase that allocates nothing still has a level: what is live when it starts
         if self.current_bytes > self.phase_peaks.get(phase, -1):
             self.phase_peaks[phase] = self.current_bytes
             self.phase_breakdowns[phase] = dict(self.by_category)
 
+    def mark(self, label: str, layer: int = -1) -> None:
+        """Note a moment in the timeline (layer boundaries, autocast exit); a no-op without a timeline."""
+        if self.timeline is not None:
+            self.timeline.append(["M", label, layer])
+
     def reset_peak(self) -> None:
         """Forget the peak so far: the tracked iteration starts from what is live now."""
+        if self.timeline is not None:
+            self.timeline.clear()
         self.peak_bytes = self.current_bytes
         self.peak_phase = self.phase
         self.peak_breakdown = dict(self.by_category)
@@ -215,10 +232,15 @@ class MemoryTracker(TorchDispatchMode):
             cat = category or self._new_category()
             rec = _Record(nbytes, cat, rounded, node_id)
             self._records[key] = rec
+            if self.timeline is not None:
+                dtype = str(t.dtype).removeprefix("torch.")
+                self.timeline.append(["A", key, st.nbytes(), nbytes, list(t.shape), dtype, cat])
             self._refs[key] = weakref.ref(st, partial(self._on_free, key))
             self._bump(nbytes, cat)
             return
         if rec.counted and nbytes != rec.nbytes:  # resized in place (resize_, set_)
+            if self.timeline is not None:
+                self.timeline.append(["R", key, st.nbytes(), nbytes, rec.nbytes])
             self._bump(nbytes - rec.nbytes, rec.category)
             rec.nbytes = nbytes
         if relabel and category is not None and category != rec.category:
@@ -230,6 +252,8 @@ class MemoryTracker(TorchDispatchMode):
     def _on_free(self, key: int, _ref: weakref.ref) -> None:
         rec = self._records.pop(key, None)
         self._refs.pop(key, None)
+        if rec is not None and rec.counted and self.timeline is not None:
+            self.timeline.append(["F", key, rec.nbytes])
         if rec is not None and rec.counted:
             self.current_bytes -= rec.nbytes
             self.by_category[rec.category] -= rec.nbytes
@@ -325,6 +349,8 @@ class MemoryTracker(TorchDispatchMode):
             old_rec = self._records[args[0].untyped_storage()._cdata]
             # the sum takes over old's block: release old's bytes now, charge the result below
             old_rec.counted = False
+            if self.timeline is not None:
+                self.timeline.append(["F", args[0].untyped_storage()._cdata, old_rec.nbytes])
             self.current_bytes -= old_rec.nbytes
             self.by_category[old_rec.category] -= old_rec.nbytes
             self.inplace_accumulations += 1
@@ -360,6 +386,8 @@ class MemoryTracker(TorchDispatchMode):
             rec = tracker._records.get(st._cdata)
             if rec is not None and rec.counted:
                 nbytes = round_up(st.nbytes(), tracker.block_bytes) if rec.rounded else st.nbytes()
+                if tracker.timeline is not None:
+                    tracker.timeline.append(["R", st._cdata, st.nbytes(), nbytes, rec.nbytes])
                 tracker._bump(nbytes - rec.nbytes, rec.category)
                 rec.nbytes = nbytes
             return result
