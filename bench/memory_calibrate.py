@@ -74,13 +74,14 @@ def probe_arch(structure: str) -> dict[str, Any]:
     return arch
 
 
-def probe_dims(structure: str, tp: int) -> dict[str, int]:
-    """Probe size of every symbol a shape can carry; canonical names first (equal sizes keep the first)."""
+def probe_dims(structure: str, tp: int, b: int = PROBE_B) -> dict[str, int]:
+    """Probe size of every symbol a shape can carry; canonical names first (equal sizes keep the first:
+    with one sample per micro-batch, tokens are the sequence)."""
     a = probe_arch(structure)
     heads = a["n_heads"] // tp
     kv = a["n_kv_heads"] // tp
     d = a["hidden"] // a["n_heads"]
-    b, s = PROBE_B, PROBE_S
+    s = PROBE_S
     return {
         "b": b, "s": s, "T": b * s, "h": a["hidden"], "hq": heads * d, "hkv": kv * d, "f": a["ffn_hidden"] // tp,
         "V": -(-a["vocab"] // tp), "H": heads, "kvH": kv, "d": d, "P": PROBE_MAXPOS, "V2": a["vocab"],
@@ -93,9 +94,10 @@ def probe_requests(structures: list[str]) -> list[tuple[tuple, Any]]:
     embedding without head (tp 2 and 1), the head without embedding, the full model at tp 1."""
     from tessera.memory.trace import StageTraceRequest
 
-    def req(structure: str, prec: str, rec: str, attn: str, tp: int, layers: tuple[int, int] | None) -> Any:
+    def req(structure: str, prec: str, rec: str, attn: str, tp: int, layers: tuple[int, int] | None,
+            b: int = PROBE_B) -> Any:  # fmt: skip
         return StageTraceRequest(
-            model="tessera.memory.grid:arch_factory", seq_len=PROBE_S, micro_batch_size=PROBE_B, precision=prec,
+            model="tessera.memory.grid:arch_factory", seq_len=PROBE_S, micro_batch_size=b, precision=prec,
             recompute=rec, attention=attn, tp_degree=tp, layer_range=layers, micro_batches=2, timeline=True,
             model_kwargs={"arch": probe_arch(structure), "family": STRUCTURES[structure][0]},
         )  # fmt: skip
@@ -105,6 +107,11 @@ def probe_requests(structures: list[str]) -> list[tuple[tuple, Any]]:
         for rec, attn in itertools.product(RECOMPUTES, ATTENTIONS):
             out.append(((st, prec, rec, attn, "full", 2), req(st, prec, rec, attn, 2, None)))
             out.append(((st, prec, rec, attn, "mid", 2), req(st, prec, rec, attn, 2, (1, 4))))
+            if (
+                attn == "math"
+            ):  # one sample per micro-batch: math attention's batched matmuls reshape by views
+                out.append(((st, prec, rec, attn, "full-b1", 2), req(st, prec, rec, attn, 2, None, 1)))
+                out.append(((st, prec, rec, attn, "mid-b1", 2), req(st, prec, rec, attn, 2, (1, 4), 1)))
         out.append(((st, prec, "none", "flash", "first", 2), req(st, prec, "none", "flash", 2, (0, 4))))
         out.append(((st, prec, "none", "flash", "first", 1), req(st, prec, "none", "flash", 1, (0, 4))))
         out.append(((st, prec, "none", "flash", "full", 1), req(st, prec, "none", "flash", 1, None)))
@@ -387,7 +394,8 @@ def compile_tables(traces: dict[tuple, Any]) -> dict[str, Any]:
 
     def entry(key: tuple, layer: int) -> dict[str, Any]:
         if key not in cache:
-            cache[key] = Probe(traces[key].meta["timeline"], probe_dims(key[0], key[5]))
+            b = 1 if key[4].endswith("-b1") else PROBE_B
+            cache[key] = Probe(traces[key].meta["timeline"], probe_dims(key[0], key[5], b))
         tables = layer_entry(cache[key], layer)
         return {k: (prune_events(v, dims) if isinstance(v, list) else v) for k, v in tables.items()}
 
@@ -404,6 +412,10 @@ def compile_tables(traces: dict[tuple, Any]) -> dict[str, Any]:
                 tables["emb"][f"{st}/{prec}/tp1/tied"] = entry(key, 0)
         elif shape == "mid":
             tables["block_first"][f"{st}/{prec}/{rec}/{attn}"] = entry(key, 1)
+        elif shape == "full-b1":
+            tables["block"][f"{st}/{prec}/{rec}/{attn}/b1"] = entry(key, 2)
+        elif shape == "mid-b1":
+            tables["block_first"][f"{st}/{prec}/{rec}/{attn}/b1"] = entry(key, 1)
         elif shape == "first":
             tables["emb"][f"{st}/{prec}/tp{tp}/untied"] = entry(key, 0)
         elif shape == "last":

@@ -265,17 +265,23 @@ def _tables() -> _Tables:
         return v
 
     classes, entries = {}, {}
+    tag = np.array(tags)
     for kind, by_cls in doc["tables"].items():
         names = tuple(sorted(by_cls))
         classes[kind] = names
-        entries[kind] = [
-            {
+        entries[kind] = []
+        for c in names:
+            full = {
                 k: np.stack([dense(e) for e in v]) if k in _EVENT_KEYS else dense(v)
                 for k, v in by_cls[c].items()
             }
-            for c in names
-        ]
-    return _Tables(terms, np.array(el), tuple(factors), np.array(tags), classes, entries)
+            # only the terms this class uses: a few dozen of the vocabulary
+            cols = np.nonzero(np.any([np.atleast_2d(t).any(axis=0) for t in full.values()], axis=0))[0]
+            entry: dict[str, Any] = {k: t[..., cols] for k, t in full.items()}
+            entry["_cols"] = cols
+            entry["_tags"] = tuple(np.nonzero(tag[cols] == t)[0] for t in _TAGS)
+            entries[kind].append(entry)
+    return _Tables(terms, np.array(el), tuple(factors), tag, classes, entries)
 
 
 def _structure(spec: ModelSpec) -> str:
@@ -308,27 +314,38 @@ def _term_sizes(x: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _layer_values(
-    z: np.ndarray, kind: str, cls: np.ndarray, keys: tuple[str, ...], zero: tuple[np.ndarray, ...] = ()
-) -> dict[str, np.ndarray]:
-    """Per configuration and table key of its class: a vector's bytes, or an event list's largest.
-
-    ``zero`` = (IN flags, GIN flags): configurations whose layer input / received gradient belongs to the
-    pipeline harness (a stage's received activation, its output gradient) and is counted there instead."""
+    z: np.ndarray,
+    kind: str,
+    cls: np.ndarray,
+    keys: tuple[str, ...],
+    variants: tuple[tuple[np.ndarray, ...], ...],
+) -> list[dict[str, np.ndarray]]:
+    """Per configuration and table key of its class, a vector's bytes or an event list's largest, once per
+    variant. A variant (IN flags, GIN flags) marks configurations whose layer input / received gradient
+    belongs to the pipeline harness (a stage's received activation, its output gradient) and is counted
+    there instead; ``()`` counts them in the layer."""
     tb = _tables()
-    if zero:
-        mask = np.ones_like(z)
-        for flags, tag in zip(zero, _TAGS, strict=True):
-            mask[np.ix_(flags > 0, tb.tag == tag)] = 0.0
-        z = z * mask
-    out = {k: np.zeros(len(cls)) for k in keys}
+    n = len(cls)
+    outs = [{k: np.zeros(n) for k in keys} for _ in variants]
     for c in np.unique(cls):
         idx = np.nonzero(cls == c)[0]
-        entry, zc = tb.entries[kind][int(c)], z[idx]
+        entry = tb.entries[kind][int(c)]
+        zc = z[np.ix_(idx, entry["_cols"])]
         for k in keys:
             table = entry.get(k)
-            if table is not None:
-                out[k][idx] = (zc @ table.T).max(axis=1) if table.ndim == 2 else zc @ table
-    return out
+            if table is None:
+                continue
+            full = zc @ table.T
+            for out, flags in zip(outs, variants, strict=True):
+                v = full
+                for f, cols in zip(flags, entry["_tags"], strict=False):
+                    on = f[idx] > 0
+                    if cols.size and on.any():  # take the tagged storages back out where flagged
+                        v = v - on.reshape((-1,) + (1,) * (full.ndim - 1)) * (
+                            zc[:, cols] @ table[..., cols].T
+                        )
+                out[k][idx] = v.max(axis=1) if table.ndim == 2 else v
+    return outs
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -354,13 +371,20 @@ def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[s
                      f=_local(arch.ffn_hidden, tp), V=_local(arch.vocab, tp), V2=arch.vocab, P=arch.max_positions)  # fmt: skip
         for k, val in sizes.items():
             put(k, val)
-        put("blk_cls", _class_id("block", f"{structure}/{v.precision}/{v.recompute}/{v.attention}"))
+        # one sample per micro-batch: math attention's batched matmuls reshape by views, copying nothing
+        one_sample = "/b1" if v.micro_batch == 1 and v.attention == "math" else ""
+        put(
+            "blk_cls",
+            _class_id("block", f"{structure}/{v.precision}/{v.recompute}/{v.attention}{one_sample}"),
+        )
         put("emb_cls", _class_id("emb", f"{structure}/{v.precision}/tp{1 if tp == 1 else 2}/{tied}"))
         put("head_cls", _class_id("head", f"{structure}/{v.precision}/{tied}"))
         blocks = sum(
             1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
         )
         put("nb", blocks)
+        put("rope", arch.position == "rope")
+        put("full", v.recompute == "full")
         put("has_emb", v.layer_start == 0)
         put("has_head", v.layer_end == spec.n_layers)
         put("shared", tied == "tied")
@@ -413,13 +437,26 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     blk = x["blk_cls"].astype(int)
     last1 = ((nb == 1) & ~has_head) * 1.0
     first_leaf = ~has_emb & ~fsdp
-    qf = _layer_values(z, "block_first", blk, _BLOCK_KEYS, (no, last1))
-    qb = _layer_values(z, "block", blk, _BLOCK_KEYS, ((~has_emb & fsdp) * 1.0, last1))
+    (qf,) = _layer_values(z, "block_first", blk, _BLOCK_KEYS, ((no, last1),))
+    qb, qG, qN = _layer_values(
+        z, "block", blk, _BLOCK_KEYS, (((~has_emb & fsdp) * 1.0, last1), (), (no, (~has_head) * 1.0))
+    )
     q1 = {k: np.where(first_leaf, qf[k], qb[k]) for k in _BLOCK_KEYS}
-    qG = _layer_values(z, "block", blk, _BLOCK_KEYS)
-    qN = _layer_values(z, "block", blk, _BLOCK_KEYS, (no, (~has_head) * 1.0))
-    qE = {k: v * E for k, v in _layer_values(z, "emb", x["emb_cls"].astype(int), _BLOCK_KEYS).items()}
-    qH = {k: v * Hh for k, v in _layer_values(z, "head", x["head_cls"].astype(int), _HEAD_KEYS).items()}
+    # FSDP's mixed precision casts parameters, not buffers: under bf16-master LLaMA's RoPE tables stay fp32
+    # and every block casts its cos / sin slices for q and k (4 × [s, d] bf16, saved for the backward),
+    # as autocast does; the probes (plain bf16 buffers) have no such casts
+    # (full recompute keeps none: they come back with the recomputed forward, in the backward)
+    rope = np.where(fsdp & (x["prec"] == 3) & (x["rope"] > 0), 4 * r(2 * x["s"] * x["d"]), 0.0)
+    kept = np.where(x["full"] > 0, 0.0, rope)
+    for q in (q1, qG, qN):
+        for k in ("fev", "bev0", "bev1"):
+            q[k] = q[k] + rope
+        for k in ("bstart0", "carryF", "carryB"):
+            q[k] = q[k] + kept
+    (qE,) = _layer_values(z, "emb", x["emb_cls"].astype(int), _BLOCK_KEYS, ((),))
+    (qH,) = _layer_values(z, "head", x["head_cls"].astype(int), _HEAD_KEYS, ((),))
+    qE = {k: v * E for k, v in qE.items()}
+    qH = {k: v * Hh for k, v in qH.items()}
 
     # one in-flight micro-batch between its forward and backward: every layer's saved set, the received
     # input and the output a later / earlier stage holds
@@ -542,7 +579,8 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
         cands.append(
             (has_head, below_head + np.where(us, u_all, np.where(root, Ur, U["head"])) + pref_h + qH["bev0"])
         )
-        rs_h = below_head + qH["carryBend0"] + RS["head"] + pref_h + np.where(us, u_all - U["head"], 0.0)
+        # a unit's reduce-scatter runs once its input's gradient exists (xh: the next layer's, or sent on)
+        rs_h = below_head + qH["carryBend0"] + xh + RS["head"] + pref_h + np.where(us, u_all - U["head"], 0.0)
         cands.append((own_h, rs_h + rs_keep["head"]))
         sh_h = F1 * Oh * Sh["head"]  # sharded gradients made so far (the first backward)
 
@@ -552,7 +590,18 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
             units = np.where(us, Ur + Oe * U["emb"] + j * Ub, Ur + Ub)
             cands.append((cond & ~us, gather(below + above + q_["bstart0"], done + rs_prev + Ur, "block")))
             cands.append((cond, below + above + done + rs_prev + units + pref + q_["bev0"]))
-            rs = below + above + q_["carryBend0"] + done + RS["block"] + pref + units - Ub + rs_keep["block"]
+            rs = (
+                below
+                + above
+                + q_["carryBend0"]
+                + xh
+                + done
+                + RS["block"]
+                + pref
+                + units
+                - Ub
+                + rs_keep["block"]
+            )
             cands.append((cond, rs))
 
         pref_b = np.where(pre, Fl["block"], 0.0)
@@ -605,220 +654,364 @@ def peak_arrays(x: dict[str, np.ndarray]) -> FormulaOut:
     phase_bytes = np.stack([np.where(fsdp, fwd_f, fwd_z), np.where(fsdp, bwd_f, bwd_z), opt], axis=1)
     phase = np.argmax(phase_bytes, axis=1)
     peak = phase_bytes[np.arange(n), phase]
-    grads = np.where(phase == 0, 0.0, np.where(fsdp, sh_all, G))
+    # what the peak is made of (sums to it): states, the gradients present then (all of them in the
+    # steady state and at the step), the in-flight micro-batches' saved activations, and the rest
+    made = np.where(fsdp, sh_all, G)
+    grads = np.where(phase == 2, np.where(fsdp, sh_all, x["opt_grads"]), np.where(steady | cool, made, 0.0))
     held = np.where(phase == 2, loader(sim), m * hold)
+    rest = peak - S - grads
+    held = np.minimum(held, np.maximum(rest, 0.0))
     breakdown = {
         "weights": x["w"],
         "master_weights": x["mw"],
         "optimizer_state": x["os"],
         "gradients": grads,
         "activations": held,
-        "temporaries": np.maximum(0.0, peak - S - grads - held),
+        "temporaries": rest - held,
     }
     return FormulaOut(peak_bytes=peak, phase=phase, phase_bytes=phase_bytes, breakdown=breakdown)
 
 
 # ---- BEGIN GENERATED LAYER EVENT TABLES (bench/memory_calibrate.py --write) ----
 _EVENT_TABLES = (
-    "eNrtfd2v3UaO5/+Sx4aDSFU6H/bjPOzsvMzuQ29jASNY2B073WgnTjueAIuZ/d/3+hzpSFVFssj6kEo67Ifr9L0qSmKRP7JIivzP"
-    "7/748OX3v3/+9bs3/avvvn748svv3715+13/5s9/+tt3r74b3vz3P/359u/4808fx3//Nv37z5f/uL7pbz/Ny89/+/f/mv/+cfz3"
-    "289/df9y//19/ct/fPun/3a3P/1++6/fb/8Oj9+Y8d5mpGCme5s3919/HH89/pz+OP4zkXl5honCvy7/+3/8rz8/Hs68+Wm65fSQ"
-    "//hjet3bf5nH78zjd8Ob/zm97Pjof7n9//5G5Xr7acZrzHiNGa/53/81XT28MeMV5sHiv9z+7ce73f/fX6Ynu1OZnml6lft7/fiy"
-    "o+/ef/rwsqX/+d37T5//+o9v//Hzb19/+PibNT/8+vnXDz98/PTu9799+/XHD3+87Pzbt90r8+Ort/2r/uWneTW8/LS33wyvTi8/"
-    "T7ffnG9/vdx+Xl9+/vhyp4+/f3335es3ErffvPrur+++fPm//+3bL3CSFic5EviXDALvP/zRje/UB+vtbf3wWP/6fs390iWxvl/Q"
-    "hGn1Hq3e3H71+v7YUZLGYXAPELgRvT9zP9x+6a8dYmuH+1q72LIX/vRl+fON6E0OupRtc9gyEurzCd3l6MOvP90eymfP2WPPcsG3"
-    "m//4/155KvPLu6+OxvQj3+9P0F9uDzXtS397wMtix8bLx3d6LDKEvjF0jE3VulSXapZO46FpDxI9SoIULE8zGOQ4ugdThTfM3Cid"
-    "cEVqSnPr8DvGGUDXE2QHVfdsWgU1/vcPnz789evf/0AtZYbOdjL17ESa2PHRHLRwGfrViD0TvztkvcTC220tpwnmyTq7r1Kdio3X"
-    "nViNdC4ymbB7dfr4H58+QYjfg/L59vFoJpC4gas3gWaEsi87mTEOLvDWZ55+Wjz2GFgNNmao50Kh/lBVKWfZC8hSuJ7ZdMUJ0IBt"
-    "9IV5LsOOHPzjmfzQgkBu9uHneKceQ5x69r6zKcesNTHi/cf+TEcJr/d/Xt9ImvvemRER7+9j7kw1d56YO4IsMfP+wmkRxcfth4zb"
-    "98zoI3gzsyTPouubc5CFArKwUbreX/T1TY5mqvbOkj6P+Os7HZ/fKFUjcArAW0BELQAdlqbd3y803fSo5i4Tvad9AjS7s4xPg+GO"
-    "7FAgKNWIEH8tjyfnKmIszFyWfmkopt01c54eftSfy/2p7QL9JoM1m0vKQpqzt8dCqL8EUJAYzQ4eZMh5kJ4bACdv60oFeocwPM5l"
-    "cOwGDAdlps9FgKzbMIzDhbYOyTcDyWN2gnbJHoTtrD+An8lwlhs3Ok8gkXzrdEHMUxFZYSZNsvBGlFIpeKeCRi6acEm1REITlHfE"
-    "IM0M28+gTAnbWyS0RuobxknF0Z8L+8RBQArtB3H7V91INmjSaJnowLMwrQC1KrgV9dBRqxH30BUCFQKHXO+WOiQCsrd/J/fQEJu7"
-    "vU+G03Bmd3w6T13dXTiNwf2lmPbXSUd7HipCKa9Je0Sraehm0OLmmx/7dikY45crl4arHc1tCE33KhcrRa3XT9kx0vqjF0q5n15o"
-    "WAEyUmAwm91BEHpn5KiDOM0lNwJfKEan4eK1wsXNxIlV1psJRG9aPKaFIVoYooUhWhiihSEbF4bMUKyFIVoYooUhWhiihSFaGHKw"
-    "wpCbkdPCEM2KamGIFobsKOHo4ZYWhigEamGIQqwWhrSI01oYooUhWhiihSHHLAyZIU4LQ7QwRAtDtDBEC0O0MKRG+eH3v7z7/euH"
-    "L8z6kAVHl9Z0aUHNJUDt+6+okITl0qWCDwIiqHM8MGhcl6RC58aVioV9FRPs4/EaCd15/0AbPji6Pyv9cv0QX++EjsxSIFDPc3Om"
-    "08dmK3086tQsJ+bqesD2s8d2trJHPUu7cPhG0+AJBIz8KGTcX5UFECzSFibNKAVg0okl/PGAyP2nr4CwUTE8SU6hyUQQknQgEKNj"
-    "cyJAoAfRow30aX4vSYZ7LxVNQsckHQWuIvQqYJcgsZwGPZ0cZToxoHRSeWMbvMjyPETYgQdRnn1s7yCmUl1L2iM0/zbcTVW32upG"
-    "24PrTg3w2pvBYSNqVvet7lRjbO+JLm6EeOLPxY/gshU71NuoWp5qHARLHLvbP28bgcJtx2ZXt3DVWUkzUmzgxe2nPYdQ+4WXfqHy"
-    "iltoGv9wj51zZGf8QqelMkfeY591Tfyse6RtTzsdrww13//6+acvn3+jJvcVndmXMa0vfU4fNEvBiif0HWs236o8ETMDSjjlz/vb"
-    "dNJfqGmBUfc6/6OT/h7X9ZnD/QhC1Dw/ybJZCcFVpOD5wgZSSBm5BDJaNKuCmrFg9zLkb+0dISnAfISAgCV+OAgkLC8PAERwOEOh"
-    "2SrMVdoUodjzhL8q75tq8cSivb0wS0zaCeDhE8o8ZYyu+cbovBNjtJbmxXh1TA2Fw6vQtDS7mK1WZFraCueM3UwG5DAjgwtFjlkr"
-    "1vWFIkrbD8hyrCLDKznKemaJa5BkK9L2oNApZQM9IgbrwbHQFTqnrdQzrXi3tEoNrKp+HFbts7CRqnHSAcwif3MX3j21qKm09dW+"
-    "/xJsfUd+AedBWLXGZy22PAtBFHFGgo97TqKWZ8gnGkJYTutytl5jsxq9zOo1c6r9iVi1r8KernvYWjJQvodXmgx04Ddl+Y3Aqvb+"
-    "arPdlwPwRPw9FZOlYFyjzU1mg5si3UYKNqQp1I1L3Vf5JhZsFhPdxBDkxI4oD5g2bwmDYBDX0xS17lIcOxaOIc2Wro7t7xNcPl/K"
-    "zgWcSIXcvUGuXBKeB6nb6eG1QpOZKpHiUNaLdlg6TFi1IDo2AYs7FKUDtukKwYz2OAVtuhyvBAuG9k2091oBO32/fRBEiJkBqexA"
-    "cew+BXoSaTy1eWhWSV0x6psTqd2kHkfrCLSOQOsItI5A6wgKgCjuazNGp/VaR6B1BCv5vYb2Vo43p0HLCdJ3X6sKQrjXqgKtKtAU"
-    "l1YVbJSris0FQ/zOk8jvVBzTqgJ+VYGhU8ppLqUi736LC4QC8Ty4rTUGWmOgNQZaY7D3GgNiIpjWClBhSM3vHy3O2VKAkzE+q9c0"
-    "f+ForDyCulFRGD1cq/xYrcyBWnmjtGaRsrkTsA48+2o9LmWwBx8yU2Yo1vbjsFAtjUb3iHFYDCQXTMBCqHGGXkmXRpO4VjhxwSeT"
-    "NwbD34LEptxI42i71zlWG+wVhwzAXRxP2JKKY0kiiXo4Ik5XCkBBBAMSxU8Wn6OMlKrFAfary4xuVC2aUgSuVT0BG6wqw7SH1zL2"
-    "8LxXe7i+AlMcJLl0PF0n8yz+iJuZ47bkjJvaR6t9T4Gi2JPLlxpnzY1GtsSHRHEGP60r+OudBPS4lqx+/E3K2J3SB7Q1lfD9hy9f"
-    "qYlJY/0DMGBiSJ2bhJNkTk9KJOBPQCTfKfJVyDwybiH/U/PeIeyjbMFHgonEGu9jtPpFvhHut3+esz0QgakNcI8vpdreb8DWHpG+"
-    "cJZo/sSlPEL5aQ5PU7ExipfxcZwpS85guSl7A+8Qp6AxSo6auCRf7A9UZL0HUrnlDMdb5rEiysshwFFcj864Xctu8ITSFlLUjdjY"
-    "s14fyiQKRAbPOiYTKam6RJiyy1XLTqaInUj1ugQp6fi2EV4iUqgmrF8VBpGWTawI3eaiHzNdrkCoVuRoBYiz11XMzBoaQb7i/nWG"
-    "GiU/7c4ATJAJWVpugswGbr7JOD3psYmYqrRl2ZYn5RKjMLpv7vSkbbUCOn5hTvO6brdJPL20emxpjcVpR5pVtYwYptR54+VzOhKl"
-    "xwKL3N5FSChiKG2xElD0jaCUINVvZvZ2Z7LnGNlFRXUXPO7DKoib93DJCr/8MIuS+T5KvI/VZEeJW4w4//MnE1b5h1TdOndaTW9P"
-    "/hpxAhqSp9KCVEeCFlTBsG+exj84CcSBS1EuDvGII8Vr0WQwY1q2QVJKoLnsExgiKp3cl8Xg0epkmv5XyPGdOUcpe/Ae+D3pTYT4"
-    "lKWfrYC2g6DPtR4Xynyg9AXfiYEWZOkwEg01B8qglLI97ctpBQGtJpmCnaXSHBkYBFqt8sRLGq5oWiS3h8qwxnEEsS1shwE2I+Ll"
-    "kCayHUEQwqXeH02E3bwDhXzpEYFAd/aBgADyFd3/wnuct7kldjXVbY/AXRadOsiG++XMwVhXZJ8VERURG0NExpnTGcFR2cN9YngV"
-    "b8bRATm/N1Wf15dluZwFoUaSqCrRzqVmTgBOW/J7EhGRaYBq6fg0cIseevCU8HRAu2CQOtLdhQThaF+X0ojcjojVlK2m0vDEMK0T"
-    "d5hWSourw0OpOPhOJbTLx+Cp5HdC06IAnCOEi8SAo3eJIvSFhmiSfG4gOKwfSA8HlwToZxXcyhIr3uwGKrS0dkRrR7R2RGtHtHbk"
-    "oLUjxHgvrR3R2hGtHdHaEa0d0dqR9mpHYoPKNFOqmVKtHdHakf2lKmPjz7R2RBFRa0e0dkRrR9YEZK0d0doRrR3R2hGtHQGRUWtH"
-    "tHZEa0e0dkRrR7R25FFWSI9jI2x51lA2n27SaLYMIix/2Aadn6gW7r4vMkCNxq3nNQDPFvqflEaxCHqOYawPNdSpe2U+9dHXoo+y"
-    "WZPY8omVavwdn8R2WjYwnzD8ggA1voWC0TEkTc44mTQCaOo9JpdI53fPBhie7vqN8GEqTL2Fic3N6HtiRsB50dy/oJpvxtxeyI9L"
-    "PMcaEyx8dEwWoRq6n5hD5Wt1J9fjTqy5XaI4sS2rJ0BSOxpOuahvNTPemJ4U06XLf9eUxEdNnnU5p+pQSR0QOL6uaJ5W1afYOx9P"
-    "6ah2xvPuDfBMJ4jhZUc6rXwGMblntUMf0iSns9UHJsXnlZFGZPT5/PllzSgCfOrDnPC1XXmTc07ayQGpSdbnHZ/WVtJptiAx3Kzo"
-    "WLOMgWbpo8xy28ZDDeMtf3zZMQaXrcTEPo+JnMRv/pSzbeebhTobGNap9f/FnQfQZ440u5DvHWos6/pZTS8cEfPF6sJXTmSNaFSM"
-    "27jertPTvyZj+gTG9DRHIKWjRQHXNMm6CupFxPwyFImtQVzVkYmGSFn2OGasMDt6CTsQqyOW/AZEHjUrJ4chqga4sTDygWIeoJ5X"
-    "MTFNaAz88rtWJjiYB81asovJTC7rCs5favkgpCegRLa1VuwaKgDLkGymFI0cO57hvMFmRcIJYwsRJ2aGbdbxqXqvp4Jdnor34yne"
-    "ialSD6ZK3ZewTUcf00bpNdbHqSmJKS0qaLOlGm2WGmuwFEKq7zUEXwScYl/KbNJTqWobpUKdk4o2oSnazKhC/6IKLYtmUYzC7YXC"
-    "W5dWgY5HW7c6akywSkoUh79+nKJwj6GG2go5cE1EyVfqolG4f0Zy54zMFgiZ/S6KdLoo0uOCgYwEJG7dLWiDXczbPrm7GOtmtmUf"
-    "CQRbov4g98tpBSMFo7XAaF593qj55O6wjMG1A+Odts+JR+zX6GpSumVO1WY5ddrkHLpBTrtCVEd6WswQ4hOVBO1wvO8E/Et77ZwD"
-    "o2j1niEl+9tUa2lTvotNhcY1JTrWNAK7bUtdeXHj72E7ZRua09actua0NaetOe3ikAr4uYz2b73mtDWn/aw5bSrMv2aP84Ontpls"
-    "fr4Md2x+jiaVNKmkGW7NcBfAlqh3yI1wKhgpGK0GRr6QXh3HoWf6Z777cd7Gy9tlupzJvANjqGbNNWuuWXPNmj9D1hyfJaOpcE2F"
-    "HzsVnh8M1Ix4Ixlx9la2VK1ED2opP6IlczhL3liWEj1sZ6mzyaNYyg5hYXbM7gP7X7SDaX3W9gVYK+0xXGj2SwNTX1Clx32ui9e9"
-    "uC/QAz8gw2iCz1/Dc4Co9riBbbHMPviBsyFshB901LUr9h+uzK4+lV09l08XRiZP0DZfvLaikoozdYKpS6IJS5JpSvK21GKFy5nA"
-    "0rzJTGJSL2YSPewlbcxRWzoTiSjQZWGqSVGbZdKmtgQofl6z2357ioey5FBqSSY1/BkXMwd99LYhauWOvmj6YKgnQoinycxsfc4M"
-    "qjliW7aZPjV2/HrOc5eIQVknrRUV5NOnd7+840x3uTfivMeQL7nTXZbETrLpLuylQVPj+8rrbeXZ66rK7srbewx4HSRkkeX3hVdv"
-    "ITHQZFpyfnRqdZaM2Qb/6hN69YBc/dqpU7FOhVfQ2vjOhJPH/TAVyuhsfE5d7u9gxt5R94WHwsTFLzoURkrC1fJwuzhqHTRYHtHr"
-    "MmLi3EXZmwnzuI5CAY7mE4ROxIQYybJZ48FVsOb7EgMuhbU+spTU+HCRXSyyj0bGvha3ixAg42CkYPEcRgnWUn+nE/eYvB+8XRBy"
-    "sEQYR42E5ZmIQc60SUYAts5ztVyk1yJNZupuU/on0jiRjjG1iq9H/qwOoUasrAMS03kC+KGqEsHN857M3I7UjMH23agjNibHBnVI"
-    "dvGSJUfi6OlxMT1Ez43sc2NKIVqaetCGapqO4k7UWUF/9Cy2pr7pKWwjPaQn/Qz3wO95jhHb+FcLaX2QhqCGl3ErGw2/liW8zBRe"
-    "g/i5dcPoGG/ixteJ47Op2hSqELkzZakTqM7KEbf/g7PGFg/3XG/XYjI9cOUh/LInWczi7kCGrBWTh9KSEPsAqZDe4vhZ5QYlcBjx"
-    "h8ApQTOXLXy290zPnP3jIvslECl+1Dy420l2N0uE1gvS9n2+mTRX7S4IxsP2H/x6iE/YphEGKYYxjGzCCNj7PpDzdUwgxtYTY9KF"
-    "rW0yfKngGpBQ4Gju5ojya8bu5chzSYGrIGp50oVnP0psTSxFUv4emVaIrjRnGg6pxWC/PW0ccsgkOPdxyI+DfBzdCV1gAzlJI4LZ"
-    "7TjlFJgmbf3rPIebgkjmruXtV5brzEOpAuSKARLXN7Yi31hB7QlBrYd6C7XtiCpMZsFk8qY/BcjCqUqPlxZsQhO2dAsA1sYv6R1i"
-    "FrwyUn/gLOM0jioS3y4YrttRaHhfMeHM9FQ1SdFgdI3g8SpJMyp5DY55Cpu/vDo4wJYLOteLbO0vUvucIdoiBQZriKKGh1uL5dav"
-    "ZdIaCq2h0BoKdVu1hmLLGgp8HNVskMKpVIFJ6bWGQmsodlBDkZb10FIKLaUQuN8ZqTWtqJhsklZUaPJRU4VaUdFCsi8ymgvzlE8i"
-    "T1lB7XkrKsC5WVHRodxSzBU5N+/vKgwXqthI2/unwHIt3NDCDS3c0MINLdyQACbt97qTxpxpn1q4oYUbbRdutBkX1vqN56zfKBdA"
-    "XqOqj56DZvs7ncdWXvwxTuJBaAHJU5zkErrT1j+Qfl5+DcR+tEoAFa8L9UykD9gyijaLyLj6ik2YJhrVz6vPi17c/nxqCy85EUsG"
-    "YsnjWuNfu4SumTsnaExhL2SxhfZJSiTc7OxdZjyCq89CyUWbi2fR8VqRhzsqgAvapZxlBxqr5oIlhTO8OTQ0uZNPDi8O4KxF/EYG"
-    "tgSDHhACKK5ECcQwBVhpnZXLIZ4+OOwFgjC2ooDE3RcUjLgEAMnIEQn61vjGXmL5alIN8Gk7qTQKwRKRd86GGBmoiGAkATgSoEIC"
-    "Dvt2LxKcCYnrkOAoJLoFaU5Abd0S2v0TzCtVw2wbfd6zjd6/HjM3aMc6jw6us9BEravz9oVGaumBXaKJelIvcVJPHeyVpWbRwqQe"
-    "nnm3nirqabcx/dVjrvyYu4Juf//zP3VU3w6HLVgzZU16fg/4eZHhVM4Bl+schubn9y13jav2/HlE1gJjiXSi336nSLQAJDpgYg9j"
-    "/oTAIpr494AVbs1U8DIhBXqoGXQ9MdvMuZw54sxbE5l0Bl3d7UyTQ9313oo10Iy/Btkf6c5IhwniN6OHmBHrauhdglUfyGGDqqUM"
-    "LcVx3uHyvk32QRSdv137xwUdd9jsCVzP3hvMQExRH844RNCW6lTEHZ5n9STb0KhEvrrmTU20wxQ1Nys1/qPuWKL/XwJ9yWf0MYZl"
-    "fX0ZJ57y1SRFNbs3IEy84JeZhYNv8Y9qJAIk/2oyRr3Ex5MSpS4hQJVEJ7+nYPJWCr+rT79PYRPAGkpjT1P9H7gZfeHxjR5z1ulA"
-    "SN60TCNC7i3S+xFGOZf53SmDftrHoiThAk0KEfoZzcQD8S/ZU5znRvM/+4xKXu7Xn9EblPkINCp/FSSvnswVEbMS3Qpl4pHVtFB4"
-    "q3LWjt3GcDZ2JvL0Wf2/5LdhdAPLIoocajCaPckPqlNYKkUrowiTYnYRY1HMbJRY86CC8XggJYE8naQJF6OXV5o8FJGEkjIQPXGk"
-    "MZB5zChBvAbaCg8YNuWAofit+F0Bv/uEQ3DlU4Dah53bh0JipbZmtjVI4h7ch2inM3cZ1fAscmXY9wxdwGp/5q4u0WYyJ+j7xGmP"
-    "Pec7iuZya0uYpl3Wzo+snYRmTCH1TgbQkcBtbfnsuF882VI9Zrv3nIQmI1aWOM12lM52rJCTWLUeUQuctMBJC5y0wEkLnJ60wEk4"
-    "TXU+ZZwIM1dstqoWOGmBU0sFTkbi7Jkftc5J65wyzhRZ0qblTjzbp+VOmi7XcidNZ2u507poKzxuDCnHDcVvxe965U6YqJ4Foioe"
-    "iJv2hZEWV6k14pwxMr5fUwNHzOnVGiutsdIaK62x0sxPkzVW3IHBnnmEnDutsdIaq+epsdpNPkRLrY5TalU8LbJyNa9OHz7sMCNX"
-    "/CQzUTxPgTNkDFqig44OMJJ4ubFCOJFMKXRreXRI8VONbWoKqXSk04EmF6ehl3SIsRv1TXeDIDpR3wdeRDs83hrBZNVgZXzAKrzE"
-    "HtCfCd6U7cQIV+JbmbSHKT4Kdd+oY0IurqnPaS7JEJ2frAiQjQCU6fG24lD+xrGRRLaxRwQfneC866CHRjtaG+ucoYasCc+I3ddB"
-    "z0eOGGioYE/Tn2kIeMGA958+//Uf/+fj37/8/vWbvv/821dqHHTnVAXcUjdjEgmaWuuot6PYOB0L0VkigHjpAyq6BQxPK+0jA+YM"
-    "PEE+b/22mxCV3qPSm3HGjIkQMw73emDpcM9Q3eT8volvncQduWq4r7KuMhbggyupsi15vP5SpFNJuLLvs+HsswEwgq7EB3Zv5K83"
-    "8mbuy3N6AYCbkt8vHN/Dm7QIKQquHGxSE2vc6HvC6tmaTot7dDEpKQ/BZhDiKI1PD96HeSI1ogcbKltpjtIc8KPNUlkAdTODSkH1"
-    "JELNXZKadVyN6pjK0/ER1bMmSSqxoe0QvCNkKQSy120nZgmmwI57+oziyMCna5MIncIn1svuTvbhAFznDPgbxtmV06vOUjNQ4r2U"
-    "YFdIJQeKiBsO712yF9+K+258ed2AZUDtHVB1V0EcWSjs4i80lfXmHL2qLMyswwLkJHPPDDIHG4GyDBd97765AX3zfe2X7ABQW1GJ"
-    "YavdFCgzYYitX343MYaqzP3dzWmRITHjlHQjiys97jlk3LOPxqDA25gl4QhF3wyCvGITDKH+ER89ETlhOVmnHHzmK0rPsIwpSBwi"
-    "ZwE9txjVKQvRTY9n7vvde8rDgpsxiM5eTRrwnWw2JeQRsq8l0cM8ZaKCiqUol0ZM2rVx+xS8PPbl/rx2gVcX5wNp3EjNH4qkYfHF"
-    "U2dZ7DK4+5Bz9z4e7iRv6G48QDsMhnI5SZOOOAMzZa4aJ96Agd4XGr4TbgMSxoAcc3nclNkwSYfvtZGOZoP24KByxjccF8RyZMkB"
-    "IxSegRPsQHmRexS0PNEweqqR4FiHPPccsQBsKw+jPNsbAxVA6ntRROLAHEdkwonmo+6OXebqm8RGNQzOEp3fCPRk0akCL1HvFoVy"
-    "yrtVjFKMCj0C6qwUiNH+HMQDoV/e1h0cPNECeBMqm8vt0xg8NlALmThqubmPSQOY61AkjRKIJAUf+3EpFjmWqcVzxkbbwLg97Xn1"
-    "EOk6aRxGvnV02yh/bXBbZD0RbGGGbWDHbyO5xiCWcMkL4xaIFGkosnQoctMYpMru6uHN1StrNGGvCXtN2GvCXhP2UsTUhL0m7DVh"
-    "rwl7Tdhrwn6NhH1s0p0mwzQZpikrTdiXgRdN2CtGacJe0U8T9mzw1IS9Juw1Ya8J+43SOJqw14S9Juw1Ya+ye+CEfXz2lG+Jg4E2"
-    "RtqX8eq5+AQp6tDMWY36kENs8dhoE3IThrAnpw2an9CU+ngwgUXQ67Dq0xgcPZ0UdFw4xBc6kYyIh7YBR+njn2U/EHX4E1DxOqX6"
-    "PD1jfkNMJaM+mF24SSM4T9sMQy+q0UbcOjKgZj1qjOxsjEAsBYsf1+eWuwR+G54siogxFRymGezsciQXoqq9q9xboUKDO0Ryc3r+"
-    "aGaQlFEQSfIIVQATQa6PDQmdQPs7vqJ3bIlhmxJsXaKmNml4S/CGbVRRwe+akHGh1bSLPVJtKGu3ru3brfos5vAotEZ70z+qyefy"
-    "Udwx917cLr3TJ/+UKtrRrINdiyc6w9GBNXkIDKcAplJUlFmxuXBnbxjnryckS1Na6pknQcjBFhwIC/jnmUenw5yZDHFm2ukuCo9X"
-    "1VX7+18///Tl82/UnJn8CTNJs2VSpspA/ZStYJ7MnifJrPTu7Jf2AwU5E2k2mkUTKgcyig3I5zxm0Tyu6FPGzxCr4YkzvAX+yDbv"
-    "elJ6ZokB18oGFYD8Y/approv2zYH0KzHbWQtxCl4LDopQrCWihaW11AiYifVO4amxXVLtr/7mTtT+L0kVkQgjVvKn8RMnBwuHU1A"
-    "KYC/5gD8uUmAr6kaNDf2rjxwKMwdB2IfA0PkZ/+q3nGj02k4L530tsmHgMoFOqFE0UjsYnA5Yavu5j2nN20yvGkpfzP855WEnBj3"
-    "Aoe1avWNqd4xpmCvmOKNPip9s1Dha4WRnnFis8y6V3OXyXa7ABTf1gqfJQi2tUM+w/CQpkLbl7YavoRYhxj0oFr9xGz4gtQlC3FT"
-    "0ONljbYuZTu51Gh9Ue9ThgpfLxy8g0r9/S3ZzSRtfzvvq4ecZiiV+p+01vLEwV4itpoKmiy0LNtJILmHQOYH4EW+/M/uS6IOIL5B"
-    "Rb7Nj27QEoXErlwMPzb8Ah+BCq6vxmxfokCzC6BBWlNcHQvbi5wmX2DOWQ6Y4mBLOCjd3+MC57YdTCp80l8hCunKaqFOFLuO4RXB"
-    "rM3AaicCsvsmJSHQ0M4Zq0mJY+mxmFu/QVuTCljmu64DO8zICItkRhupO2R1cNAoXQMgqZJXIX6YFvlbrXxBM7ua2dXMrmZ2j5/Z"
-    "JSZ6SEZ59JrZ1cxuqs9oaJ/AaIJ3rwle0c4+eZ43NuFC0y+a59X8huZ5Q6jgem4npuemQPPUeV5DpwONpnsPke4VbfNxYVSzvpr1"
-    "1ayvZn2rJxQiWd+ny+Fq9nWPkbStQ2iM0Q69JmETY3yS6NyKBTP0yIciwx5SxzwkDniYJcMmj2c4xmCGFTiRwgKg03rmqIYNhzSg"
-    "uhQNHEFDGhggyumpFhAgRzGw10STa5bbAdlfn9hs2meptNMn0rDS7mC6wpo7QK4HWAcoOE/GYOWWrq2n2OIMEq2sPPVkKaRcAHY4"
-    "76D4W8Zfj2mrcOFtQ1y5xui03K+nkWjEjFwzzch5B2ZkDY2i2AOzYNdaRwa9H83eZz6mNOGq5tjvZkQBxYLkdy9zmlmtsXl8dAE5"
-    "laCsSK7gkOpZwGSeBVJ4nu/911WI9x++fKV6/I8ZWqBx8yDq9I/Tifb7Fy/1p9mQD4/WXc8zRRZx26mL4BA2a7TeY8DLYz1yQyr9"
-    "I8mCtcY9T8Fxf+nUibDHF8HdaldlXB+IUDi4KWdGQCqJ/Gixp1zYbJzL+CAXYCjJFOyG9oA7YRSiAc8IkCxDpolSDwxUfDgjVJaR"
-    "fVLTYkvjWracvHIZb9Wj/VDPy/RTslatzqiefE1yYCe1+XDZTMLykhoWncop1aGOqzUdU0860YZ3XKsTXsyU/s3sSmEWIDZDILvd"
-    "htIaMwp2MUpTRZgD4NdqAF5LfIlX2Z9oU6MrJ84PTlv1JbuS2qqv6q6aJD//aR181LOvWqfhiSMPZEev5eTMnawksqHvDzl7azmK"
-    "RuxRt+FKb88+iYNdXeCJxv/+UFqTUWErjPkUuaeJxofA2xAfsZtY2EhK0EYx0zC/6wxLEgmzg0Qs8TYIXLL420fIxk3llaxcNSzi"
-    "aLztEaiPVu+bsBwWMM+Ppww/7hko5CLKTQcG4kWmSm8vlKWlsY4YxiKLebBBBRxLUS5uHBBvCC6uCxtJBSY2KC4SAv3Fsy7MuGbZ"
-    "2xoiFEreifok3+CB0mSalvJaTFoDAc8kBI5QJDtGdIjgU+bq+YWyNwR9rsW5UCYHpc8wOhfK6iz9yNdAo0XHuSR96kbsVfvCXkHK"
-    "q4m3QDyosH4GkMWD/kWIlzR20ZRAqungmKoydzCJRx3YAImXWzCsyfQYQfCXuok0EaZSEcZCeiAh7AL7+EGZgJ0dNgoLSp6ElBCN"
-    "1ENCBCiz6NTBRPwUgFoZ/xSgKKoo2iSKxg+0zpzfPfjTTwzJ4h09OojHiuR7bhsGv6DbcNswPFSj5yKxiWXK2NQiWeAKKY4w8Ump"
-    "wj6i7bsIszeCry1Iz8rR8ZWSlVR2XuKJPjv2CUP47GhaZiQfS6xzIm17CiQ/QQR5/dDxEwhzi/HiFcqytEpFq1S0SkWrVLRKRatU"
-    "UOOgVSpapaJVKlqlolUqWqVy0CqV2GAdza9qflWrVDQl+kxVKrEJQlqloiiqVSpapaJVKq2DuFapaJWKVqlolcquq1SIAUlapaJV"
-    "KlqlolUqWqVyxCqV+Hgn4pgiHfLkk5KNekpZjfqjy8OWDbpEgT29fX9hgLpWW8++0z4gNYSApuQNh4v2RKa8q1q86PE3oM+EaQOe"
-    "MqiU6jAdH/B0WjbFvsEoBJX4/ogy8oY/30m4Ek2jxyTLbxLu4a3haZhB4NqItMujMncq74m28OeprXuuFq7PuZ71zpGUpZHPZkqj"
-    "UEMnBUlIttJ1AjXr+IrVSQWCbZ4MEidmq0tV05PyVsiMjS5BWLs2xDNqN2w0hKxCy8H4a1WMryzu5HvtXRmoBrvLs5gfcXKiould"
-    "dqt7xyb5pHCUIwLrbLDCXJj4iCQYfZdD4x2pqyabwPEBcglX8yhNki/enhPeCEOlvnl93ZimiBGjk/KHJiWNS0oZlJTeCBxqAW45"
-    "w5H2OBapOpv6VDbRWbKc6UlbzU0KFSwwPlO79svUvb1PGZV0IV7QVazIlbM2XThyMsvGhatDwNXMQRlua3Jbry97nVfvRa/ew+/s"
-    "a8WFlGxIFXgrKsg/EZ6RyjtD0OMSzt1fpky3P7io2Av3vBcOvX2+mG4qnyhIn8YXfzppXZZwMoYTebB1rgbVG4g09Hq7knM49OIO"
-    "hbGPsTEzW9JGxLTmlD+VNy5jzLZVaqGMRmC4lsRu6Pgex+NlvSzTx11L8ojJQ+t2c6nex6VgB5fibTKKd1mpVPFdqbMKtunoY9oo"
-    "vSP2aGlK7ErLG26EK7RQaax5SgjGvhsQVPGe8GL19fqlVG2RUqgrStHeEEUblVQoKa/QjmSWvChEXyiMdmkVqEU/RBuTxqSzpFhy"
-    "NsmPIRTuH9JQyxAH4omocM2v3Qt/5578hXvmV8aZ36UX+SK9yLfoDEwlwPQQnUA2EIU8GZA7p7EeR1t+742gUtT7ZH0qqQCmAFYV"
-    "wMbV5z23sdsd/jFYf2CM1NYYYPqgbluDcu0wVg2LZsVDD9X8okX5WC9+uWoqB0wiSvy34LN4MNLYa1uMt29rtgAo08Ji7RBjcmyx"
-    "zXhgK4HAzURp43jgivUXmgXXLLhmwTULrlnwzbPg+CQRXsumXrPgmgV/kiw4dbLbXQ/igyfDmXv1fDnx2DQNTSlpSklz4poTXzff"
-    "E5lnkRYnVQBTAKsHYIFMXh0Po+d5g4Gfct6xT7nLBDtzBw6Mu5pn1zy75tk1z95inh2fLKG5c82d7zF3XjGKqCn0JqKIqxYh0dMX"
-    "isxdSJ24kDhrIattKCY1rPkKhSYrsHoDTzTKNV2tybc+h2/sZq25Ixy2HN6A6iTitzyGN5BTz2W5UKoNN+Ni3F2I9iqNYDbQiTsw"
-    "z9xW3EFfU1u1xWstXvRiXvQ0E2KpLE7Hbv6iilrDSk7xh5rwBpiwhpUIevfyFSFpgkKDJkbGgZ7PAWQ8g3CKSCMijVuDk3dSfWYJ"
-    "h2PrJMYHiHiu2/l7U02A33fHChIPQfvRmOUheAQHWRe2xk4Zz3u8kHOqoekPqDDzgb68bG/uvx/Xcee9vdBVryqlnz69++UdZwLD"
-    "vYniPSB3SZrAsKRw4k5gYCwKmr3e11xva85ec0tGL9Pee8fXXnoJWHhfcvWWgMMIpovPj1aZzsW3UOzyuhN63RBc99pJnNvRLwya"
-    "vd5f8+Tx1M/pRHq9nuUL/R1J2gv4XvCwhpjwkMMa+ItdNQQ2gaF3QbPZEUIuIxT1j+jzY1bD4wpcQQmlJFafwMkNvAWzMoLXw0o5"
-    "bz64CFZIdBGhjO7ldnG5fbS49dVse7UFmQKrb4STsOpGFvl7Jt4t5B4Q+31FZggdrMSihZkKTE6WkKklQxHjqsdUNqZ6RRVqQ9Vg"
-    "KgNT/KMCzxFxvxU/W2RXE1KJqTk5731kKaZw6dyiWWhQ9qNsbFY7sKEUdlE6YB8vkzyG4qlOJnomSSr7SJNdGtSn4QbT5IpSYq0+"
-    "fr4CPLF3X0Ml6Ckawz3Wdp7jcTZeOyuohBrpn0T0LVkkVYbkMrNxDYKS1o1NYkygDJUTD2XTszJ6EKEzbtWE9GbZpqzk4Fxti5zw"
-    "r7erMMEceLvslocniw1lOjNkp8Aul9tfqsasgL5hX/QUJV0CIhGvYS5stXPx/MxTC50WF+g/pz+4cHvxxCUatwxucZLdwoLBzSJU"
-    "fe9oJsrVnQsCvL6VDbZJRtJKSYK0wrNxBkkQgZd+xYOIhSTSevELxM2rgeD+XnPxPGxRgvEvXSgxL62EZJYRoIKikyotcOS5BPPx"
-    "8HRJ6pnmgC6rZOI4C8DZL4thdRqBBAeYQuA45lJgSwg0A1fJ1SiEbuu4wgiXsJUhmCXtp3gv0nYh2b2MAUgWoWJYwfUfLdN/VKQ5"
-    "AtIE5vfcmLOmqBVBrcRNPCTawakhj2cW+pDc+Yx4gXGW+mPvELDeNXjKdXEtUdRcIP5ZKB7UeCyx5SBiQpKhws5rxDInzlgt9UFl"
-    "A0e/DP9S/dVOga1U3LFOjGQf0btjh+2SE7N1hUrDhOtH9uoUYmjWWbPOmnXWrLNmnaMQiXun7jfGFwjbe806a9Z53axzSjhbk89P"
-    "nnxOyoE8bQ6aMXdCM0Oag9ZsjuagY9MgMG/yxPQmFWkOlIMOpOAalwLMdcMM+7kxb1DxkJ3dTtnLQ8KpJrk1ya1Jbk1yt5/kxkc+"
-    "uCbfHfmwGLmkSW5Nch87Sqi57iPluksEEmtVG9HjJWx/p/PYpovfd5+T3w6onAgqy6OzcOEDaOd110BiR+DvA2P8aBM5r+6Dlx6F"
-    "kl49LrtiQ+6gzq3zsvOiIaY/G896156Iawfo2sdFD+PnoMj86qeA4U5f1gjjLMR29upw09J3i7qpq2ISYQM7LKcR8DqAAhvE11/a"
-    "n5pFwZlP4YIUrvHc3CrOBiJ1Si5CHCiGls/9iZGVqIbjK2ntdpdYZ8kC/QNtbQkFMGahmBBlM4oH0ZXA1ibtKXIzZIPINB6l51Dj"
-    "dfHiQpBAJONStJyp1zxNluiuRFtZ+rkbWyuxrCw7KrGaUhsptIjVhF1oBE8eP55RISJ4eG7dYO1DlTiM3o2+oQM9rDPkYDGcU9yb"
-    "Tk9xD3XQ41v0+MYfspAl8tFahd4bAlJOH/T0U1d79Nizhkp9//M/dVpJOz2BrZkixT2nM+p8uaGrWpwLdYTJpiNM3E3j6SW/xby1"
-    "Tqd5HWrSUMPj9bVbJ51sN+lEqOeioScPLTeiqRHLZfTwCPdKYobE4kLGKAnvanSiBHRd16iShWrlPX1kfATnaoTffE7z56lAN6AH"
-    "R4AraihGghUckHkrz6xAOI4u2LYXE7cz7eOyf39qqhNfaiuHnuuKjYFJkW3ORBjP7uhgmC2MiJ6QKk6L4WtO3uAYO0zRS1Ozkw91"
-    "m7yGPiLKks8LY5xJ/EYmTlb2hQtFL6PZD0y2yPczBeIt8aJsvljIvnOJ0c373IWvjbliUVwgcpoEJWyW8AvElDsURmdWz3F7mip0"
-    "QNb3xSbYeAyp2FKIvFNuZ6E48fQGQxEWZXw6xKAs/eqHJJnVdQihnNQ7M5DkMi00Y24n/1ueiDzlfNITJZ37ZU9UqorKU3lJyhSe"
-    "3CZE3K3P6kXEvkk548PuTjTbHhN5bnkHETltsp9IIjnE/ceo9cSLY71GUmlZLi2YSLQPCYtWcv+j0i49xsWB2F/Uj08RlkhnkLRd"
-    "ztzfEjtL+uZpjIo65HlkawCh0BW3MldcQVVBlQOqfcLJr4K/rHDdMFwXEZNnBn0kXQrym2in4i6Au6qg14TNVYBLYz1Wlksyekil"
-    "RRifLFq+nzB5dl6unsRohL5WQH2NhCJjHJPnIEOe8eMbl4PibeGoe9Xo3x6j1c8apq4oRxoBbzJaXb28SotEtEhEi0TUBdUikfaK"
-    "RIQjpmbH+0TYmwIDp7RIRItEqnrfRuJAmR+1VkRrRUR9ZmPpOi0ZAU2RloxodlNLRjQH+cwlIynTunjJ2djsLgVVBVXJdLCZ5Jkt"
-    "daJZYSkfJWhpyvOUphT4hOWJbYxWqGiFilaoaIWKVqgk4Gak7blriiCXSCtUtEKl7QqVpmPkWqiyp0KVgqHyFWoQdUjbbtr7L4WH"
-    "2afctV707AvnWm393+zkNtAj4em3ZH7Nsv5BZ7ntbprBVmChkw7aHfCWhhzSWW/LkJ/QJ3CWRh0B72ra+ruBSNbYq2AJMf0Kvtbu"
-    "1LgHbxO36Nwl+JbI9kJksME7Ra00vKqmgqXZ5wEfM6e6KLK6bihrf8Z3/8os2KD9K74OutvuJKxH4MrT7zJUgjUIz7d/Og+vvROk"
-    "Hh23GJJHa96L6n345f039fr5t6/3jvBff+t/+I9fv/79w09LreucsDTsOXZ+xLbzIrHdI/+3CLfb8+K39gL+9gFEk3QIKPkkZo52"
-    "2IdLHfG90XgT67N+QjKHjw1y8dXyFUwRrn676BomLGqz1wBiau/moFvk44aOTkc4KwLmg3+eHSr3do9rluwbDVTAxQe58Brj/DHY"
-    "w8U7zT5J0SfxHgG598LdDrgEbjx1WYYYPI8QhCpbdd8hrd5kq2/9UdQwvS3GR+ViPhfV/jy3/XmIgQrBMzshapnK+PRqmYpxUS2T"
-    "gpJaJnVPHoF0ykDdY+S52DqV1k8BoaFf/now8K8tDK9MYgEVH2GBkGlHVNaNt7nTY3K1UZ6+Wr6NKcXjb5dZLNBXndlRqzbWQqyG"
-    "aBNvOi/XNv46ZCiAJH345PCWRlGtwNP4j4Hdn0Y2KLFOXJYvFs8lFKFC1xYDSOe32Pjvf/3805fPv1FpKvKcgJZFnJfG3vfqR7s+"
-    "T2h+sB1Zds2f6Myw7wEz1mYFGZVmsAaJL1fkEWFAHh6diYMECg8YMLjc4PidwTUSJ5d1O/g+XE826sPmeq/Bzh1t3xg5nbL7SKdz"
-    "VttQIpPzfNiNpmNWxu6X7R1efd+nY7hDYBWeKZbvDstj+RLdt1ZtsEJ2yAyFbCnPFLL3qvoK2Ts0tXTsn45QY3g1BWkMGDse44Qm"
-    "SJpiy2z+ZwaCsFEsdF+dJVQMj8MiJBRXn1cEcs+xwhoQ4HKFF9PsyLxGJJTOuiFyJ3a0PBouLRUoZQbK97yHjLh46T2lI+J1N/f9"
-    "hy+MzzQWnX/JHOR8JZCP9P7o5SbNo2nawg46raC6qfPgKTTUU3OiR6kMcM3ktXZw/pL/AGnVOfPLE5U60EXehjpv5rxTdHsPubnj"
-    "4aPWtuIfomy+odH89fI1JfnK5UNHcpfQpXAec7kRiDMcbAuQyozIR3yFAYjH4CKaKy/zcmSpkKwoKNiXeIEQsaScxKq8lpdXFAHX"
-    "FtHo5z2NSWX0KyD1e/bs90Q+TtLNPcDmqg+kPtC+rI36QCqvO/HZ1Ts6dFRIvaOjb656R2pt9mVt1DtSed2NN8/8GtKOjxIzpP3M"
-    "VsCSun8Nv+ybp9wtk42Lxm1mMqZnIEM6XjN/AwhdNBUP4F8A8h8i8QvMfil66BeC4FXeljsv6LwZd8sPvOHDSKHeTuPffbazxZwP"
-    "RO2MMwJ75Dx9xCCB16LfChr3UrAwwdslwMLEJIaxxCyWdFxU4XyUWuYNye8Whd+phjsU/3aRWlNcjFWIqwkxipQbiG30u9rWBJXx"
-    "Aa7hDFOEIxBw7ME59Hfu2b94nIG6mTSmEIkm1IgjRL8J3t/u8LPn8r2D8t/b7xrzM4nwXMe3B6zjNedgDfAcK5xv7djMf/Qih2LR"
-    "cbjiQTjlw2oVNXENTyHpIip0WhMoojhHfYIGrAtaXaO7087uqO1X278aVKvtV1Gr72aqV9B2pEC9guZ3R70CherVoFq9AhW1NRxQ"
-    "RnuKWFYey8cjmXg3P+QlwytUWdD3ExdUxPLsVTLsot4ZO9wvfn4wZTehBF9D28ht6xF0BpbknnlZZ1a+GdoCrJ9EgxURkscvU+4g"
-    "yx+vkTlO6Uii4pdYy1BM4IhChTZE7DY+mu4L3id050NbEZboOYi18XLeZaueeaI+Z36/nS17pNFcJbsP70xCNm6Ee1AJIZud7g5D"
-    "VELqYEj08JogKXj3xBJtEq3gnTZr9ydsrBe6O1u25SM5/P3P/zyUf7J8H8WXkvhy4+yB/JTl+6ikFJeUA/kry/dRSamCKQfzW4D3"
-    "Ut+lnO/ywua/fXh3Y+V9qqw1eB3HZaEDV1+O3i5v6wvT2+G6DFBdFvmnq8dr+EozK1gohOwVM0/jzzOzN3qtx+nrkltUzsy59OWP"
-    "n1AmDAHfP6GvD1w7WQv6RebRwtb8oCKwvgjMjf8bkYSbTwd4Ha+h1EhAhC8ZED3/EUFBucP9hPpjJH258JG9I2gvN8m/Hr1wTOmb"
-    "14hAbvBkyCMtJP7xUNgdAcnnrvE0wHlKWgMWl7qizxELC2uCeCkl2pC2hHqiWrILLaGfbE/KApqL3ejM7RSotkVti9qWuJ6olqht"
-    "Udsi8semeFHMxIxVeJdAYcxFoDGAqkzrcV0JVj6eApdiYg0qX+HllGRBV8My5dbEXXMAGBCFx4uhYkQuggUIkJxxCSA6KjjbC47d"
-    "l/w4vRc0kPrUgVS3D4dKwtPHU52Ps/Xoq0dfPfpSbrzby0CVRU/AegIWqo4GWdXSqKWRqYsqi1oatTQpTpqGXDXkmh4y08irRl5T"
-    "xWieaB2NudpSkTbLjrR9ixudOtC8XcMwoHvli/n4dqPT/SNp1AAXuG9/vxK5UyzOZwVxPsuL8+GMyI3/WkG4z7LDfXZpGhcz1lUe"
-    "k+473/AQYskPRq8lndEw9O3FjGc4biywQYur5EOQnamf8LPQgBrmwXlIg5FxzxOjcXZfDl638M+D5eACC8mIWS430P2AJa7UI05G"
-    "k+8/t2uEPJzYlhPuDm8pdSyTqG/ck45Lr50eC/GHhBTESoqlpjwcUBRQFCj9/pIXH68NXvUo+EEHeY4AI9FcgwKJAom6E4d3JyJJ"
-    "FEUBRQF1J9Sd4JxKOAklWyIhYOUJgSF4QygM74exA57YUGeHxa056sm9N4wQ/t1QDWGnJKwoJRHlSLIdlWYmrDwzYXmZCV5qSyWZ"
-    "e28KUnYs0HZnci372EETHZp4Wym1IfnyQsVS82+bCqmm4fTErHGzp4+bMb92UTBQMNDwmYbPmGiiSTnFE3Uu1LngfeCkYKBgoM6F"
-    "OheCo4qm6DRFd4AUnewjNBVozdTtRrwXwyahHF2/9LlMRjKk91tFocmQ3o+LR7IRpyAbgSc8UmhT2Qz0rYBsBnYtr5lVUnatXyYj"
-    "DJ24wK/1Exfwi3hzKdltRfr8MwOEOj3YP43dL8Ffh/Ym6MHeZ0FvAp6YbvBI4p4IPdW4TbaS1x+hL9ZTpHf9X3l7BJwAq0lCj7Z/"
-    "W4zrVMVRxVHFkSkOfdS04whxdya61DUHqbjWOvDN5zVh1GF6udAzPgWesXOtMzws/QZXtNlEQNQE1Jz5YozLI+0mEo6Kke1AnGnR"
-    "Kkp85jWAOz3PRlWXWl3qAi71PEJVvQP1DtQ7EHkH81RZVR5VHlUeufKoe63udQvu9cv//j+uWrg1"
+    "eNrtfUuvHUmO3n/pZUNC38iI87i9nIXH3tizGA8MFAaGqkvqGkw91JKmAWPs/+6rk694kAwyHpl5zmEtJNW9SWZmBMn4yGB8+Z9/"
+    "+PvHL1//7fff/vBn8+4P3z5++fXrH/78wx+GP//zHz/94d3b39Off/z59vf05x9//tv4j+9/ubdrv//8v/33/zv/c5j+fvv/tz+N"
+    "/9NR4r/+8fsvrn82tz+Htz//0RN3fx7//DT936fxZ7Pw7a9//B//858XAfNd4R+/3u4x/8st//r+26/Lb+d//fy35bLxR7cH+Hn6"
+    "7af5qumi+e+vy6P+POke/54e5+dZ0zwC/+j9+/bP6XLv324dlnHQ3fpsn6abzA/90/T3P9/+nB/x53//+zxCt3/dbjj96+3v9S7z"
+    "dcvPhmmE/2n6+1+m4RxnZ7zLME3eP01/j9f8r/87X/39bv8y/mZ+npsuM931X0bN8xPOgzWOyr++Gd2HH3/5+GZ1//mHH3/5/S//"
+    "fvvHxy/f/vTjJ3P+06f/+OWXP3365cPXn7///NPHv79Z5w8/vLwb/vXdD+adeftzuP1pb3+6d+7tz9M7+/bn+faTy9ufb3+9SXz/"
+    "v+vtz1luuMkNpBx97evtJ+fbv28Sb6/z6eu3D1++fX/MUccf/vLhy5f/81++/4BW5l/+D578jx///nJ7azO+9vjn9SZpzPgXqdiM"
+    "Q/R6+9F5FBjHy7jxr1P4zuNgvdyEr+9O632G249G3YvWcQhuEzL9FShPtCZPPz+3IXVfRqWsW5j0wQeecptTfh0vCcc99+RDTvl1"
+    "vMRMmobFDs1ksouO8/e/Xm+qhnEsZx2jxhMp5laxwUwG+2Zf5k7sq6dhpbq/j83NmW/uF7zE9AuT/mJ034+//TQK0fNgA4nv2v71"
+    "/72Lo9+vH74FwW8Y32GYHthMY2aX+RhcYBfPGSzXURp8r73AYxVZ6CQ8OcQ00mK/GFzqF9h9jH8f0i8WrUnczWhluAekO4i7mVuQ"
+    "cZdUbnPKM3EXVj6gyhd1q/MMzjNpzHFNy4D7TDba0ziFc3u04P6nH00Q38dbDufp3T1DuIx/jWhheIXC7ssU4deJtmay0++ydjK5"
+    "V1bItuOkWuvdMIjakx522A6u/wdfwxq4l9cflte3JhwFt46CdeELTeL2ND7yOV3EXpJns8Z/xEW9GUfAjSPgyJt5MzaN2YvnD283"
+    "OCWqp5Bqp8ey4aQiqoM3MPEbRDe4VN/HZF4hiN+SO6QRfJrj5AYD9waBqayuYjPRPPaIMdi+qRlGNTkUPsu/hA8lXBzsOVkcnsUP"
+    "ujtAsdkEphEuGOEI+CtG9JumS8Zvv//2Ma2GdMvbOCi9zb3j7C5YIvB7gGk9qpFRSCEUWqz6cIMIUyLqqz3zyw/Q4+bz5Fxim9Ha"
+    "ug5DV2B8cyiow3SqwHSum+xkTo3tqI8B+VojMN7C35eBDNB8W83tYzte6+FkiN1TQ8aC0OXeQ5QzMO8BVh88jXGxqEah788nzjyc"
+    "+VWS8XGlqXgud85orS8XSQpF6fKQKRd1KhQ1KRG1LA4d0iYbG2MfK2RPZbT8NIku4PLTWHOf5QetRrHS0G3yT1Ylqv0TDPMThKsR"
+    "dJ/gDkSKGmmNq2BlSteKj41ydnRmYNVnTtGKVwCw2VqSSHObOli2PFVbButX/2pU+GpZqjqcsXaw0n7mKZ/ccQKjxatVMFrmIFjA"
+    "2mtvuoh9/fjLx798+7e/NyySCdOf2tsMJaUvOKmRyUJYkVeBAJMKSc2BVsBAgFQCIqlIUbkGr/hEpRUb1ZlaTmj5TFZPYVFNKIO/"
+    "y5V0ilJ0aw+QtYDlHg1tGtr2DW3ZMuXA6Wk0GiblYVI4+k8TVhlNNXEZA+qtmaBuQdmgoGJRdTO4ODFD9RxGx+oQXHk6iyO1nCEt"
+    "QSo0ZVfMpJzOxiNdWP7NSryholhYDmPl30im57ZO47eda2RimOk4Ks3KvOmUOz+tgqmDkvQSpwTz8TpFLaPv+18/fP328QtyXmdB"
+    "GMO6NtiwP32qEYCnLWyKTm0CT23SEm75B2jG+Bps/IZbvhZ+vnm5D9Y8kypM95AtcmgFWP4tU1NwiCTE5Oe4sfPCR03Nxyb7LpG3"
+    "BOoD8w9/E9kzMQB8U8YzNC83W958gmBmDFWpMe9r/smzX4DJS/aoSKsYzQHXYXwdpKuM1pBTQfoIrGJ63et8WuaEOEc7VzroOPOH"
+    "55BeiAJ6D71bD7aboIvXBb99mXt8DSy06gq9LkXsST+7RfrZ15p5AuujtXpcpN1L+HDJRsOwOtAMlkBlA0NLcHLAcrVMY4860/SL"
+    "y2hT8ImDs49YBj+tMf4c4FtN3UZTMALQm4beE97f957oN429R9wwTKzynFUo0mwFmonaoEzNPnDPVsO9cLIfDfTZEuhXZgfoStVC"
+    "XQ8HzYLMSwlyePVwZsZtSZUWVkk2ZLLk8fbLDTCnLcecqaMeDHluOpD10FJoPah7V+np5dc52OpgWAKgGwjXsEBqRqtFtJI9blwV"
+    "e8BgWwaDwWO0CobXOmxbSCw2KRxD16pq7PtFXUiC1RqHMdj6zJVgQ2d46eCh5GixkADiSLQr9i19xXg95CLa3OomlOxm07KKqBp8"
+    "S4NHgNW1O7Dcylnod3xch5IWN5vgwkQPBwkKhOImAjkyWXZ1hfgObxg4OKJrPFLtURtj+nGcJhdu4HSfPiuNpNJIKo2k0kg+I43k"
+    "Gv2URlJpJJVGUmkklUbyYWgkw+CuNJJKI6k0kkojqTSSSiNJLxlKI6k0kkojqTSSSiP5UDSSa2xXGkmlkVQaSaWRVBpJpZHcjEYy"
+    "XH6URlJpJJVGUmkklUZSaSTviEbytogpjaRyrSmNpNJIHpbvLIpSSiOpoU1pJJVGUmkkm4dVpZFUGkmlkVQaSaWR3CD1tgPNHzkN"
+    "qFmh5nd7HTxMEDXzs7vEuYdmgj3d5c5ufSp8Lz55uGBT2w3TPoKvi39WJdZlAF3Z0yNmljOj3DUTMmAtyyQxAog/OzHw2mWoD3d6"
+    "Y3YJLMUbQ4YzYXO6m+fgBPnEbk6UPPQl24/uvOPFlBGQzebOY5jMOxpPScbDYlDt7/hO88I5G1DtTAcfcsYwHc0LkYxgXKad9fvT"
+    "V0rJKYPxQfx3r3MrDACFLHuTkt0QP6/1IwKZnmCFYm59TF6T7tWvBTjnJ8KJuoGjZ3qsEHvn9fBbtN/0nIKzC4RhTBM3eZezUSMv"
+    "snPVc2wlgwG98O79x2++RPYf59f9wuZiWLElFQOVxjI1BwGSth5IQjvKiifREefByiLTwpfBBuraO3wWwl7KMYm8oxTUaGNkjHeL"
+    "MuWx3tCNca2twLWQwx8M3u40quUIVmhMqKdX6enj4jl87Ij2vgA4gYippGUv1moRrUQ3Hl/FTnjbFuLtYNIVdlNDbJqjb7GR4XC9"
+    "VlXTWJDvn6payWEd1NrNlYhRunQlmZYQ6Yoci8nW4GPB7I5DRoPngtVTKNnJR0SlXfWf5v6DILfrVhh2Q8eh3/ZBfUtasG0CQRM9"
+    "HNApEIo7KwpQz9zCIIeSFuoOuDfw2H7g2gNEhkEQFdzTTiDw/W+///Tl98/jV3mVeXP11e6UiI25NnuSbPZh13xgWs0jGk8XqzlW"
+    "D0YazBK8zmXQDL8OGl1olGqzH/dgK0bMLhyYjVkv2/JctiC4PET4PKB1tTUr7owdNKLGWdqz0lZ2Zthryi3Zj02yB39ke8bIR6OK"
+    "PJTtdTA6+TQeiLoxCJtwB9Uu1I1dORvbkTW2ptVrTKfYh0exD4EiONfoU1qGvoMxMR7GVhobCc6V2IEk8WDsiGn4RPL4xRpP2Wx+"
+    "Sz7EPgyIDTgPmzHKteIhbMw82Jhr0OKf/UOfy1KKamkK9+YnPIT9tDKc/IDGLUAteQEPwgQIh1oqweccod+F+68f218jfr+mJGkt"
+    "+fY6MOx14NQjagIur8tydUkZ+fan4tvdrloalGB4QTK81vR3ByK8C2I10bfZmxWqFR1UEQ9UBcdPOX1TNW9TNWFTBoRS6HNP/rrt"
+    "Zqt8mmTpdQbX7ceIhESHXObM+pKkxhKNJbWxZBE975K73kUkyg7T48eq2tRzG9q2lnxtxURtlaxdTIyPZHhNmNlyyRydxdURuu3O"
+    "vbbN9CW5WRVdmpD1rJ7ubF+eMz9Ovf/1w9dvH7+QTdJTEhh3+g3+D69eu55NEZJNIJJNuvEso1nZprQC4Z6NTR7WxjXquZ/RxltV"
+    "kab4fYFVj6viOvdnXhMkOC6IHqUDqsJrYYNUeF1DFwZMaDeSxWPIEo5aHoKHCloewt9ErkKMl9hLgNzDa6q1cY6xj+/glXjrnYqK"
+    "5zjawUCc5jV8/Gh/CnGTVMiu/cJj5MUco40P9BkRwVgY3igc2exTGDt4a9ZyOullbicz0Y/N2mW2/tj4PY42xak2PdqWnltDuhgD"
+    "FBstsePa6l7Cp1xKo8bHISk+CJ4XaRhc5BwpR9r+9IsxLbBw2+jZRxGDD9GNP6Rxbb3R4PCGxXjDwhkQ6MVDpwgfzneK6Dd9nILf"
+    "AEessZxo/xKyobNUQkUkmfwdoLBwJhWLLalP5XgW4DKhjaHLWZWejn6OY74LuPwnUzyhC46/R0osrIRookIljoUOU/d9UIxoZUjR"
+    "d8NCvJg1CNQBhZKdXY6HNyM4AwEZFqxM9FhED9BGwxHaHZyaZ4Wo83Pyh6g9XGUYCo5o5cJ9PFPWnyFY9ASrHX+ZE8Zx2cJWsqId"
+    "FnuKB8SIBsSk9S0aPOaWqX3XJ7IPgaoFqm+QaG/wsc2Vg/ZiQHTuDhGP4kLIyz+gf0mLjoXoTwb7RHhPjmJ6IzXXDqkVQDQpNqsH"
+    "ZQ4BZWVobBcYdvs0oHJZKZeVclkpl9W9c1mtwYxG0EpRpRRVx6eowrvPmZ+LVqaqfZiqmBN30LAJJ0YRYZV3jEsJq5Swam/CKqjz"
+    "Pex5V96q++Gtys/mAemrbkFU6auUvkrpq5S+SumrysMnkrov1nihE3ilr1L6qkegr6rO/pXFCjwzzBrXJyKzCgMvlfzHJ4qhGoCS"
+    "WSmZ1bOQWTUoOiinVZbTilkMeEJqq1vkVmorpaNRaiultspFh1xWzdoW11iisaQ2lsSGd/XzL8PMa+Mk7rxLcnwvNFms0Xr88Feb"
+    "2ypblrJlsdiykJTFbZ4Y3iFpVn7sHpk76/aVb7gbe/nUuA/Llm/C+81MwtbBbHNgsCVEfcedalwNtr+Wr7pb6KvueI9vrMQAn4Yf"
+    "mEqCL8RT/ghrmRYPw/FOfyIW59x2VIuH89DdvrOzJMmNm2fnFDrLTh4UVPOpuY7aGp3IZzCxjJd4Ytb3ixy5YzNP6Dw6kmExmfE4"
+    "qO3HyHZcKJ2POr+bukt7p8Yfewvx8uOCnktOV+X44tOjrPjDrc+LdasFVWLn5rTKg2+rggGWHEbJEPg5UpL5zUtn/b5SeoLnkX6Z"
+    "HzpsZVvcou1QccfIrGPEGhxoAI7SkffmI3BHXn7xlbbbwRotqdH3lDL5u8Ro0N6aQjVvcE2LweUBN5nV4WtdjZ5ubo/DwguEC7DZ"
+    "5bSBucz7p+RaTInDYkjIix8dSpqzEFEG3igEllkLQb1RKNnV/3jQNMQ6IMjhIdBYj0X0BK7IFzoEjlU4u7qicMTag1uG8eD4Vy7c"
+    "w1eJFpKqRVGwGvKXQWloly58hSveQZBqj9ExwtFBoGbBOrbnAkZ0ToDFRfUUPjYcJJ6CoabzVpjyUD6FDMSj+Zu0oFkIF2U4UQQQ"
+    "C3DORsDONQZ2JW8qh3ItMJxDMFwZeNsWtf3187fxC3A1XF1DIW2NL2f8j82wBbuy15jx7eemo0ujE89pCe+FQzMSaTVMrdzTtg7o"
+    "rCu6B35oNl+gjdQD9DJBI1qs0LFIZjgqXKQiKNs+glnIzhZ7ui+ZW+y1ixkGsgRcTzY/3nVqXMS/vHsu4O560CCYjFxgNxd4/F79"
+    "ZtmoJjrxRU8dUcGEiF0KO84I3c4At+PxOrn8u6TKuSd10bhbeCv85CwYfsG7TOrhs6w2nl8khB4/kKtpl5m27Kx0unYccrWIU8NT"
+    "8OJ+9+gpRxwk5ywLO2RO5LoR8BwHst2py+IxCfrcoVPQ3tDMpMdxEX5U9vbOQzLc+Zb1C+PkNXXPdIoFrFWm7A7iM8J1L0TdAjmN"
+    "bLN3mm6BHJ61mVUhtAgZPZoL6NEGr03dCljSHFSNGIC2tHWtUNtvYPulJ7ex2+3XELYsIEgjWJgjnpvliBzAH967lKjNMJrL0DsR"
+    "1E8m33SGDp5IrTCdziW+z1dr4aPsbSsu92MQW1VZ2vghDr976G8ehLM1nxzdW5zeSfK6c0Vex2kEZDxCKUkcGNqFNyQ4pqAILxzR"
+    "jPYWeXEuddXCT6vCz2FWlUc2woYlmkLrgDpPm8YUvE214226LFq50lOWTmDAk+q6HPPMyjF5LbRVD0JQ7BmyB5e4q4B0y1Atu+Jb"
+    "nJtm1EJCNa1adaxaneYvuB2xdvXgFtq6tiSxG8g2orWveSAi2r9736vlKkh0iZcW0YS5VWm9jMyfeCkzlSPxih4EPpTUN/JqstRc"
+    "zHwGL2NJc5b7r1htNnlMji/JVq3YviurS9tgcqI9f6AScMuvJmlU06jGrsTgVUuoHeXOCzIPGDTrJvRZ4y6/FycuiNhsQWRCxQW1"
+    "j4KiB/tmEPciWdiYNHPo5ajiRdRrlOclzKf1c3IGqalN3aFiWIYBMZ/B01mee/TqAGlJZ8ySkFnncztydAkJH007M6o1lXxBoMyB"
+    "iRaXFvoahvT3v374+u3jF+RcEYSXbEwKPvg/XCTWS4PgaxMEbBP4ajNo1Ke89jezw21sO1VIENQRrKOmUJWhkIdA4fJOaUep81KW"
+    "FXh4ko6WdKAkgef2Hd3I+4K7BH4U/ibyiGAczkHqxHaGbGZp17MjY2xZBiMGkWYl2bdUKrKDa9FvdVnNJppvbPcOsaRpqUOVGEAJ"
+    "Ykklqkg/JRXGAzOsUwl5m4E8dEfffrDpJWYjHoHjBJFcmmTXkwZTamQjiBVil/W3Lz5sBYTWq8NAkSZAaeLC3T/1wV8IHicrnY5V"
+    "5PaGhvXU3ovfr12jLTjWYYQ6wwnCnH3tgz95HeTwd+2dD0ZPi+9OmQZHNkhDMVnOnuIhZi1xAWwko/P6gbbgTH74m7b+zOogZ4In"
+    "zuIdabYCzUQtWKYGQ+CuC0a07XB4ONlHQ+OWj8aPMNJkadMWPCBR3ixS18HRZej/kppCGYLiBAaOZgtr5rQOs9RkW4QRG24IFG27"
+    "bCCNFveeE9h8TnDMKStC+GWmjIakFuo6hSRZLuEAWFmKCFl5BE+5RZRzOkK5moR5i2uIgMWZBqgTPJr+cDmMbZbD7DqDhZlMqZHj"
+    "GVAjjW2jF793sAwQ4RASwz5cCUb+A69mPACekS3GKQdNYBoPFTctyS33QsleviHfb3hN9gfUl5r7Eo1Lr3eC+bcc8/yI4Uj+Iby4"
+    "oOBvkxJ+Ezye6OFAb4FQ3KBUCqMgLqWnxryV41kHSxkGgCNQuXC9K96+9qzMuMqMq8y4yox7z8y4ayBTZlxlxlVmXGXGVWZcZcbl"
+    "rRbKjKvMuMqMq8y4yoyrzLiSBUSZcZUZV5lxlRlXmXH3YcZdg7Ay4yozrjLjKjOuMuMqM+7BmXHDRUuZcZUZV5lxlRlXmXGVGfeZ"
+    "mHFvq6Ay4yqHpDLjKjPu7gyNUTRSZlyNasqMq0FTmXG3j7vKjKvMuMqMq8y4yox7n8y4nz7bgabEHV3fjU+2YInBAxDRYnxer6Rx"
+    "L/dUT7Bbvdz5tD4VZ38/VmKXJ52VXNi9ArEuA+ji9oq8hq9jZJhulnZ5aQacO8hA79tpPPtDJqt004uZ8cWs7xzLJYN/yQlyld18"
+    "C3yd1/CJL9zG+RkPo3bD2Q6NlKB2U6Ar56BkGhAOzbBOJieJO4R7P9hcZyfmYFGEzpECFOKs3+G/MtxOJ0KC1OAtUrgZAQ2wEH/L"
+    "l32kINqqGDHY+iCn9TFFG0PXuXBjRnV2fYEqddPTmSAlYmsN5yiTVAyj1hMARjMZxGn1XWdBNJtJHhytIL/DeJRpTJwCG9S928nf"
+    "/JtsJxdCKX6VGFZsScVAXbhMjY/MRVjv3BBbQ+0Lh4LYFoHYTUcMrDUKZzVXb6xS19zVWIAcQDV1cKa44xdUnMD9bB8vUw3Qr1uC"
+    "t84NITbop4+DtC3dqNp69EtAb5lFCbs1Zeq6RAUZwHbs3ss8Kqrop4yVW0R5vkeSrwkA8zn0VoCaYa3BVD8NJLciSN5hMgoRdaml"
+    "SVvdxBpbBpB8Q1sVLoB1UBCAKxHj8MKlJZYuWsOPhK5LxgEE0gWro1Cyjx2XYGSbdjyp2TeBrtd7gq51Y8odjsd0OXmFF+l1qcaa"
+    "iR4OrBQIJe0oxfjEQm0RigtTatS9ICDDKrI9DpsDu/e//f7Tl98/jx9x35UotSvVH/QVtqaMlo2pLLvSbfTj2Zj0rh1InL7ZqZPr"
+    "+KR692ZEj0iEmsarGMKXEaGGPczTd6UiKbMXfWrX0Bgf+3Do+2c4IuHj6GxnybNCNuaB7Mpt0YvN4kn4S9UoO3Bd1JJcHCDQR4nj"
+    "5hymvXlIpeQRpyKmxB7ciN05FXqyKDwf6eejGFoHaoQWnAgbN1gFwRLus2qfvDCg6QZEna0ZOrtwJj5KOs8Hd7yk/jDnc7vMerf8"
+    "mz/puaJDGLW6sWwekV4zjZl0JWEZcUYS0i/7YATdDSg0W5NmdiER1Pz+6FF3g2nvkkHLZp0qGxTn4t0oJo9IKgmHakYtQM6h0Ccv"
+    "YhUPtiKO7EIV2Y8YTwsLd8i8sJU59Ev/GeZw9vfqOxYT+lIqHpZEMYj6ROupGFYL8XRbnrEKgrFa8qdWjGBNCA61tsCdtkZkXblZ"
+    "S2GqqDjAApc7E3IhEYWZ9wuIEDUk3V9IQljsrn5iZgoS8DjTO9dn9Bo7Dx87pRP/dAG3S/ZekK8XJOodOA9ryQ5bshw2ojfsRDoY"
+    "GMaU+uYC3pq03utnDlpwD7YkHWxBE9iMH/AIxIB+pHv/64ev3z5+IdvppzAWt4Xa5YdBDLIJArQJirMYNrN+7F97VINNt3C7zU45"
+    "fvx0yCoq0LSs5Gn/q/PQzIqrPUlHSzpQEgITyYDUDkXNIMQP6/WQBGJBD0n4m8iCg7E5B4mA1HjxzGhYu5jHEGRjyNXdvuHdI8Ta"
+    "p3AbzUSsgjTznIr1tachgazUpJa9arC+BsvXsKtXMaeheAI4wsnAHd6rUPg7rP2n8+q1nAB88ZGK/2OzrsI2RbA2PfWYHmnMbeiY"
+    "GICEq/60trrpWTLVeuNrcQItlFOsnZbegVELpgaeWyw5gdelyZENkD4mS22J+ANaMpTGG0r5IBKDFW0+BGqCjYPwN138hd/LSCy/"
+    "nPXmJaz6sFRCNTSZ/DZYLZyLoyE2W4LYWg5LH/QmNAh0VarS088nmcjwQsEdpCduWuw5XgvrsrCufAMbKrgp5kzd9YmRp61Hnk0m"
+    "ozEK5dofGhbKFPSNBxJMGyGsENysQPeUwBoWvsXUWUQd3h7Fke2Kmc1jI2dbiZxrh3UrFM02KgJvl+ro4vWyhhzBmi5YxfnrdtHi"
+    "ULE2Hxk1i1+W+ZoiLJxb33Zd0TitIUkB9DWueD69EyAA9VoNUM93AlC3c0RioKgBeVSXrUCi1dhThjZF+HJbLOiOiAVL0V9rvOdo"
+    "vFeG8PbAdLdvlCrxmxK/KfGbEr/dAfHbGq9obP68FG7KvNbzZDZ+KqDdZ+sPdTQ7CCUX2KWUgK3m+DhpQseMu2SCFfGwpacGlYdN"
+    "edhYusFDs4PSsT0hHVveJg7LynYLncrKpqxsysqmrGzKyiaMmbktOMvOTJSVTVnZDp/7KznbYcjZavP0p+RoCwM3o04Qn/IGMw/l"
+    "aFOOtrsvOihV2z1QtbUoNDw5Y9ttDVDGNmVsU9YhZWzrEVGYNYETvyagIUkZ2zLp37k+29cQekfEbaL5f7rw2yWzV/62w/G3IemQ"
+    "q0yLlcbtEDRukKnU58pOkis/JA3cp892QLrq3eAtrcuSM0ytqZYHJ7MtocHmnRumdtRbBdv49sHZyo51jU/qAl3cbfF5zTyN0kaG"
+    "UGZpl5emwAl7cGpHpWQ4jtPwN5swlm3539F2YwTz7HkDI18fRGTrMNpzMiPHlMT9u9PASPKO9ASFM1nC1EM5mHRiimeElEZG8ZgO"
+    "huDpYBV1AXp8u8gFuMj7sVlXcBYkFrTEBvV55+Y8yrvj9JgZ6BCM3vTIqx4n0MPgEh5GdRbKOWh0eFrN3Fk4aaGBoaMVQG4DDXHZ"
+    "2Jp1bAsGlRi4gzRWvnkQ3FgZr85BUHQlXZOwRktq9B2qTH4nQAft0B4K19kqXNd2jFqhPJmB4GtWjZ5eDkpjyNcQSV7yYCDxZ0EL"
+    "nsuMD9pYxxTcCZ+CPqswlYgXO81PI9DKtcpsG5lMQc8IIQDBWFPYdcY8w4rfQswjavSK1VlEHRQu+LK9QfaTYW1bibVbjPRGyJtv"
+    "a/l+IrGODqGA6BqqWvsFqz1/fS9cMerW8EOsnB3fvBg/F6yAO655+WYWEBqfoNF8bocgQe21Bag93xOo3dY1s+P2PD5cA16r4aoM"
+    "oEog6S7g0R0bPJbDxfYA0WUAYhkk3BQE/vLLh18/jB+JRPbMp26naPvQ6xMzUWdUTNlkM783nhYLXUWvpr4Qg5PO3e529lrTzjjp"
+    "17oqZM41X+NWsUWrIbVe8gRlYR8dV60tUQsqPLdTONrQxVOIExD8sJDKrpYXSb16c/7DcuEpd2F8yRBdEvZS9rGXE6oVnQeb1+ri"
+    "vs/8s1pmHb3cxNvZDLhtVL2VnNoBJ07SHy6HTqxGB+EfKqzGp2I5ThN1iLv8iWWOBUJaL4JOY5FaW6IWVHhupxALsti3sa2vKfhE"
+    "tvGPE4Tx9GhxehsD5ETtSKvNa+VEbUjrhXPKv9RnmhlhjdkdIMYzvpUOnlBNe4Y9qq+oaWjpTTYx/Z6EeC8wFynNXmAV9mU6yEMd"
+    "ER7W5Gkm46YblVO7w46m2zLVLKXn5krXFPQy6ga/1n0OGdtDu7FYiF1PG5i0Nx4MnmvveJj7IteeyGuH5NrcGfYgdNmXcAjP0FkU"
+    "uQG5UfUpq9qKVUNPfSIOyNsi68/7V1vrrzVNyArbNKGJ4zJG5dckS2OdJS3NsXKkfS31euWOJylMiFkBj1KfoIsPWiYoMInmtpCr"
+    "OzRyXuIkagf9TSIxXQUJyQAirD9AWP9ds0yugBawMA/LcgHW6UVrLE9SDRGTDT5QUURS8dDaRIGNtTauxsWOVrPBJTNsor/ZwkKX"
+    "XsisZSBy53b5agFtoTDTDFPMHFdhE+VPXSBaazlPXyca6DoRowSkdRqpofSwvv7Fn4ZBiEu82PImtesVSbbIyV6EaQtvmSYzlGIV"
+    "wsJSPu/IZRr5FAPHZ+xsglKRTRyOUQQiIL18smH0XjDlRTNVMUXFtRkWWq5V1S7QMMsuVlB20VD1+KHqBJDqHbrGobFPGPsKZ/mZ"
+    "4manqgKzjlBSQGBi3WytoErPWhZgZki8CkAu5+cl+3gSJMrrBWrkKZU7dgrPTNozuTTTxHiJOdPQym2j0ihqzYCRWRe5LJFEt9BX"
+    "GY7f//rh67ePX5DTJjN38e2+cS+zXX4YhEyb4E6bwEib7KaN4Wle2M8xye+0mxruoNqpnLCstbOS8fkuMeEyV8kofoX5mmElifR5"
+    "5aMO2Z4tePkJu9z5l4/XzRcM0QVBAJmH4pRyTxvxeNp0UuRKkpmtnlPeM0StUYH+oDUq/E3oV/GYC5wqx9Bv1k15Gx4n2MLvglQ1"
+    "54XJ5MDSiPtlpUm/A8SsL+Yl2aEHHdM/4ZFDvJU57oibMqWTOS+fbfqu2LQdx11JRvepF3xem2ecMXNZj6zb/o/NijhsmmHYJMOw"
+    "Sa5gc98vG1ZMFgJEN8YQNz1F5vPX05NeyuRn8WsgjsghfhrkeLE04KjLy5rs9SGuoq5PaPZt9lNhZsXpIXZjDqDx2NDlE1gz9aZ4"
+    "6i09YRF2DtQEKDj8TQtHhtuSl4jl4ohFYLrMEhvpPLF0BmWAMgUKnEULc3C54ucK/Cy1V3T9rlPULErQ6Hyxm2H9tHYODyXRhRdI"
+    "KGWnWBne35qXVOx/kBCjKQArBWDbNx5qyjQ0jTG5lGLggGaz1glBrMZKLzB1J0Qd3uDIkdWUZZ+UJYHimrmUZi5smydynFIdLWIQ"
+    "0RFXC1okMEUATKRQRAo+2HDjvpISaf7BTzWkWUVRAlGSK3RYsrnf1o1zgxM4QOpYchx/vi8cf59eyZqFB3DgCuBdDbVl4FoEp+UA"
+    "Wg6Ze4BkdxcgWQ6L5UBYNnetwK6jwW4ZvN0A0N6+u6yUqEqJqpSoSomqlKiMOElnLzMNyNyDbpQSVSlRj0WJWnJ+SplRlX2kDVlI"
+    "8em9fSM+me46+EA6TJA6kOynSqWqVKqyo1rKqKqMqrswqlYdJtyeWPUWz5VYVYlVlVhViw1KrLojseoaiXNnuOzaHhrnCEaJVZVY"
+    "9WjEqscsrSi/6n3zqzYqmTwbzWq4zNAFHJLFwCjNqtKs3iPN6uFqSMq2+gxsqw0LQ89LunpbvZR0VUlXlXhQSVd7kgdGgYZZkjkJ"
+    "SjIaqp6FdDW2kivDSuj6B5wBnw9fV9HQWszpWjLZzxSdO1UylNpVqV05+Zs7dtlAGV4bM7yyreH5iF4/fbYDdnhmvGW0NznEXd80"
+    "xs12Xwd7tm/ar8t67Ay7DyNWsi7MqxLLVjJKX1NpqhViFpueHIwUFsFj2PWlncTxcJz8OzlmH0OsxAITI1aSzm7ttNKPsH3H7exO"
+    "WBLqJohlxrc4hb61gcOtD8LzO3hL0DEdjpbOeFoqZqOUxxmcp/2InokMH+qgrMFHPZMlnU588YyTN0Wm7gBuimQjCyS4uar1e8zf"
+    "LnI+M7z/Yw9N8VrY+W3rwVbi262uK2Sani+zORLsv63PeilTsIK2a6AAkaQ+qGBHBaz2bRu8tRF2fGdFJI3fwX7a23iegvtIxnNS"
+    "YMtmtMoWTLEtWHry9miQfvNruEE6xhIuiV/SRmhY44nU6Lt5mbwCZ+HyLC98KnxG1mWZweLLeI2eJtGBBud+VdYZsL7rMsFE0Hvr"
+    "MoOBNtcyBRX4HyeyKPxnwH+ufWe7OGUKmgWWXDoxcMDyBMocBspErZaxuhOiDooyfFlNV46RrmT7ETVr4WctfDfIN+eJddSGJKL3"
+    "rgq6CMAKH55IAYkUgrBBx/FggxQoSKEBGwyIlv/QkQrW8a1W7nznGJgXnKCBUXcSYfjz/WH4+3RGzkTcs9fWgO5qmC0D1hIoXQCe"
+    "C+ByN4Ds7gsgF0DiEhAsm8xWQNdlgG4ZtN0CzL7/69+mD8QjjSpTyAkW6QwroS9CkBNSlyUchcjFLKpCX7aeCNbX1pwPNqe8jjcl"
+    "r72MPoXQe26uty2LyulldpKBxUEIXw9hHOBKEYFsnZ1l2ssJ5fUMLznlLYheakanyNY24Jj1LYYbsPHzODdrNTPrbDAxSbPU4i3P"
+    "Fu2FdDC+7uY0tTnldcwqee1lBCuE3nNzvcxzRiAVRmT8tuV5oEys39TKBJG/OVNLTnkLwpaa0SmxtAa2dazlAj0gZOJXOQ3zd1ps"
+    "0rSHkM36g1nOORtMSRPq2ei5OpCIRHdoyiUi0H3upZt1NghyiITbwTY4GxRGXBY7bSKSJ6kFRYq4aqNR7kBZy7lDHetJdId+5CdZ"
+    "Z+3iQ40seyM6W2H0L2S2FaVZLY7lixJT+ZH9EvX84/wPXb0p5T09WBGHVZrR6kljG+plPNXcueVTKWIAqLhN60WArhiNs7DWjRye"
+    "5QxtKHYz+Vx7pt1MklpLuMtTX8q7+9BFolKi1EeuFWk5p7GtdTKyPmWixhPWiJtXdJse6xddwsIzNaygVcjdK0zqW1H4ZvPwBky+"
+    "hffQklxDlt+nqMwNrMqckPpXa2G1ltXRajers7UPc1UkwXX3ariMMmmD1yRwIBFABTOn9BZZns4KhWCZD9FnqDGgODwL9VmRPlAT"
+    "k9+To7CWmLhjuQ4ZX0fNP1GgKzGnPM9mkRE0mP1m054ptBWNGqe0Vq+4SxSVVdSsvKKmUVmjcn1UPkkLvL3LXhr07y7oN7EjXT74"
+    "pM0tC1rMEtaqc2hI6AxkP8mN5PTOhVppsmcg5Q6VFlA/A1lxopNPBM3VJqL+lSstS+MTm72PqhOzzkSZH4tHOmvS5azSWcNuZX1N"
+    "za6toRXSUAsDjZCUuk57u1Xp/a8fvn77+AU5Czie55jWmPj0hl1+GKwONsk0bJIq2GRPfHzpGT55m5+D30ERdk3YqYi24JRZyfh8"
+    "F1+JFSgZxa+x+CQGKkmkpzcwkXRotInUKSMVzMN4+XzdAF8XBLR5fE7xZt9AvBo2yDadKbmSZLqrJ5r3DFF7ZqA/aM8MfxP6HTL0"
+    "QqfLfV/JJKDbhsettnDPoL6Rc9ZkumBpxEuz0qR7AmLWF/P26AMPuyc3hocTcWrmZCDezJRODKHcBOi7YnN5SK8mv8szHZVZF/3b"
+    "sM1Qx77Mn9UYoh97aMemqZlNUjObpFWW3rmffHic1HAr1Y2hxk1PAe8KBqeD7Ej4WSA/i18DcUQOcedgEzGWxv15eWfDFQs3+Cix"
+    "ARGzmU3vBdafkr1E5qhO8rZsVmvswRTbg6VnMULxgZoAgYe/aezv8EGLJca5OMYRCDKzUkc6TyydQUWlTIHC9Ir1PZBStF6P1qVG"
+    "jMKAOkU9ogidCyyWNAQpwYkBtJIgxIs3lLJTkpCgHfR5Sc00jhyJNOFgJRxso8cjUpmGXqEol8AMSQKDQ3SzFj9BEMhKZjB1J0Qd"
+    "3gLNkdUE6UAJUgL8NU8qzZPYjkBkVKU6GocqorEVwD5hO0BpygVpySRZsAiVVoUSCNpJV7VYzOZSJ1DgIZKl+M2Y6ZFIDJuvgpmS"
+    "Jz3ULTNpDinazUWLshsHjqP6dKVP4wA3HPp7T10eLy5IZu+RI0l9chKmI2H7hSQrCeEPoSfYheELLTEFyjxAyRgpQimHRNDPNRK5"
+    "kpQjbNS508wDyjWYo5omGSzBoqk3ZVMPZhfEvEWbr3nzxrMLuXCDSPPps1KiKyW6UqIrJbqSet0FJfoasOnEMjqxEh1VMUqJrpTo"
+    "j0iJHusVnEJVZnSl0uJQXlWY2LEWD7KWgBCkhzQeEUH6sOZ3YUrpM6MrlbpSqTN0g3w4gzKqK6P6vTGqSw38cMTqt1VDidWVWF2J"
+    "1ZVYXYnVn5NYfV0Eckc3bdKnjWRHRonVlVj97onV76TipEWhu+RXb1tsUpp1cDWjC2Ec4pUwGVSadaVZf3Ca9YNX7ZRtXdnW+9bg"
+    "lHQdXlSVdF3pfZV0Xfl3lXS9TRSVVducvNqmUVmjcivSdcQqz3yrpEtirT7hqQzvyvDe+ouwumSxz6m1Kqkp0bsSvW9F9F74jQLl"
+    "e1e+9yK+94bfxFDa99saZQfsoON496gJYYjPwNA5Tva8SdC18ab9uiAbZ9jdXbGSFdSsSixbySh9TaWpXqpZbHpyKmQZBB9nxCqP"
+    "18VjdPLv65gdULESC8yWWEk65bVzTT/CricNZnfDChjzEa/b3E+nls1aUXi3lV+uz8NzT3jD3zH9kpbOOGQqZqNM1Rn8KzN348DI"
+    "mKJ+zJoR1IFZ0qk1FJsBeVNkPo/lzUhutwCQmzGM7u3sCAcWcOP8j9P4P/agH+/YD/+MT7D9/3ar64rhpufLbEUG2+Prs17KFKwo"
+    "8hooQCSpr0bZUYHkBIsJXt6UnX3JShYcgQk2uN8G+RTcTjLIkwJbNs1VBmKKDcTSM7rzAZA394cPgMQgxSURT3rCA9Z4IjX6YaBM"
+    "XmF61SpfXP1WsI4s7zIrxtFAjZ7W0YNOBfyK+poQnPIoK4k5gpZ/lxketJmfKahpxsEDkCYbjGSDa/TZjnCZgh7xJ5e8DEnygkPz"
+    "Ce05DO2JOrRjdSdEHRSM+LKaHB04Oco2J2uOxM+R+L6Rb7wV62gYuYiGWgABrcCJSZ0FxGJAhx90uBJLqAEWtlAAxjzAwpaIWUhs"
+    "hTfw9ed7xCkAMknezhCDaPGxp8TQKZPPFZ3wZK0KxRZCyS6uWZLZOGj81JPLPRlHtuGgP0La8njhQDCBDxk+GiQmQSqyXjtIM5IA"
+    "5xB6glSEL7TWWqGsAxSNMSGYbkgkwzwjkSxMN1Y9j5B1gHkGd5DTBIMlWWYLpswWwMyCmMMowchbPJFZiIXLA89b5Pnxl9//8u//"
+    "+9O/ffn67XuQ+fHjl2+3j0wgHVE+16/xv9M1fdPg1mE3rSEhk+/gSQwrHT0gEWqHr10bl4OYFUSrvB4/TgXh52X6sMewPvqEEMin"
+    "WmrqjiI8upnmy8SAYGM2iCmL9b+7+upxHk/z6qsN9CVPPD+rIbVe5mO4pHKTPuzAU2txtdM0heObe9oBV7s8oPHoom9XBBUtMx0e"
+    "eB07C15uDjK32p48HmxMzC1iQWg8sOn0sRlfK9CJAvSgpDGLHmILYqYoVMWJ1jCEZziMR5MyhvNx4t008c8R2dZRGfxRuUCj4tnc"
+    "JDYZ90LfIrTxpcjvwuM/4R0CghjSxiNKmCU8EvoYpg5p9cIjoZwMj6Rai6vNhEdY7QCoBVxgyqfoOHeEqPrYZtvHXtlTv3fUjvLb"
+    "ITzmMH9uyazz4Z1ruK1j4WeITTSJ87fPZihvUqHwauNfvZw+wKMxQxUajsPTb+C7Oi/Zn5fuSc6eRsM+p+vBC/Q4A6A35HRx8F2g"
+    "zzVbXzNI6RIeOxkoncEzm/iZQaqbohuYzEMHgJWlOg3J0wSCHFO05sAAVjO3ZHT2jDpmwcnF55moHwrTlHcHckGcflx77mfIcmMY"
+    "Jxzo/ARaPluHbaTbs0/aQwTdNjdM8yK/YRS9B5j3ohoZdQVCoYUT8zAj9NU6fn6eSQwRGJNLDA9VovDN4fCFCg5C3qhcsZNFNjbF"
+    "zUseLULGOxCDt9Xcfk3ACzD5nK1jsoYvIV1uOERHj5j3ACsFnsa4gFOj0HdfVqbs+BWNTDrL8OLDF3XSBeXxSjubr0NHNuvG9nys"
+    "ak+TAAUuWI0191mw0NoTI3/tnLgSC1fzmw7LTYPFC7pPcAciuY20xiWvMqVrzceS+X1WtausV3k1A5stKh2pEmaeth52mrXsVRU7"
+    "nMl3sPWjV8mahbR3UMGtg/amyx5xYqC0nsZJtGp1DyVlOTh9kslCkJJX2gDTF0kxg1bAAIpUqiOpllFZDa8wRiUw91MDa2kT5cZQ"
+    "bQVF9aoM0i9X0im61fYCaTDUYLhDMMxWTAdO443RwLpLYBVO4NME4tr2nglNF9Q3eNWUKv1w4WROAHLIH6uRcOXp3JDU4iAtQYI1"
+    "5WzMggFdKYh0YbUBVlEAKs6FbSWs2gCSP7r7LDFsazHI9DJLBag0qypAlwPyxiEwALDNpsC1wVpBnaKW8fr9rx++fvv4BTnxY4I2"
+    "d3OLVH63fAB9iKZ15lkbb4m34Tet0yMR9gp3CQQwwaSaGA0kLl37bU7FMkRpc/45bM4nQFKX98cfOzLua2qmV9DgqLdj2xqepi3f"
+    "tL05ql0/GR5YWyeLTB7j4o91sq1Fzt4Utq9Yu/iQN9tXbM9wyNtrJDu90gJMT4ih1tjzYUYv++77Gz8KjRcc7K2P/rJw+/HLDD1M"
+    "dFmJzceV6wQGRwhgXI7cC9ZaO/jfYrC4loESDzr6bVZ8GjjYov01/gQcATijUN9kdnPaDxXnLYO3ic4fv6Snil+6WDKrGdjzTHQx"
+    "Y9fLLEcZUSBjym8MT2w5PAnn8I5BihVBlYJpfQeF+Co9PbwpC4ouooX0VdYCiYzFa9IaIhPE2xd7oidbgJ5Sd9oPQ20zSiVYSTL9"
+    "oNuVKejlbzkc5uBeC3/hT5d8Qf9WqMjGisierKzsphjPCjEeeHbziZDe/LhVeE9oE+8ggFiso7FP8ltU2IscvsQny1r2UjYujIIy"
+    "DwK+wluSrOWpD7ATv8aymnDhGrpEcEW6GSCzPKVmWYCarh1QUz9bpt7jQQydXYoqBT2JKAlzOFfH26WClXnZcuKCF3wz9DhwpdUw"
+    "tIAk2fkDQYhAqoEz3D5OrTR3SnOnNHdKc3dsmrs1VCnNndLcKc2d0twpzd3xae7CqK00d0pzpzR3SnOnNHcHp7m7hW2luVOaO6W5"
+    "U5o7pblTmrtgTVCaO6W5U5o7pblTmjuluTswzV24YCnNndLcKc2d0twpzZ3S3D00zd1t2VOaO2V2Upo7pbl7OHalKLopzZ0GQ6W5"
+    "08CqNHcHCMRKc6c0d0pzpzR3SnN3QJq7T5/tQPPbTQM6s4m5YV3B3nkXlRPcBVvWi3o335TRapDQo7hh2u7wtXD6R2ItBtBCdHSY"
+    "wcNKbjrMSUSRWH4ZawbWgs94bjyYO5/9mG0Xy/dG33YLX56bx/cUGm8vC0+e40JsTjrvLC41c0jruVs48fL2nxcnDd+Huv42s5tI"
+    "X8jEpMLGDzec5EDs7RAI7h6XNmcjDr0pQbCzE7hwsVwvq+fQG9fh6Q4rIHHz/bONu1c//3bOzxwTPQOpYHqQELkSCrjI8KZgCjI0"
+    "nBvmWb2J0DwrXQaO9cLBS+3Qd/xm12TfcX7ZkzQVw9osog2oxkkV7A6JbA0kgjZ0nx4ZnZmdoiJToYo+hYra+2gWjF3kyzW7iRNU"
+    "Y1d4h7dmZiWxFszNcJstwm2pd+4M3zYfNxlOE5kFp/GNq6GPJ+ZQIMjgFwANAGGwW9NiRTZWRLSbMWS3RphWijCDSXxyoDktibV4"
+    "U2glnD4dvo6mPprvxpEvh7AgvADmr41xKT9YT1Gav6zFAtyFbH9g2WVQMLgoWojYMp3MmlmWU2OvRG3Xnqits5VTb/UgLsAuxJWC"
+    "rkSUhFmcq+OdaAkUmPd6BeDJQjufB4ZLDUelBSTKzii1Abkh7Hn/2+8/ffn98/gtxGfmF+zIDteMUbDPOf3WHIKPRR54LLtobBB7"
+    "7hWnkSfBptze4Li575ReaJ6JULAHqVo9+1/jo+HNGP5aHfy+azK/45hMK1vJT8lBQl6cizwFyV4vOrE2hHgdDv42Jb1reKz3/vnt"
+    "jmFKLW1IMEf70M4FgQzuAtmOdq4r31w7ornWfF6NqeA2yy0bkL+Bc40+pT1Cxrr5Qa/DmNtmKWsHgreDMbulYTeXMp+IlLk7l1sf"
+    "9rYGfG3NqKxacahtlRqX8aTZ+BP2jATZ3lWmvT232iFMcLdUuymn2UFYzODgXJzcb8Vb1o+prBE3WVNqppZcYd2KBGajUsGQ12Xv"
+    "ouywI43Y7tZ5oLpDc+quA5F1BdGd6BLswk/TipimiJGmgiqknEimmkGmmjomA3cpnHvn3FvbTXj5TMtS/wyC3I+bBYkqxRvhGn00"
+    "+lRFn0n0fK959V3EruxIP350a7Xn3Y5yqiXXVDHJVCVXEDNzQLLPJqxSuUSTzjDryKgehDdqGyNI8sYqqichY1M9VdO+HE1+ZHv/"
+    "64ev3z5+yTZPh92E64L5SvXY5LqVPfZFmx45Dzej7JVa6cbuIRtvvmEbui5d8rKyy6J3TSDkuAx6p/nRLV+DyC5NkRAcaDtM8gGi"
+    "paLujWvavXEFrZcaBanhAinHMG8hhp2zTe0Y//yL9Q4JLVNC7XasBvwK74MhJutdbeMkCzbScnts/LqcFzXkKx7G9lJAuMTy21Gd"
+    "l3ltNvP/mznk3/7fMBoWM82IAeqLyBXHVcS9xJVa4y+1Nl1kqfa/RcDBApaIkn5NNu3qPKOw1YDl69o3z7yz8d6ZfNvgrULLnB7A"
+    "t8z5R30sk+5q81wMXUryFRXL0QKVUJiCh4QL4QQ9DWiwRdDBT4i4AEJiJO+gkF+moKMb4uDkAvUweOP3KulQspEc0XaUXro3pEnd"
+    "6o6BjWXCG9892CCHnkrQI7ginX0gA5Ki1Txdx7NtIKuojUWB1g7y6h3QlXlkjDU/EuP9W+Ct7BS/gyCZQKqPqzB25tmrA2dZYKwH"
+    "3JjIXAFEof9A4In/tob3tsarOdDoBw3rO8VzcqMXrLo8k83Gh7mvJFyJV/tzB3Czg02Db3bvls6u8fBxCxOw8JCKYInuBjVcDdSQ"
+    "YAw2uKhAFS6pL8rgxLY44vadJKXAUQocpcBRCpxN+SDWyIMAQmW2UWabHZlt8P7Tuq9fKsFN7ak71swcJK7B8B/u+VuOdSjPjfLc"
+    "NDlwBrWY+s2lSndzGLqb/FTty3pzC2vKeqOsN8p6o6w3ynqzFevNGnZzWfIFy5KV9UZZb+6W9aZXFq7kN7uk4Y/MgROG6uLEXzlw"
+    "lAPngTlwepQklArnSDWJZ2DEucV6ZcRRTgplxFFGnF5RpXpfXKOPRp+C6AM1ozq/XsPJuePs8Hyvifu9sOuwBvzxA2arDXcl2VGS"
+    "nVwi5O40ab1Drp38DDwy5c7tY75wl/byLeHJxOaPOI/DxuhMxLp4gh0v6nvL8CZisK+3fH3Zwt+iTvcOY3EDfLx5yIrv8jX2jcat"
+    "YMAO1Ps723OS47h55E+zPfcx72BfgPM58WArJGfQkABpwpNA8OFx2/Nz6p3en/viBnnjg5hkjCLHJcbZ6ajS+q1qM///smjdTnUN"
+    "Ncw81/nT3OyPeodl3ORT5xb6qHfBN84lHze31R83bzUO2QEw6wDQbx683X6NeG+GCjfi5ZceVpcdrMYiavz0RCp5N2AD2tl6Qsxx"
+    "LoQe4SYjgUAk9gPWJAo1dPNRHN9cwrUSnjli/96RLxpWDbLXHgoWpc72KOhociHhMDCxUmaW4R4arkxXB8mgrRAIAAiA8JJY1Mai"
+    "gZ8wrt4Jpj0NWpvWGO5wtMBu2WmHK0N8qR7OQzQfyBcT1irCWT74AZO/YIhXih2BWNv3N+z3T5CUaBXYJ/wTG91REejZDTrYMc0a"
+    "NAQWzj3B0o5GD77qvbsCu/jEx0FMAMRDPpI1vjdwcdXARfQ2AqhShVESEiEhONkIlfz187fxQzcUg1COmSPslcmzbcwSRkLmUXLU"
+    "nTrjbsZ3m1sgLo0OpPpFmZfgnMcpQxbj1vYWUh/YjWTIc26LSQi148cPc+U0T3HAXucmBjqv/SVW5TItQBxhuBHobqccoPIjzmF6"
+    "Wi+o8i13acIgk2DFyXqndgpLfi7QJwJ62NCUjEgw+xd4XF79nrylqDWRpE7dD8EQi90AP4jl38gANyK9IVJruGozcRB62jAOim+C"
+    "n/ADw2Gkf1K8aEy+OP9KdVW6sKvyKCFVTZWnlhG/IeWXw0TsOKU5Ba/p93alX0DE+I1AUqSA5mjajD+RkTtmUmoejuN3DfpRHdCP"
+    "OqypgJ1oTZeS6ajl7ZWGZPzyfaYXxlFO8GbpZMGUOSdItRGqBls1LXHMsPAVKN3ISUaL32LS7SLKfkt8jtElCa33acEh6DQ0mbi8"
+    "JrnRFwqJVlEH5ciD37ayxmm1YalqvNnVEccvk/ts2WWyhG2kuyTMf86tOJjwaBve0BXe0JAdK+g9CPYXQ3WyoKMkUCjICXM53KMX"
+    "A/gQtH9J4NiT3b8M0MKX4K6etpqbx8psUSL4EEE2r+EmNOfihIbomGDc1xXeN4q9wlsRrC5hCBYOHam3NvPLpWhaqpCWKnYN+I9m"
+    "Wk1KC0UzH/fgNIwFcKdblxt0WUlyxZIhzjNzyVd91nXmkEDha0rVvR1+bwO38RG3g8/zuZzyuJoj0H1uk0/iZy616NKj6EIfz928"
+    "9PJwBtesQiKxhmDGowWocdCAe0a73aTlQkS0lpbWgDiZR2m5B8kueDkjnEHw8noQbUlSeEpBBvQz0D5eheEj+vssuHSdGBZk5m7D"
+    "CW20ojjSG70S3bwDlW5aTjFEw85zhR1u/QzqCLiresLdx7OayXqWYMhvfojzeYvn8xOGLEjdeTk7W78D9MN5+aQyC3Sx3Dtq5CBo"
+    "pPI56pyTQPLFeShUm8nQRBHpKJ3VuAfKcUnDOMOGkc4lM2XNKWGlpZJ8NG8VxTNP5LMlzgbmrHWKGkbV+fva8FmDFHaEdIoBNHEF"
+    "dFjhwuItt8G2Y7jhuHwlPVqsXfyxdJEOQ63XHE3L46d9cc6D44P3YfblfpiIC0UIkLP10EV+kX4nvs3n4EEzzeZCNvyCxi2qRkBq"
+    "YfuF0XVbM6cf8LLgt2V6sH0VZManBeGa2ZsaqBkX6SCdBdYUv/yw0i1Dlm8CN9nUs+53togxfgUWs82dNofZ4y8ieBDCX6lvP35Z"
+    "MVd4WYl/IhVkH7WEcGcyo5dMTX5YD8K8+I2dRWqC/mzDVRaOLuZqa1PsCeWY9ZxtGo2T30lLCgVpTSLE2ZrZaS4S40yGKTpS+pIe"
+    "G33p4VSsdlIOKmAX8SxHGVG1Y8pj4NC1RTi2AUQM53B/oGgZQHGfYSSLUlbySERdSqangzvKgOnFm+ACCCHvNkTG6jVp9SiSz3YK"
+    "IlbYAg7ZBhA2deY7ArKWALJHmQgZOi0wQjBGVOnpFCNkONhxOs5oeCTvIgv12VgfpzMsq0KIv10LzMcHzqAy8KzkPWNxW4/FN54X"
+    "KSIvM893EJKvVdU2nPA7itjIAQdUCUjIXsrA8dE6wcOamJB8QT8MEK8eBy68RldJrkgvC5aWdNcZUVOvx67X42HXviOZHw4Akd6p"
+    "W0mLrmk7RAmuTERJCMm5Ou5YEOMHiLLi4SFc6WAVgq3sRIK4SiBV7ym3z9sptZ5S6ym1nlLr9SJqWoOMUusptZ5S6ym1nlLrHZta"
+    "L4zYSq2ntGR6ylup9ZRa7+DUerewrdR6Sq2n1HpKrafUesxYqdR6Sq2n1HpKrafUekqtV7+SKLWeUusptZ5S6ym1nlLrbUytd1uI"
+    "lFpPOa6Uikqp9QqDhlLradhRaj2l1ntOaj0gGCq1nlLrKbWeUusptV5FVLUDzak3uqmbycbcsKzJ3lp3riDVC3YXF/Wn+aa53ddY"
+    "3E6Ps4pfGHu4sRYDaMnvz7+GD2+4mGeWc3k5Eu7sOJTbt0HOhptJi9z0GmZ8jZBlz3kA10Use/0MH3zC1/BRLvkm3Bn2oZNNb1RF"
+    "4uhki7Tk/AbBtuEQDPNs5LKO3fztrmcwM+g7uzIN6oPl2dmIe29qCrezy7oZBQzRZc2490acsd7oNN+fW7S/zim/GfXY+QFL9UzP"
+    "YwKknlcXDnAG+Q6juvDMKA1zTytOdTY6OEojXIdI5jdz9pucxFyTEdu+//TNycj+UxF4yJb9YG0W0QYU+qQKfFgpAjPnJvAQ2sbd"
+    "HSXaBCU2GhmwwCSaMarIVKiouaewkGWy6pcu99LWQVCbB1mzDYFZBUDjXwn8ODfBkaCD3SuctFj3W7vxlaG8EgsRtINxFXVxYRmi"
+    "ZLDY5XCFtGEr1mdjffkmLIYKAMnmsI4EQMLqghl8RFhqebC05UhLwWWZxQj6bPiqWvp3vptGvtLCgvCimr82hqTiUB7LCVfFvYGm"
+    "7H1BTClae9gyfcywBC5avw3j2e2Vg1yux0VxpaPGe+3H8A9pdS/dmC+BXYkoibA4Vyd75/LV3EL7u08HkcrHr7TUdioBPgKpNs7z"
+    "/rfff/ry++fxi5Kbs8A1JeqAPvLRiNirGaNXpwPbPU5qTxrX1gdOl9zUJnI0nqJ7MI37Z3lLY0kMVaUsb2FP4vRxhOh6sw0rXNNQ"
+    "FfdSO/TtUMIs+AQk28ApiqxmpFidjkG3P/j8kORsT2lkrQ5El5+E3inMRhnPBtRsXSIi91DxSUYj1ZQ4qt/J2y5nbR+a2ex+7abl"
+    "Adqqk7Pdm0KCgAX3hrQG6Hhw6spG1o6GrDGF1D3nnXwclMs+dz0q1nhGO6SL/AnFM+IwtHSgEjsWh1ga2uiUdxnfLArvAb/xqNiV"
+    "J6wdM1hjZiXNT/cPi12ntHE2KJtROOEtyCg7sGkdiz8LjqKMjFZw3rZHopCPp904stqyYnXgDtIk+WindLtPcoeMljHJZ3+rtGli"
+    "3IlE6ni0UUH8JfrdxAiUAz1bEbcUMbaUs2/UE61UEjs9dZ4MTkk1E0puRnxEJ0p0M2hsN7YTxPGZOSyL+kljxmFiBsLwc/UTESNK"
+    "JuOc5lyTl2pA2zWgyabz4eNf2+yzIN/kJZot+Z2KiZ2aMDrVUjm15lkKZnjK4HIxaE3B7oCYuIpuqQnPUhVBUj0z0q6USH7omT9U"
+    "TvXfXqO2NSunlpgXIgt/Ez7YOgk3TZYPxb+EvUTxisRRsSyEBvlguF0+/f06vfNyP0zEhSLQ6pu8dPHrFr3oK7Dvfk333a+NvuqN"
+    "WhcO7Ye1G3JmKGpmeXCRH7HDKXxdkYo+aYCo7LB+znc6oo18qv41qhfb6WGHNefJiW5s4czBlQ8rKZWMypEsHAVvw9rKdovxtwMy"
+    "L+vyPP2/mdejYks/+z3I/hobLnPT0uJe6IKq8cUdR5yy07V5y6IY1bPUBZx6HV+kUAA8EyGqJO2PlmicjDdOghGCRiKqAb+k9duX"
+    "jibMb4/CVqB81cRytEBlEqZgZ8ARjvT+sMOKYEeTV28FQSQT+w4K52UK+nkOE95cwIUeabJ5Ze30huI2Es+3w6QS26Cn1JseHEPZ"
+    "CgxVN8TVeIplOaCfCiX7OigbnaHtGytkO0VLPbclY9UQowyizYIU6gMBzcMAQVsKBIvHrB8oZFrFOxA+ioW7eKNsm59eAzmrHmOd"
+    "k4XdkrXsWCCQ/0K5V+FBO3R12Gc94Ow3R0WpdVoe10YRvHUtx1vn4+Gtnp5BjAL4tg/gPCWIqgRDMVETDydtBG3cztBGDGaawReH"
+    "HfiTAZZNIcrt80vKQ6M8NMpDozw0lVvrayyhAeaj8sooKUyLQ3d412uLr1fufuoucPYL7AbKDWPqDOMYEZDMEiKKmPjkiVLEPMHp"
+    "N6i7NexrVaaYx2CKyc/0EQhjbuFLCWOUMEYJY5Qw5rEIY9bQltv8sExoroQxShizbe6qvDEb8saUZ5tPQx8TxlRGthsf4AOBudLH"
+    "KH3MARJoZZHZnUWmKml+OjKZWzRWMhklk1Huhecik4kcn5nfnjj5rcaMxyeTiROdc03OqnHtIJwygll9+GjYNjNVapmtqGUQ/O9K"
+    "sztlmOnPMAPNfEWu51i53oNQ09y+qwr34i5fdZ0sZv4GbwFjQrABs3zO1qKfs4X3oWItBvgobn57crtv+kauwh6E8reXvPZ+/Uqz"
+    "xWFZgwu/a32aza+VNa73ERlljHaczBpT8SH9NvOJjaDBTzvbA33RGqkpcge9YLQROXCcjmH9CEoMFh9nJw6b9YPBw/z/Zl7jin3g"
+    "Sn4y2eKfTE4USD85XfKtabvlt6YH6lvT1PgJB86sAycZMWhUduvhejNquIcrXrWC6MOntYHVWESNn5VIJTfHLNC21u7QxRZCl1Zj"
+    "UQNkJBMO1hMKNfTyKRomvYZg6UItmpHz5femHTkQ4G5zVmRzGAY62LOhMVuHxqrHvgKb8SyL7GHhivZ0YTbWAzpSrjNIGFZs44OE"
+    "vCfHGmKAAvoyQ6gboHxcXGlLcWXVMHZDmVxjIVsb+MIdXJRoYJAvnazFkrM8ioNy6RK42yLU5Q1FWFG0mOyyfOT32EEYeArH64Gt"
+    "lwRw1zoAdz4ugOvvO5mReUT3KoJoJaCMCcNYwGtbpOQOg5QKsFFDNITx7kjxzzaI55dfPvz6YfwCDrLXN3VKLHsqXheJifopVhIM"
+    "i/7GeJI2/D3qFeuVOOuOu+k9e80pZ5wGZQ2x6HG5a9w4sugzpL4LRdMSds9wFVqZQlDVuYWq0QYuniroVOoPC7mcWfuCwutfp42L"
+    "+ZITfkn8y2H5ZdgR1Xr+T6g+dIwtpc/FHVv557PZime5mbawgag+X7RpBswrI0rRnyiEzkedg5aQo4ez+IQVx7ijjktHnW/jWA2k"
+    "78Lq7hMptDKFoKpzC1VwcEO/3X72+AMXJGz8ptswmu0VGXubEidORvospY8TJyF9F/pEZ6nFV5tTmQHtEE8ZnzwEjjsFvXoe3cnc"
+    "irB0AZqYKSjDEcQPktMT+vNpX6ZWdOrk2LBCfDu2tmJtgKmpYAcQrVAnS9u5nbY1GbqMSsNP8Z1DUtT0e+lAWPP7bv0gB0Qtv+1y"
+    "yruQi07wRUN0EXE2MQgb9iUcnzPUVy0wBDfqPGV1Wr5O6DlPxIlHK7PbvEs0stti2wrMqLRfRRz/MIKhBvkEdeioNB3AqYTaaPQy"
+    "6gfOgAUsRXsmwliuq7lpdqIbzjCe5jZxOuTgUlPNTYIknXSHRzkjcDuE4PZdo7SET1BUlFWQrESlGtEc/4FzcgHh0d2m5rzsW7Pl"
+    "rM20MpYmiXer8c6TKFVqbhbh6TIACeIHKBdslZRx6ZKE+ZSfSBEcSXVan6xksRYZnqJyMSCVC0ZtQusIJClTQyvqUZVoFiIY3E5N"
+    "tNcuEiSfEwfBc6A7bylEUHqBsLDiQWHvHNqmYDaObBiImhImwPN+1QkQ3EonL8WxBVMoHP+CgS8qGmTQY7mSdjGAWQ+wrHqAxo87"
+    "jB8ngNXnQMm3hqIkFBXN2iMHsNbpLjPBZWa2TNCHJ7FlCtZ8lYn8M6lpLhnNZKE4uOclnAJ5QY7gDpNbMrNJLNdj2kgmY2RainyO"
+    "i2eFytwK/AJO0qoUVYay+WvA2AdT5w8g+52KJYQgo3PPC9o55tKbdqHCnaf1e8yz9Hj/S0xZmJUe5a4w1SEgHYidV97GkCHRhted"
+    "sOuc98Xo+TdzH2johfN7nlJqRsMfJZuOsUA6maHyucncNerPSD+MDX//OhlCvoGzPxPvfw+13viDpCbnCsBXyAMxxAdwMcL404+d"
+    "L9d7mVdozft5BzweiK/khhFxkpxYMmkF02Xwb82nw7+Tl7C/Bz99CH75bvj0/8tHyou9JeKjvyZYxI3wGfiIefBdgelJLkLBWe4a"
+    "yEGfS4/dI4b5i1jsH/4LGfzCEAmAF0ZkreTnFsyK8EJ8kRsW/yP0gokomjsjnzuLDHyE2tKv08NfoC/zH7gTcAkGLg4GEPbAU7lQ"
+    "zYlWE+RwQknFbevKFFyn8A2DbyITewetY4UamrktDQ4XMxjmr+kRi37k59weM2wEiCYyQkTxZx8vVxjKNULYzYWiTf07B2sHEu2Z"
+    "tUADoBJud9GqIQZfRPMQKaTYuR129mGjQmgQQjMN8x0ItsXCLfyfaDopWLNZqzRnXWavxOy1N7/aHhYds4EwA/Oy4a0MyYpAa8v1"
+    "i/strBiknsJBeBITJ6HM+XiA8riOwRjNe3OeEgRYgvmYKI+H6wRIToDdmqI1dxi0JsBnAkTGHPxq1OUQ1CXEWT2R1e2DZMr0pUxf"
+    "yvSlTF+HZfpaoxSNmYMvx06n45TpS5m+Ko8Ty1vYlfBLCb/SHuuCoxDbR1fG92iBT9Am3+gEuL2UGuxxqMHYHfHKEKYne8vO4pYd"
+    "utiCKOwWMJUoTInClChMicKUKCwXJHOd+nbuwkrRsFGiMCUKe4rMXvnCjssXVp23PwNtWBjv6SoCeVbTKG2Y0obtQxt2gKqGsofd"
+    "L3tYi4rFM5GI3ZYMJRFTEjFl7nlaErEoBjBrBSdWrUDjx92SiMUTfs1OOJ6Yw0nc+WCpvsY4gp1MPnmPHCBbJ9dKUvZwJGV0KuIO"
+    "k8k+JVcZe3IemrLs9ll1pPV8/lr9tOczrF2bUgqaYKvrTdF1WZLmb8aT286x+ApcVnHLEB/lrqkcvP87C0zPCXqfTSAGdqWkXTB+"
+    "4ZOv3WU3b2NxCwy3QDydrfJpwm67TYvdbOtYgrN+lvj2zKfZ8Fv5wXofnjvE+yeO6QeYHOkAoYCNwLUzGKvmvq6CDA3qMZkhRV0l"
+    "I5dOYcHcITcCp2IHj0EQr/fh2bdns/NxTbfyfU7/v6z+xX4TbJ68abyu2O12Y7yoHOw/rM9yEUqueO8aSMYiFAGtHSXphkobvJnh"
+    "Nl/i17J6MIONhLdROgWaWaM0SVrhzJRNppFPpkUmYZuWxTd3glsW47XTJeGB1ZoIqzkhavyETyqp2K6q0PT0CE9ibmAdqFBDE/el"
+    "8aNfvHQxsZkj/TzfGeHItwbbHrIiik97u7ui1Be+RZI9VlzRZn6eQ70DCQQnhOJghJJ391hDDMVAh2cIKbTuB62pbiFF2FEoyNkq"
+    "2UHDF64NB0SDjHwtZ63enPWav0Lz12TGKrz3aspfP/krJmONZK6KoZ2LFrn+y1q+yQPEsKdwAJ7G0kl4cz4u3jy2h+QH9p6cqAgg"
+    "lkBCJghkwT4J0JNAu/Zgzh0PzEngmwiwMWejGpQ5DJQJYVhX4PX+r3+bvg6I7E9Pjh6sVyilkH8xyCwEX5AQDCWX5RgxVoFi9jT/"
+    "ng1J1HJqS4+C5/VKT4QTGs8NNbY6GH56mc17yNAIxVdCq3twjYh1rdRuMj2QhNqag+o5tXXn1cvGosh2mhOzhVbCC5f0h6BPZqZq"
+    "C4Y+aoK42fqjRFnhmXX/CRpyu+XUlp4Hz+uVHgsnNJ4bauR/ydoCqkzTD1qjkXYj2xHE3Ybny3Nq646Zl42F3H6qLGbfME1/7tp/"
+    "8NMw02nbqPMm5W7zR0tE4cYPpcRZ0ujuLU9AR6rbHIQWKD03V8r71LVvCMmB1qovXvuGmyN7S64lON+Aa6XUb9EQtmSA46guPKQd"
+    "qe5wVjvrX22tv9Y027PDCYNtIVGcIGuoOLcoSKhkZxplivnnHR+uciAnHDtAASFTHNAsvsoy2ptEBRVdyWSJDk0W3aB1fKZrFuOY"
+    "r5ULh6P7oZaxjsxamhHXkZlXDX9dTnEpjd3DVS/kPGWPU8TQakOVBTU2nZb1i8ZTUk14x7xBj+WErq3g6QtWaZES4ony1ypevGzO"
+    "WUOPJ1WupaIytrNHqxgNdMVIyKenFRuBofSwvo5loNZBqJR5r/AmDdcuJhffmggN5IIrZdaS6iV4topUgVUoRJPBXxbj4CrUZJma"
+    "QB1Zfi6OqnK2v8bVJGQEHT6rSP1Ibh40Z1bR1FbNafVkEnWgotGhKz81KrsEOFnBx0oKPhoqNVRmyjGsUmKPqozG4EPF4AZ2oXG8"
+    "c6WFWVtZlQ11XIlAGpDoFjAnStXRPIpAKhlqk7AqAklfoozBschVw2NclGsT5qWJ1R2uHMIsgOBmlKNozNpkAWFj1jJrrajRTEs5"
+    "HUX+y2d4LFTbLoa///XD128fvyAnbMbO7WvUpl3C3zW+zQwUvD2nwd9xDneZ7XWe41l6vP/Fl7Yc6VHuGstN1w9wi8YsNj2sicQ8"
+    "UwsuP2UuHyaUcvIuiDrjwzgwv/wp3mMZsMeHhs6mAy+QTqatfMIyd416w65pb9gV8gFsJGUOkOO9NxE4XE83tPCRIPfNecw61rAY"
+    "4iq4GOEj4fXWv97bqAys/WhOBA8S4lK5sUV8KSeWzGTBHCL3gedkf2ciOdKnpvR1wRsdavouuTXTLE/97NbUONXZO6Q0YZVwA8mN"
+    "eYd7ATdIgs56O34lUyI4y10DuVgA8qJ4I2URQ9zIfy+TvT7c5ACvH8DriZ27BRCekh2U3FiZ9bP0ktkpmlAjn1CLzEaEH19S7PfS"
+    "xc3gnuYlfLg4fEBIB8+KQzUnWk2QAAslFSViC1xwuYLFDFgU2d07aDks1NDDrWkouhjGECDSE4UmonDAbWLFxoRoTyVEFO1uGAwU"
+    "9HItE44GQtFeYSAHoocIRIPY0qxVJwDucBsPVw0xqiMaCkkhReqdkboPUhWwg4Cdaa3vQGgvFm4cJohuMWDp93cORdg/EMyg/eha"
+    "Ct+HO5nxYp+uCfH1FsXw4JV3g9rjp8/hdN712LhLRlyAvsGbZPA2LNPNZ4pgtgvHSr2LDZ7Dzop7wND36Zr8WXgYL65AySEuDjdg"
+    "M/A4XPAhUd+bOVcv/gxBYEDEAz4Q9mVJ+KA3ERBh33Cz/cAQGAK9ubFK0S4tIZs7I5w7EOZC4x/tAuVsEIS5AqkGXn772q6Sfirp"
+    "p5J+Kumnkn7ywyWdzkR9zVFDs1HSTyX9PArpZ6yRffRHuT+fm/uz2HD2Ddpk9opQgIZnkuc0YliTlDATmj/EqyyhD8kSmj9oE56w"
+    "UbJQJQvdlixUaqF7cobeorNyhipnqHKGahFAOUMPxxm6xufcmR0bdUii6YBRzlDlDD0SZ+iBayBarDgodWir8sdTM4iGiwtdmuGc"
+    "Ow9TI2UQVQbRwzOIHq6apESiz0Ak2rBEpHyi80qmfKJKkqd8oson+og8dFGAkxWDnKQYpKFSQyVVqoEM7Mw1MLxi0+YLSEpb+tC0"
+    "pdUfyNJVo2+VR9lLlb1UzF5aSJ2rJKb3SmLagiv5SblMP322A3ZiaLztsqk7rO3sUja5YJP7TdF1Wc6dYTSxxOIrrFzFLUN8lLum"
+    "cnDjyCwwPSfl+CYBeRmBggMs8Sic/Hu5bLtHLG6BORCIp1NYPnfYbTfvLJ59AUuH5yMWt7mczuYtx9rbuct6O57XxPuhjukumBzp"
+    "J6GAjbIgZzBC8AN6FDJeqGNlxhn1qIxcOq8FE4rcCJyffR0LyRiWNfk2raOnOTs7l1vZx6f/X8BJsXsFW5xvGq8rQL3dGN+0CTYE"
+    "12e5CCVXGHsNJGMRimLfjpKsXnITvKARtp/jIpIu9GAv723oTsENWEM3SVrhdJXNsJHPsEVmZvNW7Devg1ux40XZJQGF1WsNqzkh"
+    "avxsWSqpSLJ9ffHp8aTEBsHiXKGG1u5No1W/mL1i1hOFL6JwkO+NcuQ4gB1PWRFFw7tEBcXEL3wzJTs0uaI9wkEOYw8RxgZh5wR9"
+    "HAx98lEh1hBjPDAuMIQUyG8M5KlmQcXzUcTIGTDZD8cXbhg1iD43ABKsGIKKAUDYCwR9189fu3g8sD74l6YgAFgfEgEbCqzrPXzl"
+    "+cjLN7BgJ29hwAGy+IjCAugUSMYeA+cZmwAXXrZMF98pQeEuHCd1MgG29kfxviD2/fooe0IewptrQHQAm9eLBgZ6DhZ/SDSAzYyr"
+    "1+IZhJABGQ8FgdCYJRJi4kRECo1XBfeCkEFMnB26FAzTIsLJNMLJBFEwNBcRGM6ZJYyC+VLlTv/m9R9//fG7Y//48cu38YPc3z6b"
+    "P/3Hb9/+7eNPQZX8JT7MjVfCw0vjajfw29Upw18C0fm8vtz3H57GKTmdF+bB5c0XOivomtNlvTQ0VPET+GqXe3p3iSut8fvD1VT8"
+    "qnC2w5cLXgsI8f4sD8Asn6bU8CU5HHt6JXc/YEGzCPoWkL92sQf40mG+1Jub6cpkihalyyU5k8lLDJDyjJF5I7jYWpe3S8zRuyZ4"
+    "rPV5VuPMTA1oqmyZVoZr/qTB6fGDk4YmDU33FZrmT0qQAOo6pYpDPkatAwvFqOC3cYy6emcflo95XD0W/aVFbLz+bDydduXxxC45"
+    "D8uVUIDi3z64r1muXO4Bxyff5IBviRBXhRMdvpr/Urx5zkOodbqFccp/+Fycgq5F4pQ/M5MPLBM0XRnPU+rIGaPJCwyLwOr/tJXl"
+    "Y1SbN0vs0bsmeKh8iEpmBbRVtkxby0Ux1L3Hp/OwWFeHyHQeAJLno8UkjUgdIhJmV1sHIcgCDx13bscktab04GnbNMtaU9LE7b4S"
+    "tyU8aXB6/OCkoUlD0z2FJjsocnr84HSbZUVOGp7uNDw9bHA6XVbj6hGWbvqPG5A0HPUJR6hZbR6BIAM8dNB5/9vvP335/TPVqPTK"
+    "+PInEm/gQBN4eeTszQEPeTMhtsnEkB7BI5ofAtQs1jpABs0vTrOiCSeMACOPeN3hIIvg0VvgEVFM2DIYaCg4cijQQKCBoH8goJtw"
+    "1v053J6QbW14P9vfOYx2lRu31lB3EnbRZLaqO+xRwzNEwIMrGBWS7dVsVGBtWnN2q9PhR/Z3j9Ucw3/sFp0voq3nfnvOWDy482jA"
+    "7kkQhwqoqeA4QUJDROtulTZRgWhFOVggIHpQNEc4QI6Q7x7RLEGzhLbGpuWCY4cCDQQaCHoHArS/QkPBIUJBrjNCg4EGg9bB4P5D"
+    "AX/DWR4ooB3jI4QIDRA9OhEaxQSizeAIYeCvnznMJ+f8kbi0eQloWIo+2Ya4WeLcUP8RS1W29xFvL0IG19dID2e+qfEsP4eW6xnK"
+    "9AlB5sM042vqX+svgXCc6zGsfpToGYQNhdx+HtrV+NaAdgqqa5W4ljqWOhafdaKNh13DXQJkNynZwIJPYpuaPexJC37SGtlC8PYO"
+    "eKPK4XjY2tWuvvmI9mzia0IzB3Ye87QLlY8SPYOQZIF7wJneVxIbBUGfsK+jvfsh2AJs4ng078EWHvhc/pfOXF+Xy1MKbOZlebIA"
+    "xYoCfMA+la9o8QnQYu6ou7pWiWupY6ljZQ9qq2vJh1NXLXWuz/ljxnu71rsfgt2UJq5Gnw3u6nPP5XHplPV1svyB2638inGSlvQs"
+    "7HvSp2A4Yps/xR85WoYdEcM/isT+ULd8MJgdJzkHQC0fM/lTakoZq0uukSwkrNvB9+EuFllrbm7GWxtxFEveBsy+e19g3HNwCBRs"
+    "ZO1q63dn6/ljjmKjn+pzU80wrg/Ppy2u8QBjYvH13sfe0zJiccWw6mBhc6MOx4JToY2vEW3BsG4H34e7zZKt/NaWfCVn9XqaNFV+"
+    "55g4UkffwtYfzdIZOyFtLZ/eA9nMBYjNj+eD4rIjYQpPjgNP0G0GheJ5a1dbvzNbRyv/zxiyJed11IwPaMY7h+ziUL2ldT+abTOq"
+    "4W1tna6D9zX62zeu6aK3KbB4NDC3iMCsd9kr6ooiXJzF7Rkd86Oaq7EVGApeRWtRLhsEr7RXiUxUjkpoa3YsZdGDS+budxZRdk69"
+    "HzSikKnC3VnIrkj/MS3k/V//9lDIxH8ftZQulvJYCAV4LUUpLVHKbYAfCKn476MRpnmEeSDE4r+PWkoTS3kb2p8/friN4vIV4rR+"
+    "6Lxv3p5PIW/n7X/OCdHIJbatH/wHiA0susXgaz1fPIbT8zqSwXrnbr+9vnPBEw6YlnnonbcIhS8Giw1+c28oDV5/e5tXkNxnkrbA"
+    "3QCJtwEdO0YHkyzpB353wUtPlyavufrB8qI5G0kcRCgZrcaOnBs7P3TsXJHg7IC/+EbLtXk7P9ykwFQpELp1rGsZqeDb5dD6onFD"
+    "40bRu69cVo/h/g/s90uaRzn/xDCfOrcVeDfgz7N4zqGT17GJQRpgMGwyGBfj3ZfhTdwb48Of3BHzCOAuuBNAF8N2nxkS1OwHlvUD"
+    "5rq8KWbwpAxo44AhTxKQJWcWMrVl+saPZMR3Yr1j9UTRl6Ivzdo0a+Oit1vU0KxN44ZmbU+VtY0VdJggfXY4W+DU4I0XRb7/gle6"
+    "ZKIW87vE0YCa0slr1udfZ6DBfdcbGvyGnvlnB8Uz+Ny1kYmHTycw8UAQWOGi53CJRfyCDilw7Wy/9NuF1ol+y0PtM3PfRzHM41hk"
+    "eNBewZKCJU2yNMligq0geGiupeFDc61nyrVAsgfdXNCNsnvdKIMMWvfLdL/M3aMR67aZQjLN6DSjK4J0unum4UMzuqfN6HQTTTfR"
+    "DruJFhip7qXpXtoRDHP97CkGmbyg7H8kuhQeYWn4NJho+WDwQIEvF63noGrQtFzmwgm1oKZ8tAcD8Al2X6IkkRGhEAn1LXB+JkLY"
+    "B+IOUknCwCGHSV2FyC/UWY7iLHfvJffqHtkdFdOg/GzE5eeBLP9SxkqIYNbELQAbWQF4To2G+u0LU1D5NeLKr8lWfmOrycRWtZu+"
+    "dnMfBkNvEegarIBVAavvKgpYFbAqYIXdI18wNq0qcYZdiRsiw8nX0CCJXC3MCGphhlcLo42lqDprBEUwwy6CGdASslVZtYUOtnAY"
+    "I+AdKtAlU/Gl4kvAYxRmKsxUmJnxEi2PanlUVO0SNner+WiVFPj+nS7MCmYVzPKWaa2ZKphVMJv3Ei2dauk0NgitoD5vBdX7aCJ3"
+    "9TTVx22gyGVAg+OuobEYumAZ0FaSBev87pR214sWzz5PJF0uDWXmIkHe0mlaLZ0mPIEiXkBxec4yahj+guf1bhyO4LSSOLGHlISR"
+    "JsnsV5H0wNIFOTd9So7vXJAiQLH2C1oiiFUOiS7fXhlX00WCglPX9CwgVQKJEGEyq0hYJ/C+SqkhW0O2hmxWyEaRbmDFQwXSNTEa"
+    "RZGuiY/2ZI5QcQy7RjeFl9G3AvAydi0PLxedvTI+Bh5ovIxfG+Nl+EWAT3lqANYArAGYE4CTr5kqblbcvD1uXr+RqqFbQ7eGbnbo"
+    "Vvys+LkaP7/99/8BaBoKlw=="
 )
 # ---- END GENERATED LAYER EVENT TABLES ----
