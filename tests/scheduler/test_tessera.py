@@ -88,3 +88,36 @@ def test_deadline_mode_drops_what_cannot_finish():
     get_policy("tessera-ddl").schedule(ctx)
     d = ctx.decision()
     assert d.dropped == {1} and 2 in d.allocations
+
+
+def test_count_ladder_is_crius_with_max_scale_2_and_reaches_4n_by_default():
+    kn = table_knowledge({("m", 8): {(A100, n): float(n) ** 0.9 for n in (1, 2, 4, 8, 16)}})
+    j = job(0, gpus=2, gpu_type=A100, iterations=BIG)
+    ctx = make_context([(A100, 8), (A100, 8)], kn, pending=[j])
+    counts = {c.n_gpus for c in get_policy("tessera", max_scale=2).info(ctx, j).cells}
+    assert counts == {1, 2, 4}  # N/2, N, 2N (Crius §6.1)
+    counts = {c.n_gpus for c in get_policy("tessera").info(ctx, j).cells}
+    assert counts == {1, 2, 4, 8}
+
+
+def test_a_burst_is_admitted_first_then_grown_without_restarts():
+    # 4 GPUs, 2 queued jobs: each gets a Cell; a lone job takes the whole node (grown before it starts)
+    pending = [job(1, gpus=2, gpu_type=A100, iterations=BIG), job(2, gpus=2, gpu_type=A100, iterations=BIG)]
+    ctx = make_context([(A100, 4)], KN, pending=pending)
+    get_policy("tessera", spread=True).schedule(ctx)
+    d = ctx.decision().allocations
+    assert sum(a.n_gpus for a in d.values()) == 4 and set(d) == {1, 2}
+    ctx = make_context([(A100, 4)], KN, pending=pending[:1])
+    get_policy("tessera", spread=True).schedule(ctx)
+    assert ctx.decision().allocations[1].n_gpus == 4
+
+
+def test_mixed_cells_are_a_fallback_when_no_single_type_fits():
+    kn = table_knowledge({("m", 8): {(A100, 2): 2.0, (A10, 2): 1.0, ((A100, 1), (A10, 1)): 1.5}})
+    j = job(1, gpus=2, gpu_type=A100, iterations=BIG)
+    ctx = make_context([(A100, 1), (A10, 1), (A10, 2)], kn, pending=[j])
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((A10, 2),)  # a single type that fits beats the mix
+    ctx = make_context([(A100, 1), (A10, 1)], kn, pending=[j])
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[1].gpus == ((A10, 1), (A100, 1))

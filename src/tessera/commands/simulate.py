@@ -31,6 +31,11 @@ def simulate(
     out: str | None = typer.Option(
         None, "--out", help="report directory (default runs/sim/<trace>-<cluster>)"
     ),
+    models: str | None = typer.Option(
+        None, "--models", help="zoo models to draw from (default: Crius Table 2 by GPU-time bucket)"
+    ),
+    density: float = typer.Option(1.0, "--density", help="arrival density multiplier (load scaling)"),
+    max_gpus: int = typer.Option(64, "--max-gpus", help="largest GPU count the rate table covers per job"),
     no_plots: bool = typer.Option(False, "--no-plots", help="skip the PNG plots"),
     workers: int | None = typer.Option(None, "--workers", help="processes estimating the rate table"),
     as_json: bool = typer.Option(False, "--json", help="print the study as JSON instead of the table"),
@@ -55,6 +60,20 @@ def simulate(
         if any(d < 0 for d in depths):
             raise ValueError("--depth-sweep: depths must be >= 0")
     names = resolve_policies(policies)
+    if max_gpus < 1:
+        raise ValueError(f"--max-gpus: must be >= 1, got {max_gpus}")
+    if models:
+        from tessera.models.zoo import get_spec
+
+        names_m = [m.strip() for m in models.split(",") if m.strip()]
+        for m in names_m:
+            try:
+                get_spec(m)
+            except KeyError as e:
+                raise ValueError(f"--models: {e}") from None
+        workload = WorkloadSpec.of_models(names_m, seed=seed, deadlines=deadlines, max_gpus=max_gpus)
+    else:
+        workload = WorkloadSpec(seed=seed, deadlines=deadlines, max_gpus=max_gpus)
     out_dir = Path(out) if out else Path("runs") / "sim" / f"{trace}-{Path(cluster).stem}"
     cfg = SimConfig(
         round_s=round_s, seed=seed, noise_sigma=noise, node_mtbf_s=mtbf_h * 3600 if mtbf_h else None
@@ -88,11 +107,13 @@ def simulate(
             policies=names,
             seed=seed,
             config=cfg,
-            workload=WorkloadSpec(seed=seed, deadlines=deadlines),
+            workload=workload,
             depth_sweep=depths,
             out_dir=out_dir,
             plots=not no_plots,
             workers=workers,
+            max_gpus=max_gpus,
+            density=density,
             on_phase=on_phase,
         )
     if as_json:

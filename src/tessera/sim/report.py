@@ -23,7 +23,7 @@ from tessera.scheduler.policy import get_policy, policy_names
 from tessera.scheduler.state import Job
 from tessera.sim.metrics import compute_metrics, throughput_series
 from tessera.sim.simulator import SimConfig, SimResult, Simulator
-from tessera.sim.trace import Trace, load_csv, load_philly, window, window_length
+from tessera.sim.trace import Trace, densify, load_csv, load_philly, window, window_length
 from tessera.sim.workload import WorkloadSpec, build_jobs, demand_gpu_hours
 
 BASELINES = ("fcfs", "gandiva", "gavel", "elasticflow-ls", "sia", "opportunistic", "frenzy")
@@ -180,6 +180,8 @@ def run_study(
     out_dir: str | Path | None = None,
     plots: bool = True,
     workers: int | None = None,
+    max_gpus: int = 64,
+    density: float = 1.0,
     on_phase: Callable[[str, float, float], None] | None = None,
 ) -> Study:
     """Simulate every policy on one workload; write ``study.json`` and the plots under ``out_dir``.
@@ -188,7 +190,9 @@ def run_study(
     names = resolve_policies(policies)
     tr, trace_name = load_trace(trace, trace_file, columns)
     w_len = window_length(tr, start, end)
-    tr = window(tr, start, end)
+    tr = densify(window(tr, start, end), density)
+    if w_len is not None:
+        w_len /= density
     if not tr.jobs:
         raise ValueError("the trace window holds no jobs")
     wl = workload or WorkloadSpec(seed=seed)
@@ -199,7 +203,9 @@ def run_study(
     def phase(label: str) -> Callable[[float, float], None]:
         return lambda d, t: on_phase(label, d, t) if on_phase else None
 
-    table, jobs, table_s = prepare(spec, tr, wl, workers=workers, on_config=phase("rate table"))
+    table, jobs, table_s = prepare(
+        spec, tr, wl, max_gpus=max_gpus, workers=workers, on_config=phase("rate table")
+    )
     metrics: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
     for name in names:

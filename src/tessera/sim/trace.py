@@ -199,6 +199,18 @@ def window(trace: Trace, start: str | float | None = None, end: str | float | No
     return Trace(tuple(sel), epoch, trace.source)
 
 
+def densify(trace: Trace, density: float) -> Trace:
+    """Submit times divided by ``density`` (Pollux's load scaling; Crius §8.7 raises submission density to
+    study heavy load): the same jobs, arriving ``density`` times as fast."""
+    if density <= 0:
+        raise TraceError(f"--density: must be > 0, got {density}")
+    if density == 1:
+        return trace
+    return Trace(
+        tuple(replace(j, submit_s=j.submit_s / density) for j in trace.jobs), trace.epoch, trace.source
+    )
+
+
 def window_length(trace: Trace, start: str | float | None, end: str | float | None) -> float | None:
     lo, hi = resolve_time(trace, start, "--start"), resolve_time(trace, end, "--end")
     if lo is None or hi is None:

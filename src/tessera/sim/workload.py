@@ -38,6 +38,7 @@ SIZE_CLASSES: dict[str, tuple[str, ...]] = {
     "xl": ("wrn-6.8b", "bert-6.7b", "moe-10b", "moe-27b"),
 }
 BUCKET_HOURS: tuple[float, ...] = (1.0, 10.0, 100.0)  # GPU-time thresholds between the size classes
+DEFAULT_BATCHES: tuple[int, ...] = (128, 256)  # families Table 2 does not list
 
 
 def family(model: str) -> str:
@@ -56,12 +57,19 @@ class WorkloadSpec:
     deadlines: bool = False
     deadline_lambda: tuple[float, float] = (0.5, 1.5)
 
+    @classmethod
+    def of_models(cls, models: list[str], **kw: object) -> WorkloadSpec:
+        """Every job draws from these models, whatever its size (one size class)."""
+        if not models:
+            raise ValueError("--models: no model given")
+        return cls(size_classes=(tuple(models),), bucket_hours=(), **kw)  # type: ignore[arg-type]
+
     def configs(self) -> list[Config]:
         """Every (model, global batch) the workload may use."""
         out = set()
         for cls in self.size_classes:
             for m in cls:
-                for b in self.batches[family(m)]:
+                for b in self.batches.get(family(m), DEFAULT_BATCHES):
                     out.add((m, b))
         return sorted(out)
 
@@ -84,7 +92,7 @@ def build_jobs(trace: Trace, table: PerfTable, spec: WorkloadSpec = WorkloadSpec
         bucket = int(np.searchsorted(spec.bucket_hours, gpu_h, side="right"))
         models = spec.size_classes[bucket]
         model = models[min(int(u_model[i] * len(models)), len(models) - 1)]
-        batches = spec.batches[family(model)]
+        batches = spec.batches.get(family(model), DEFAULT_BATCHES)
         gb = batches[min(int(u_batch[i] * len(batches)), len(batches) - 1)]
         probe = Job(job_id=i, model=model, global_batch=gb, arrival_s=tj.submit_s, total_iterations=1.0)
         want = next_power_of_two(tj.num_gpus)

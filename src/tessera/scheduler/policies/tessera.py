@@ -30,6 +30,7 @@ Rules implemented:
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -58,6 +59,17 @@ class _JobInfo:
     min_cells: list[_Cell]  # per single type, the Cell with the fewest GPUs (fewest first)
 
 
+def _subset(placement: tuple[tuple[int, int], ...], n: int) -> tuple[tuple[int, int], ...]:
+    """``n`` of a job's own GPUs to keep when it shrinks: its fullest nodes first (compact, no new nodes)."""
+    out: list[tuple[int, int]] = []
+    for i, k in sorted(placement, key=lambda p: (-p[1], p[0])):
+        if n <= 0:
+            break
+        out.append((i, min(k, n)))
+        n -= min(k, n)
+    return tuple(sorted(out))
+
+
 # a way to free GPUs of one type: (loss per freed GPU, GPUs freed, job id, its new GPUs, new type, new count)
 _Donor = tuple[float, int, int, GPUs, str, int]
 
@@ -79,9 +91,14 @@ class Tessera(Policy):
         opportunistic: bool = True,
         deadline_aware: bool = False,
         upgrades_per_round: int | None = None,
-        upgrade_candidates: int = 64,
+        upgrade_candidates: int = 256,
         opportunistic_attempts: int = 8,
         min_gain: float = 0.02,
+        max_scale: int = 4,
+        max_gpus: int = 64,
+        spread: bool | str = False,
+        grow: bool = True,
+        mix_margin: float = math.inf,
     ) -> None:
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
@@ -91,10 +108,14 @@ class Tessera(Policy):
         self.mixes = mixes and type_scaling
         self.opportunistic = opportunistic
         self.deadline_aware = deadline_aware
-        self.upgrades_per_round = 2 * depth if upgrades_per_round is None else upgrades_per_round
+        self.upgrades_per_round = upgrades_per_round  # None: depth per departure (and per round at least)
         self.upgrade_candidates = upgrade_candidates
         self.opportunistic_attempts = opportunistic_attempts
         self.min_gain = min_gain
+        self.max_scale, self.max_gpus = max_scale, max_gpus
+        self.spread = spread
+        self.grow = grow
+        self.mix_margin = mix_margin
         self._info: dict[int, _JobInfo] = {}
         self._shared: dict[tuple, _JobInfo] = {}
         self._touched: set[int] = set()  # jobs whose allocation changed this round (rescaled at most once)
@@ -119,12 +140,20 @@ class Tessera(Policy):
         types = list(kn.gpu_types)
         if not self.type_scaling and job.requested_type:
             types = [job.requested_type]
-        counts = None
-        if not self.count_scaling:
-            counts = {}
-            for t in types:
-                n = kn.base_count(job, t)
-                counts[t] = [n] if n else []
+        counts: dict[str, list[int]] = {}
+        for t in types:
+            n = kn.base_count(job, t)
+            if not n:
+                counts[t] = []
+            elif not self.count_scaling:
+                counts[t] = [n]
+            else:  # N/2, N, 2N, … max_scale·N (Crius: max_scale = 2)
+                ladder = {max(1, n // 2)}
+                k = n
+                while k <= self.max_scale * n and k <= self.max_gpus:
+                    ladder.add(k)
+                    k *= 2
+                counts[t] = sorted(ladder)
         opts: list[CellOption] = kn.cells(job, gpu_types=types, counts=counts, mixes=self.mixes)
         req = job.requested
         ref = kn.cell_rate(job, req) if req is not None else 0.0
@@ -175,6 +204,8 @@ class Tessera(Policy):
         failed: dict[tuple, int] = {}
         version = 0
         queue = list(pending)
+        # GPUs the queue needs at its smallest Cells, to tell contention from plenty
+        demand = sum(self._min_gpus(ctx, js) for js in queue)
         k = 0
         attempts = 0
         while k < len(queue):
@@ -182,10 +213,16 @@ class Tessera(Policy):
             k += 1
             if ctx.allocation(js.job_id) is not None:
                 continue
+            need = self._min_gpus(ctx, js)
+            demand -= need
             key = (js.job.config, js.job.requested)
             placed = False
             if failed.get(key) != version:
-                placed = self.cell_based_sched(ctx, js)
+                free_total = sum(ctx.free_by_type().values())
+                spare = free_total - need - max(0, demand)
+                if self.spread == "share":  # a fair share of what is free among the jobs still queued
+                    spare = free_total // max(1, len(queue) - k + 1) - self._min_gpus(ctx, js)
+                placed = self.cell_based_sched(ctx, js, spare, max(0, demand))
                 if placed:
                     version += 1
                 else:
@@ -201,7 +238,14 @@ class Tessera(Policy):
                 if freed is not None:
                     version += 1
                     queue.extend(freed)  # the suspended jobs queue again behind it
+                    demand += sum(self._min_gpus(ctx, o) for o in freed)
+        if self.grow:
+            self.grow_new(ctx, [js.job_id for js in queue if js.status.value == "pending"])
         self.extra_scheduling(ctx)
+
+    def _min_gpus(self, ctx: SchedulingContext, js: JobState) -> int:
+        inf = self.info(ctx, js.job)
+        return inf.min_cells[0].n_gpus if inf.min_cells else 0
 
     def _drop_hopeless(self, ctx: SchedulingContext) -> None:
         for js in (*ctx.running, *ctx.pending):
@@ -218,36 +262,59 @@ class Tessera(Policy):
                 ctx.drop(js.job_id)
 
     # ------------------------------------------------------------------ CellBasedSched
-    def cell_based_sched(self, ctx: SchedulingContext, js: JobState) -> bool:
-        """Place a queued job on its best choice (free GPUs, or scaling ≤ depth running jobs); False: pend."""
+    def cell_based_sched(
+        self, ctx: SchedulingContext, js: JobState, spare: int | None = None, behind: int = 0
+    ) -> bool:
+        """Place a queued job on its best choice (free GPUs, or scaling ≤ depth running jobs); False: pend.
+
+        ``spare``: free GPUs beyond what the jobs still queued behind this one need at their smallest Cells.
+        When GPUs are contended (a Cell would eat into that), the job takes no more than its smallest Cell's
+        GPUs plus the spare: cluster throughput is higher spread over more jobs (scaling is sublinear), and
+        extra scheduling grows jobs once the queue is served. ``behind``: GPUs the jobs queued behind this one
+        need — GPUs a rescale frees beyond this job's need serve them, so only the rest is charged here."""
         inf = self.info(ctx, js.job)
         if not inf.cells:
             return False
         free = ctx.free_by_type()
-        # direct choices: the first Cell (fastest first) that fits the free GPUs now
+        cap = math.inf
+        if self.spread and spare is not None and behind > 0 and inf.min_cells:
+            cap = inf.min_cells[0].n_gpus + max(0, spare)
+        # direct choices: the first Cell (fastest first) within the cap that fits the free GPUs now
         direct: _Cell | None = None
+        mix: _Cell | None = None
         for c in inf.cells:
+            if c.n_gpus > cap:
+                continue
             if all(free.get(t, 0) >= n for t, n in c.gpus) and ctx.place(c.gpus) is not None:
+                if c.mix:
+                    mix = mix or c
+                    continue
                 direct = c
                 break
+        # a mixed Cell pins two types' GPUs and cannot shrink type by type: it has to be clearly faster
+        if mix is not None and (direct is None or mix.norm > direct.norm * (1 + self.mix_margin)):
+            direct = mix
         g_direct = direct.norm if direct is not None else 0.0
         # scaling choices: Cells better than the direct one, made room for by rescaling ≤ depth jobs
-        best: tuple[float, _Cell, list[_Donor]] | None = None
+        choices: list[tuple[float, _Cell, list[_Donor]]] = []
         if self.depth > 0:
             for c in inf.cells:
                 if c.norm <= g_direct + self.min_gain:
                     break
-                if c.mix:
+                if c.mix or c.n_gpus > cap:
                     continue  # mixes are taken only when free; donors free one type at a time
-                plan = self._room_for(ctx, c, free)
+                plan = self._room_for(ctx, c, free, behind)
                 if plan is None:
                     continue
                 loss, moves = plan
                 net = c.norm - loss
-                if net > g_direct + self.min_gain and net > 0 and (best is None or net > best[0]):
-                    best = (net, c, moves)
-        if best is not None and self._apply_moves(ctx, js, best[1], best[2]):
-            return True
+                if net > g_direct + self.min_gain and net > 0:
+                    choices.append((net, c, moves))
+        # the best choice that can be placed (fragmentation may defeat one), a few tries at most
+        choices.sort(key=lambda x: -x[0])
+        for _, c, moves in choices[:4]:
+            if self._apply_moves(ctx, js, c, moves):
+                return True
         if direct is not None:
             ok = ctx.reserve(js.job_id, direct.gpus, direct.n_stages) is not None
             if ok:
@@ -287,7 +354,7 @@ class Tessera(Policy):
         return out
 
     def _room_for(
-        self, ctx: SchedulingContext, c: _Cell, free: dict[str, int]
+        self, ctx: SchedulingContext, c: _Cell, free: dict[str, int], behind: int = 0
     ) -> tuple[float, list[_Donor]] | None:
         """Cheapest donors (≤ depth jobs) that free enough GPUs for Cell ``c`` (counts only; placement is
         checked when applied)."""
@@ -312,7 +379,11 @@ class Tessera(Policy):
                     return None
                 moves.append(d)
                 used.add(jid)
-                loss += per_gpu * k
+                # GPUs freed beyond this Cell's need go to the jobs queued behind: charge only the rest
+                surplus = max(0, k - need)
+                taken = min(surplus, behind)
+                behind -= taken
+                loss += per_gpu * (k - taken)
                 need -= k
                 if u != t:
                     room[u] = room.get(u, 0) - m
@@ -321,29 +392,29 @@ class Tessera(Policy):
         return loss, moves
 
     def _apply_moves(self, ctx: SchedulingContext, js: JobState, c: _Cell, moves: list[_Donor]) -> bool:
-        """Rescale the donors, then place the job; roll everything back when placement fails."""
+        """Rescale the donors (a shrink keeps part of its own GPUs, a move goes to its new type), then place the
+        job; roll everything back when something does not fit."""
         before: list[tuple[int, Allocation]] = []
+        ok = True
         for d in moves:
-            a = ctx.allocation(d[2])
+            jid, new = d[2], d[3]
+            a = ctx.allocation(jid)
             if a is None:
-                return False
-            before.append((d[2], a))
-            ctx.release(d[2])
-        ok = ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None
-        if ok:
-            for d in moves:
-                jid, new = d[2], d[3]
-                cell = self.info(ctx, ctx.jobs[jid].job).by_gpus[new]
-                if ctx.reserve(jid, new, cell.n_stages) is None:
-                    ok = False
-                    break
-        if ok:
+                ok = False
+                break
+            before.append((jid, a))
+            ctx.release(jid)
+            cell = self.info(ctx, ctx.jobs[jid].job).by_gpus[new]
+            keep = _subset(a.placement, new[0][1]) if new[0][0] == a.gpus[0][0] else None
+            if ctx.reserve(jid, new, cell.n_stages, placement=keep) is None:
+                ok = False
+                break
+        if ok and ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
             self._touched.add(js.job_id)
             self._touched.update(d[2] for d in moves)
             return True
-        ctx.release(js.job_id)
-        for d in moves:
-            ctx.release(d[2])
+        for jid, _ in before:
+            ctx.release(jid)
         for jid, a in before:
             ctx.reserve(jid, a.gpus, a.n_stages, placement=a.placement)
         return False
@@ -385,10 +456,62 @@ class Tessera(Policy):
         return None
 
     # ------------------------------------------------------------------ extra scheduling (scale up)
+    def grow_new(self, ctx: SchedulingContext, ids: list[int]) -> None:
+        """Jobs admitted this round have not started: growing them costs no restart (the allocation is still
+        virtual). Spread the GPUs left after admission over them, best throughput gain per extra GPU first."""
+        heap: list[tuple[float, int, int, _Cell]] = []
+        seq = 0
+
+        def best_for(jid: int, free: dict[str, int]) -> tuple[float, _Cell] | None:
+            a = ctx.allocation(jid)
+            if a is None:
+                return None
+            inf = self.info(ctx, ctx.jobs[jid].job)
+            cur = self.norm(ctx, ctx.jobs[jid].job, a.gpus)
+            have = dict(a.gpus)
+            best: tuple[float, _Cell] | None = None
+            for c in inf.cells:
+                if c.norm <= cur * (1 + self.min_gain):
+                    break
+                if c.mix:
+                    continue  # mixes only as a fallback at admission
+                extra = c.n_gpus - a.n_gpus
+                if extra <= 0 or not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
+                    continue
+                score = (c.norm - cur) / extra
+                if best is None or score > best[0]:
+                    best = (score, c)
+            return best
+
+        free = ctx.free_by_type()
+        for jid in ids:
+            b = best_for(jid, free)
+            if b is not None:
+                heapq.heappush(heap, (-b[0], seq, jid, b[1]))
+                seq += 1
+        while heap and sum(free.values()) > 0:
+            neg, _, jid, c = heapq.heappop(heap)
+            old = ctx.allocation(jid)
+            assert old is not None
+            have = dict(old.gpus)
+            if all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
+                ctx.release(jid)
+                if ctx.reserve(jid, c.gpus, c.n_stages) is None:
+                    ctx.reserve(jid, old.gpus, old.n_stages, placement=old.placement)
+                    continue  # placement failed: this job stays as it is
+                free = ctx.free_by_type()
+            b = best_for(jid, free)
+            if b is not None:
+                heapq.heappush(heap, (-b[0], seq, jid, b[1]))
+                seq += 1
+
     def extra_scheduling(self, ctx: SchedulingContext) -> None:
         """Give idle GPUs to running jobs: a larger Cell or a faster type, best gain per extra GPU first,
         among the jobs with the most time left (where a restart pays off best)."""
-        if self.upgrades_per_round <= 0:
+        limit = self.upgrades_per_round
+        if limit is None:  # Algorithm 1 line 12: one CellBasedSched (≤ depth rescales) per departure
+            limit = self.depth * max(1, len(ctx.events.finished) + len(ctx.events.nodes_repaired))
+        if limit <= 0:
             return
         free = ctx.free_by_type()
         if sum(free.values()) == 0:
@@ -412,6 +535,8 @@ class Tessera(Policy):
             for c in inf.cells:
                 if c.norm <= cur * (1 + self.min_gain):
                     break  # fastest first: nothing further is faster
+                if c.mix:
+                    continue  # mixes only as a fallback at admission
                 if not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
                     continue
                 gain = c.norm - cur - self.penalty(ctx, js, c)
@@ -421,7 +546,7 @@ class Tessera(Policy):
         cands.sort(key=lambda x: (-x[0], x[1]))
         done = 0
         for _, jid, c in cands:
-            if done >= self.upgrades_per_round:
+            if done >= limit:
                 break
             old = ctx.allocation(jid)
             assert old is not None
