@@ -160,6 +160,9 @@ def test_cancel_running_job_frees_its_gpus(served):
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Loopback only: no background networking, component updates or sync lookups to Google's hosts.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
 @pytest.mark.timeout(180)
@@ -173,7 +176,7 @@ def test_dashboard_in_headless_chromium(served, tmp_path):
         )
         wait_for(lambda: job(served, jid)["state"] == "SUCCEEDED", 150, "a finished job")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1800})
             errors: list[str] = []
