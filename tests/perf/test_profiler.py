@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -23,8 +24,14 @@ TINY = get_spec("gpt-tiny", seq_len=32)
 def test_profile_layers_times_each_distinct_layer_once_per_tp_and_micro_batch():
     prof = Profile()
     run = profile_layers(TINY, micro_batches=(1, 2), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof)
-    # embedding, one block signature, head; TP 2 only for the block (the runtime replicates the rest)
-    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2)) == 2 * 2 + 2 + 2
+    # embedding, one block signature, head; TP 2 only for the block (the runtime replicates the rest), timed
+    # on Tessera's own shard layers (uneven splits) and under DTensor (what the runtime runs for even splits)
+    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2)) == 2 * 2 + 2 + 2 + 2
+    assert {(r.tp, r.impl) for r in run.rows if r.name.startswith("block")} == {
+        (1, "own"),
+        (2, "own"),
+        (2, "dtensor"),
+    }
     assert run.device_type == profile_device("cpu", cpu_threads(1))
     assert all(r.fwd_s > 0 and r.bwd_s > 0 and r.optimizer_s > 0 for r in run.rows)
     block = TINY.layers[1]
@@ -126,3 +133,35 @@ def test_profile_cli_saves_into_cost_dir_and_estimate_reads_it(tmp_path):
     ):
         r = runner.invoke(app, bad)
         assert r.exit_code == 2, (bad, r.output)
+
+
+def test_even_tp_is_priced_with_the_dtensor_profile_the_runtime_runs(monkeypatch):
+    prof = Profile()
+    run = profile_layers(
+        TINY,
+        micro_batches=(2,),
+        tp_degrees=(1, 2),
+        processes=2,
+        co_run=False,
+        repeats=1,
+        warmup=1,
+        profile=prof,
+    )
+    block, key = TINY.layers[1], run.device_type
+    own, dt = prof.get(block, key, 2, 2, "fp32"), prof.get(block, key, 2, 2, "fp32", impl="dtensor")
+    assert own is not None and dt is not None
+    # distinct figures make the choice visible in the estimate
+    prof.put(block, key, 2, 2, "fp32", fwd_s=0.001, bwd_s=0.002)
+    prof.put(block, key, 2, 2, "fp32", fwd_s=0.010, bwd_s=0.020, impl="dtensor")
+    assert Profile.from_json(prof.to_json()).entries == prof.entries  # impl survives the JSON round trip
+    cost = CostModel(profile=prof)
+    even = simple_plan("gpt-tiny", n_layers=TINY.n_layers, global_batch=2, seq_len=32, tp=2, model_heads=4)
+    uneven = replace(even, stages=(replace(even.stages[0], tp_ratios=(0.75, 0.25)),))
+    n_blocks = TINY.n_layers - 2
+    e_even = estimate_plan(even, TINY, Topology(), cost=cost)
+    e_uneven = estimate_plan(uneven, TINY, Topology(), cost=cost)
+    monkeypatch.setenv("TESSERA_TP_IMPL", "own")
+    e_own = estimate_plan(even, TINY, Topology(), cost=cost)
+    # the runtime runs even splits through DTensor (unless forced to its own layers), uneven ones on its own
+    assert e_even.compute_s - e_own.compute_s == pytest.approx(n_blocks * (0.030 - 0.003), rel=1e-6)
+    assert e_uneven.compute_s < e_even.compute_s

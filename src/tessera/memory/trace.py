@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tessera.memory import fakecuda
 from tessera.memory.breakdown import PHASES, TraceResult
+from tessera.models.dtensor_tp import fake_process_group
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -284,7 +285,7 @@ def _session(opts: StepOptions) -> Iterator[_Session]:
     with contextlib.ExitStack() as stack:
         mesh = None
         if opts.zero >= 2 or (opts.zero == 1 and opts.dp_degree > 1):
-            stack.enter_context(_fake_process_group(opts.dp_degree, opts.dp_rank))
+            stack.enter_context(fake_process_group(opts.dp_degree, opts.dp_rank))
         if opts.device == "cuda":
             stack.enter_context(fakecuda.amp_patches())
             if opts.zero >= 2:
@@ -314,20 +315,6 @@ def _fake_mode_class() -> type:
             return super()._cached_dispatch_impl(func, types, args, kwargs)
 
     return _FakeMode
-
-
-@contextlib.contextmanager
-def _fake_process_group(world_size: int, rank: int) -> Iterator[None]:
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @contextlib.contextmanager

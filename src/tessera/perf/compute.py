@@ -137,14 +137,18 @@ class LayerTime:
         return self.fwd_s + self.bwd_s
 
 
-ProfileKey = tuple[tuple, str, int, int, str]
+ProfileKey = tuple[tuple, str, int, int, str, str]
+TP_IMPLS = ("own", "dtensor")  # how a TP shard is executed: Tessera's own layers, or PyTorch DTensor
 OptimizerKey = tuple[tuple, str, int, str, str]
 
 
 @dataclass
 class Profile:
-    """Measured layer times keyed by (layer signature, device type, TP degree, micro-batch, precision), and
-    measured optimizer steps keyed by (layer signature, device type, TP degree, precision, optimizer).
+    """Measured layer times keyed by (layer signature, device type, TP degree, micro-batch, precision, TP
+    implementation), and measured optimizer steps keyed by (layer signature, device type, TP degree, precision,
+    optimizer). The implementation is ``own`` (Tessera's shard layers; also every TP-1 figure) or ``dtensor``
+    (the block under PyTorch's ``parallelize_module``, what the runtime runs for even splits — DTensor's
+    dispatch costs a small model's rank ~15 % more, so it is timed, not assumed).
 
     Times are for an even TP shard and no recompute (what the single-device profiler measures); the cost
     model scales them for uneven shard ratios and adds recompute itself. A layer's optimizer time is one step
@@ -155,8 +159,12 @@ class Profile:
     optimizer: dict[OptimizerKey, float] = field(default_factory=dict)
 
     @staticmethod
-    def key(layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str) -> ProfileKey:
-        return (layer_signature(layer), device_type, int(tp), int(micro_batch), str(precision))
+    def key(
+        layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str, impl: str = "own"
+    ) -> ProfileKey:
+        if impl not in TP_IMPLS:
+            raise ValueError(f"impl: {impl!r} is not one of {', '.join(TP_IMPLS)}")
+        return (layer_signature(layer), device_type, int(tp), int(micro_batch), str(precision), impl)
 
     @staticmethod
     def optimizer_key(
@@ -174,35 +182,42 @@ class Profile:
         *,
         fwd_s: float,
         bwd_s: float,
+        impl: str = "own",
     ) -> None:
         if fwd_s < 0 or bwd_s < 0:
             raise ValueError(f"profiled times must be >= 0, got fwd {fwd_s}, bwd {bwd_s}")
-        self.entries[self.key(layer, device_type, tp, micro_batch, precision)] = (fwd_s, bwd_s)
+        self.entries[self.key(layer, device_type, tp, micro_batch, precision, impl)] = (fwd_s, bwd_s)
 
     def get(
-        self, layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str
+        self, layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str, impl: str = "own"
     ) -> tuple[float, float] | None:
-        return self.entries.get(self.key(layer, device_type, tp, micro_batch, precision))
+        return self.entries.get(self.key(layer, device_type, tp, micro_batch, precision, impl))
 
     def lookup(
-        self, layer: Layer, device_type: str, tp: int, micro_batch: float, precision: str
+        self, layer: Layer, device_type: str, tp: int, micro_batch: float, precision: str, impl: str = "own"
     ) -> tuple[float, float] | None:
         """Times at ``micro_batch`` samples: the entry itself, else piecewise-linear in the micro-batch between
         (or beyond) the profiled sizes of the same layer, device, TP degree and precision — a layer's time is
         affine in its batch once past launch overhead, and uneven batch shares give fractional per-micro-batch
-        sizes. A single profiled size scales proportionally. None when nothing was profiled for the key."""
+        sizes. A single profiled size scales proportionally. ``impl="dtensor"`` falls back to the ``own``
+        figures where the DTensor variant was not timed (layers without a DTensor plan run on Tessera's own).
+        None when nothing was profiled for the key."""
         if float(micro_batch).is_integer():
-            hit = self.get(layer, device_type, tp, int(micro_batch), precision)
+            hit = self.get(layer, device_type, tp, int(micro_batch), precision, impl)
             if hit is not None:
                 return hit
         sig = layer_signature(layer)
         pts = sorted(
             (k[3], v)
             for k, v in self.entries.items()
-            if k[0] == sig and k[1] == device_type and k[2] == int(tp) and k[4] == str(precision)
+            if k[0] == sig
+            and k[1] == device_type
+            and k[2] == int(tp)
+            and k[4] == str(precision)
+            and k[5] == impl
         )
         if not pts:
-            return None
+            return self.lookup(layer, device_type, tp, micro_batch, precision) if impl != "own" else None
         if len(pts) == 1:
             (b0, (f0, w0)), scale = pts[0], micro_batch / pts[0][0]
             return f0 * scale, w0 * scale
@@ -236,7 +251,7 @@ class Profile:
     def to_json(self) -> str:
         rows = [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "micro_batch": k[3], "precision": k[4],
-             "fwd_s": v[0], "bwd_s": v[1]}
+             "impl": k[5], "fwd_s": v[0], "bwd_s": v[1]}
             for k, v in self.entries.items()
         ] + [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "precision": k[3], "optimizer": k[4],
@@ -254,7 +269,8 @@ class Profile:
                 okey = (sig, row["device_type"], int(row["tp"]), row["precision"], row["optimizer"])
                 p.optimizer[okey] = float(row["optimizer_s"])
                 continue
-            key = (sig, row["device_type"], int(row["tp"]), int(row["micro_batch"]), row["precision"])
+            key = (sig, row["device_type"], int(row["tp"]), int(row["micro_batch"]), row["precision"],
+                   row.get("impl", "own"))  # fmt: skip
             p.entries[key] = (float(row["fwd_s"]), float(row["bwd_s"]))
         return p
 
@@ -330,19 +346,21 @@ def layer_time(
     profile: Profile | None = None,
     curves: Mapping[str, EfficiencyCurve] | None = None,
     device_type: str | None = None,
+    impl: str = "own",
 ) -> LayerTime:
     """Forward and backward seconds of ``layer`` for one micro-batch on one rank of a TP group.
 
     ``ratio`` is this rank's shard ratio (uneven TP); ``attention_core_fraction`` the share of the layer's
     forward FLOPs that selective recompute repeats (the attention core: QKᵀ and softmax·V). ``device_type``
-    is the profile key of the device (:func:`profile_device`; default the GPU's name, also the fallback).
+    is the profile key of the device (:func:`profile_device`; default the GPU's name, also the fallback);
+    ``impl`` the TP implementation the runtime uses for this shard (``dtensor`` for even splits).
     """
     if micro_batch <= 0:
         return LayerTime(0.0, 0.0)
     measured = None
     if profile is not None:
         for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
-            measured = profile.lookup(layer, key, tp, micro_batch, precision)
+            measured = profile.lookup(layer, key, tp, micro_batch, precision, impl)
             if measured is not None:
                 break
     if measured is not None:

@@ -41,6 +41,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
+from tessera.models.dtensor_tp import uses_dtensor
 from tessera.models.spec import Layer, ModelSpec, TransformerArch
 from tessera.perf.comm import (
     Collective,
@@ -202,6 +203,7 @@ def _stage_time(
     recompute = plan.recompute.value
     layers = spec.layers[stage.layer_start : stage.layer_end]
     ratios = stage.ratios()
+    impl = "dtensor" if uses_dtensor(stage.tp_degree, stage.even_tp) else "own"
     elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float]] = {}
     best = (0.0, 0.0, 0.0)
@@ -227,6 +229,7 @@ def _stage_time(
                         layer, gpu, tp=tp, micro_batch=mb, precision=precision,
                         recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
                         attention_core_fraction=_attention_core_fraction(spec, layer), device_type=dkey,
+                        impl=impl,
                     )  # fmt: skip
                     f = cost.compute_factor(gpu.name)
                     cache[key] = (t.fwd_s * f, t.bwd_s * f)

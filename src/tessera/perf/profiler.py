@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from tessera.hardware import get_gpu, gpu_catalog
+from tessera.models.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.models.spec import ModelSpec
 from tessera.perf.compute import Profile, layer_signature, profile_device, runtime_splits
 
@@ -59,6 +60,7 @@ class LayerMeasurement:
     fwd_s: float
     bwd_s: float
     optimizer_s: float  # one step over this layer's (shard's) parameters
+    impl: str = "own"  # TP implementation timed: Tessera's own shard layers, or PyTorch DTensor (even splits)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,6 +201,36 @@ def _build(spec: ModelSpec, index: int, tp: int, attention: str) -> nn.Module:
         attention=attention,
         recompute="none",
     )
+
+
+@contextlib.contextmanager
+def _dtensor_shard(
+    spec: ModelSpec, index: int, tp: int, attention: str, device: torch.device, precision: str
+):
+    """Layer ``index`` as the runtime runs an even TP split: the full block under ``parallelize_module`` over a
+    ``tp``-rank mesh — here a fake process group, so this rank's compute and DTensor's dispatch are timed and
+    the (no-op) collectives are left to the communication model. Yields None when the block has no DTensor
+    plan or a real process group is live in this process (it must not be torn down)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        yield None
+        return
+    model = _build(spec, index, 1, attention).to(device)
+    plan = block_tp_plan(model.layers[0])  # type: ignore[index]
+    if plan is None:
+        yield None
+        return
+    if precision == "bf16-master":
+        model.to(torch.bfloat16)
+    with fake_process_group(tp, 0):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        mesh = init_device_mesh(device.type, (tp,))
+        parallelize_module(model.layers[0], mesh, plan)  # type: ignore[index, arg-type]
+        model.train()
+        yield model
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -444,7 +476,50 @@ def profile_layers(
                     if on_step is not None:
                         on_step(f"{layer.name} tp{t} mb{b}")
                 del model
+                if t > 1:
+                    rows += _time_dtensor(
+                        spec, i, t, layer, key, micro_batches, inputs[sig], targets if head else None,
+                        device=dev, precision=precision, attention=attention, warmup=warmup, repeats=repeats,
+                        opt_s=opt_s, profile=profile, on_step=on_step,
+                    )  # fmt: skip
     return ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(rows))
+
+
+def _time_dtensor(
+    spec: ModelSpec,
+    index: int,
+    tp: int,
+    layer: Any,
+    key: str,
+    micro_batches: Sequence[int],
+    x: torch.Tensor,
+    targets: torch.Tensor | None,
+    *,
+    device: torch.device,
+    precision: str,
+    attention: str,
+    warmup: int,
+    repeats: int,
+    opt_s: float,
+    profile: Profile | None,
+    on_step: Callable[[str], None] | None,
+) -> list[LayerMeasurement]:
+    """The DTensor variant of one layer's even TP shard at every micro-batch (none without a DTensor plan)."""
+    rows: list[LayerMeasurement] = []
+    with _dtensor_shard(spec, index, tp, attention, device, precision) as model:
+        if model is None:
+            return rows
+        for b in sorted(set(micro_batches)):
+            fwd, bwd = time_layer(
+                model, x[:b], targets[:b] if targets is not None else None,
+                device=device, precision=precision, warmup=warmup, repeats=repeats,
+            )  # fmt: skip
+            rows.append(LayerMeasurement(index, layer.name, tp, b, fwd, bwd, opt_s, impl="dtensor"))
+            if profile is not None:
+                profile.put(layer, key, tp, b, precision, fwd_s=fwd, bwd_s=bwd, impl="dtensor")
+            if on_step is not None:
+                on_step(f"{layer.name} tp{tp} mb{b} (DTensor)")
+    return rows
 
 
 def count_steps(
@@ -455,8 +530,18 @@ def count_steps(
 ) -> int:
     """How many measurements :func:`profile_layers` will take (for progress bars)."""
     start, end = layer_range or (0, spec.n_layers)
-    sigs = {layer_signature(layer): layer for layer in spec.layers[start:end]}
+    sigs = {layer_signature(layer): i for i, layer in enumerate(spec.layers[start:end], start)}
     n = 0
-    for layer in sigs.values():
-        n += len({t for t in tp_degrees if t == 1 or runtime_splits(layer)}) * len(set(micro_batches))
+    for i in sigs.values():
+        layer = spec.layers[i]
+        degrees = {t for t in tp_degrees if t == 1 or runtime_splits(layer)}
+        if any(t > 1 for t in degrees) and _has_dtensor_plan(spec, i):
+            degrees |= {-t for t in degrees if t > 1}  # the DTensor variant of each TP degree
+        n += len(degrees) * len(set(micro_batches))
     return n
+
+
+def _has_dtensor_plan(spec: ModelSpec, index: int) -> bool:
+    with torch.device("meta"):
+        model = _build(spec, index, 1, "flash")
+    return block_tp_plan(model.layers[0]) is not None  # type: ignore[index]

@@ -17,17 +17,15 @@ tensors (``local``), with a ``ShardSpec`` describing where each local shard live
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from tessera.models.dtensor_tp import COLWISE, ROWWISE, block_tp_plan, tp_impl
 from tessera.runtime.shards import ShardSpec
 
-COLWISE = frozenset({"q", "k", "v", "fc_in", "gate", "up"})
-ROWWISE = frozenset({"proj", "fc_out", "down"})
+__all__ = ["COLWISE", "ROWWISE", "block_tp_plan", "tp_impl"]
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -54,34 +52,6 @@ def dtensor_spec(p: DTensor, inner: ShardSpec | None = None) -> ShardSpec:
     mesh = p.device_mesh
     a, b = _chunk_range(full[placement.dim], mesh.size(), mesh.get_local_rank())
     return ShardSpec(full, placement.dim, ((a, b),))
-
-
-def tp_impl() -> str:
-    value = os.environ.get("TESSERA_TP_IMPL", "auto").strip().lower() or "auto"
-    if value not in ("own", "dtensor", "auto"):
-        raise ValueError(f"TESSERA_TP_IMPL must be own, dtensor or auto, got {value!r}")
-    return value
-
-
-def block_tp_plan(layer: nn.Module) -> dict[str, object] | None:
-    """The DTensor plan of a zoo block, or ``None`` when it has Linears this mapping does not know
-    (fused projections, vocab heads) or no column/row pair."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    out: dict[str, object] = {}
-    for name, mod in layer.named_modules():
-        if not isinstance(mod, nn.Linear):
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in COLWISE:
-            out[name] = ColwiseParallel()
-        elif leaf in ROWWISE:
-            out[name] = RowwiseParallel()
-        else:
-            return None
-    has_col = any(n.rsplit(".", 1)[-1] in COLWISE for n in out)
-    has_row = any(n.rsplit(".", 1)[-1] in ROWWISE for n in out)
-    return out if has_col and has_row else None
 
 
 def mesh_of(group: dist.ProcessGroup, device: torch.device, kind: str):
