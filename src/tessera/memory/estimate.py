@@ -4,13 +4,14 @@ and the smallest layouts that fit each GPU type (Frenzy's resource plans, with a
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tessera.hardware import get_gpu
-from tessera.memory.formula import evaluate
+from tessera.memory.formula import check_covered, evaluate
 from tessera.memory.layout import Layout, LayoutError, device_views
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import ModelSpec
@@ -130,38 +131,70 @@ def smallest_fitting_layouts(
     """For one GPU type: the layouts with the fewest GPUs whose every stage fits, most headroom first."""
     gpu = get_gpu(gpu_type)
     layouts = candidate_layouts(spec, base, max_gpus)
-    views, owner = [], []
-    for j, lay in enumerate(layouts):
-        for v in device_views(spec, lay):
-            views.append(v)
-            owner.append(j)
-    if not views:
+    if not layouts:
         return []
-    peaks = evaluate(spec, views).peak_bytes
-    owner_arr = np.asarray(owner)
-    worst = np.zeros(len(layouts))
-    np.maximum.at(worst, owner_arr, peaks)
     o = overhead_for(gpu.name)
     capacity = gpu.memory_bytes * (1 - headroom_fraction)
-    device = worst * o.fragmentation + o.context_bytes
-    ok = np.flatnonzero(device <= capacity)
-    if ok.size == 0:
-        return []
-    n_gpus = np.array([layouts[j].n_gpus for j in ok])
-    best_n = n_gpus.min()
-    chosen = sorted(ok[n_gpus == best_n], key=lambda j: device[j])[:top]
-    return [
-        FitRow(
-            gpu_type=gpu.name,
-            n_gpus=int(best_n),
-            dp=layouts[j].dp,
-            tp=layouts[j].tp,
-            pp=layouts[j].pp,
-            micro_batch=layouts[j].micro_batch,
-            recompute=layouts[j].recompute,
-            zero=layouts[j].zero,
-            peak_bytes=float(worst[j]),
-            headroom_bytes=float(gpu.memory_bytes - device[j]),
-        )
-        for j in chosen
-    ]
+    # GPU counts in increasing order; the first count with a fitting layout is the answer, so larger ones
+    # are never evaluated (their peaks could not change it). A model or layer class the formula does not
+    # cover raises as if every layout had been evaluated.
+    check_covered(spec, [v for lay in _representatives(layouts) for v in device_views(spec, lay)])
+    memo = _worst_memo(spec)
+    counts = np.array([lay.n_gpus for lay in layouts])
+    for n in np.unique(counts):
+        group = np.flatnonzero(counts == n)  # in candidate order
+        todo = [layouts[j] for j in group if layouts[j] not in memo]
+        if todo:
+            views, owner = [], []
+            for k, lay in enumerate(todo):
+                for v in device_views(spec, lay):
+                    views.append(v)
+                    owner.append(k)
+            peaks = evaluate(spec, views).peak_bytes
+            got = np.zeros(len(todo))
+            np.maximum.at(got, np.asarray(owner), peaks)
+            memo.update(zip(todo, got.tolist(), strict=True))
+        worst = np.array([memo[layouts[j]] for j in group])
+        device = worst * o.fragmentation + o.context_bytes
+        fit = np.flatnonzero(device <= capacity)
+        if fit.size:
+            chosen = sorted(fit.tolist(), key=lambda i: device[i])[:top]
+            lay_of = {int(i): layouts[int(group[i])] for i in chosen}
+            return [
+                FitRow(
+                    gpu_type=gpu.name,
+                    n_gpus=int(n),
+                    dp=lay_of[i].dp,
+                    tp=lay_of[i].tp,
+                    pp=lay_of[i].pp,
+                    micro_batch=lay_of[i].micro_batch,
+                    recompute=lay_of[i].recompute,
+                    zero=lay_of[i].zero,
+                    peak_bytes=float(worst[i]),
+                    headroom_bytes=float(gpu.memory_bytes - device[i]),
+                )
+                for i in chosen
+            ]
+    return []
+
+
+# Per spec object, layout → its worst stage's tensor peak: the smallest-layout search asks the same layouts
+# once per GPU type. Keyed by id(spec) (specs do not hash); an entry goes when its spec is collected.
+_WORST: dict[int, dict[Layout, float]] = {}
+
+
+def _worst_memo(spec: ModelSpec) -> dict[Layout, float]:
+    key = id(spec)
+    if key not in _WORST:
+        _WORST[key] = {}
+        weakref.finalize(spec, _WORST.pop, key, None)
+    return _WORST[key]
+
+
+def _representatives(layouts: list[Layout]) -> list[Layout]:
+    """One layout per combination of what picks the formula's layer classes (TP or not, one stage or
+    several — a tied model's ends together —, one-sample micro-batches, recompute mode)."""
+    seen: dict[tuple, Layout] = {}
+    for lay in layouts:
+        seen.setdefault((lay.tp == 1, lay.pp == 1, lay.micro_batch == 1, lay.recompute), lay)
+    return list(seen.values())

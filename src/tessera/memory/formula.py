@@ -294,6 +294,7 @@ def _structure(spec: ModelSpec) -> str:
     return base if arch.dropout > 0 else base + "-nodrop"
 
 
+@lru_cache(maxsize=1024)
 def _class_id(kind: str, name: str) -> int:
     names = _tables().classes[kind]
     if name not in names:
@@ -349,55 +350,91 @@ def _layer_values(
 
 
 # ------------------------------------------------------------------------------------------ inputs
+def _class_names(spec: ModelSpec, structure: str, tied: str, v: DeviceView) -> tuple[str, str, str]:
+    """The block, embedding and head event-table classes of one view."""
+    # one sample per micro-batch: math attention's batched matmuls reshape by views, copying nothing
+    one_sample = "/b1" if v.micro_batch == 1 and v.attention == "math" else ""
+    return (
+        f"{structure}/{v.precision}/{v.recompute}/{v.attention}{one_sample}",
+        f"{structure}/{v.precision}/tp{1 if v.tp == 1 else 2}/{tied}",
+        f"{structure}/{v.precision}/{tied}",
+    )
+
+
+def check_covered(spec: ModelSpec, views: list[DeviceView]) -> None:
+    """Raise the ValueError :func:`inputs_for` would raise for these views (a model or a layer class the
+    tables do not cover), without building the inputs."""
+    arch = spec.arch
+    if not isinstance(arch, TransformerArch):
+        raise ValueError(f"model {spec.name!r}: the memory formula covers transformer models")
+    model = _Model.of(spec)
+    structure = _structure(spec)
+    seen: set[tuple[str, str, str]] = set()
+    for v in views:
+        tied = "tied" if model.shared(v.layer_start, v.layer_end) else "untied"
+        names = _class_names(spec, structure, tied, v)
+        if names not in seen:
+            seen.add(names)
+            for kind, name in zip(("block", "emb", "head"), names, strict=True):
+                _class_id(kind, name)
+
+
+# the per-view columns of inputs_for, in order; then the stage scalars' keys
+_SIZE_KEYS = ("b", "s", "T", "h", "H", "kvH", "d", "dh", "hq", "hkv", "rep", "f", "V", "V2", "P")
+_VIEW_KEYS = _SIZE_KEYS + ("blk_cls", "emb_cls", "head_cls", "nb", "rope", "full", "has_emb", "has_head",
+                           "shared", "m", "M", "prec", "zero")  # fmt: skip
+
+
 def inputs_for(spec: ModelSpec, views: list[DeviceView], **extra: Any) -> dict[str, np.ndarray]:
     """Arrays the vectorized formula reads, one entry per view: the sizes the table terms use, the layer
     classes, the stage's shape and schedule, and its parameter-derived scalars."""
     arch = spec.arch
     if not isinstance(arch, TransformerArch):
         raise ValueError(f"model {spec.name!r}: the memory formula covers transformer models")
-    rows: dict[str, list[float]] = {}
-
-    def put(k: str, v: float) -> None:
-        rows.setdefault(k, []).append(float(v))
-
     model = _Model.of(spec)
     structure = _structure(spec)
     d, group = arch.head_dim, arch.n_heads // arch.n_kv_heads
+    seq = spec.seq_len
+    rope = arch.position == "rope"
+    # everything but the micro-batch size and the schedule is shared by the views of one stage layout
+    static: dict[tuple, tuple[tuple[float, ...], tuple[float, ...], tuple[str, ...]]] = {}
+    rows: list[tuple[float, ...]] = []
+    scalar_keys: tuple[str, ...] | None = None
     for v in views:
-        tp, kv = v.tp, _local(arch.n_kv_heads, v.tp)
-        tied = "tied" if model.shared(v.layer_start, v.layer_end) else "untied"
-        sizes = dict(b=v.micro_batch, s=spec.seq_len, T=v.micro_batch * spec.seq_len, h=arch.hidden, H=kv * group,
-                     kvH=kv, d=d, dh=d // 2, hq=kv * group * d, hkv=kv * d, rep=group,
-                     f=_local(arch.ffn_hidden, tp), V=_local(arch.vocab, tp), V2=arch.vocab, P=arch.max_positions)  # fmt: skip
-        for k, val in sizes.items():
-            put(k, val)
-        # one sample per micro-batch: math attention's batched matmuls reshape by views, copying nothing
-        one_sample = "/b1" if v.micro_batch == 1 and v.attention == "math" else ""
-        put(
-            "blk_cls",
-            _class_id("block", f"{structure}/{v.precision}/{v.recompute}/{v.attention}{one_sample}"),
-        )
-        put("emb_cls", _class_id("emb", f"{structure}/{v.precision}/tp{1 if tp == 1 else 2}/{tied}"))
-        put("head_cls", _class_id("head", f"{structure}/{v.precision}/{tied}"))
-        blocks = sum(
-            1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
-        )
-        put("nb", blocks)
-        put("rope", arch.position == "rope")
-        put("full", v.recompute == "full")
-        put("has_emb", v.layer_start == 0)
-        put("has_head", v.layer_end == spec.n_layers)
-        put("shared", tied == "tied")
-        put("m", max(1, v.in_flight))
-        put("M", max(v.micro_batches, v.in_flight))
-        put("prec", _PREC[v.precision])
-        put("zero", v.zero)
-        scalars = _stage_scalars(
-            model, v.layer_start, v.layer_end, tp, v.dp, v.zero, v.precision, v.optimizer
-        )
-        for k, val in scalars.items():
-            put(k, val)
-    out = {k: np.asarray(val, dtype=np.float64) for k, val in rows.items()}
+        skey = (v.layer_start, v.layer_end, v.tp, v.dp, v.zero, v.precision, v.optimizer, v.recompute,
+                v.attention, v.micro_batch == 1)  # fmt: skip
+        hit = static.get(skey)
+        if hit is None:
+            tp, kv = v.tp, _local(arch.n_kv_heads, v.tp)
+            tied = "tied" if model.shared(v.layer_start, v.layer_end) else "untied"
+            blk, emb, head = _class_names(spec, structure, tied, v)
+            blocks = sum(
+                1 for j in range(v.layer_start, v.layer_end) if spec.layers[j].kind in ("transformer", "moe")
+            )
+            mid = (arch.hidden, kv * group, kv, d, d // 2, kv * group * d, kv * d, group,
+                   _local(arch.ffn_hidden, tp), _local(arch.vocab, tp), arch.vocab, arch.max_positions,
+                   _class_id("block", blk), _class_id("emb", emb), _class_id("head", head), blocks, rope,
+                   v.recompute == "full", v.layer_start == 0, v.layer_end == spec.n_layers, tied == "tied")  # fmt: skip
+            scalars = _stage_scalars(
+                model, v.layer_start, v.layer_end, tp, v.dp, v.zero, v.precision, v.optimizer
+            )
+            tail = (_PREC[v.precision], v.zero, *scalars.values())
+            hit = static[skey] = (tuple(float(x) for x in mid), tuple(float(x) for x in tail), tuple(scalars))
+        mid, tail, keys = hit
+        if scalar_keys is None:
+            scalar_keys = keys
+        elif keys != scalar_keys:
+            raise AssertionError("stage scalars differ in their keys")
+        b = float(v.micro_batch)
+        head_row = (b, float(seq), float(v.micro_batch * seq))
+        sched = (float(max(1, v.in_flight)), float(max(v.micro_batches, v.in_flight)))
+        rows.append(head_row + mid + sched + tail)
+    out: dict[str, np.ndarray] = {}
+    if rows:
+        cols = np.array(rows, dtype=np.float64).T.copy()  # one contiguous row per key
+        assert scalar_keys is not None
+        for k, col in zip(_VIEW_KEYS + scalar_keys, cols, strict=True):
+            out[k] = col
     for k, val in extra.items():
         out[k] = np.asarray(val, dtype=np.float64)
     return out

@@ -24,7 +24,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, get_gpu
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION
 from tessera.models.spec import ModelSpec
 from tessera.perf.costmodel import CostModel
-from tessera.perf.estimate import Estimate, Topology
+from tessera.perf.estimate import Estimate, Topology, peak_bytes
 from tessera.plan import Device, Plan
 from tessera.planning.partition import partition_by_speed, partition_model
 from tessera.planning.space import Rung, StageSpace, TrainSettings, default_micro_batches, rungs_for
@@ -197,6 +197,8 @@ class CellEstimator:
         best: tuple[tuple[bool, float], StageSpace, Any] | None = None
         evaluations = 0
         default_B = default_micro_batches(shape.n_stages, self.settings.global_batch)
+        tries = [(rung, B) for rung in self.rungs for B in sorted({default_B, self.settings.global_batch})]
+        warmed, n_warms = 1, 0  # tries whose memory is priced (the first by its own assembly)
         # smaller micro-batches (B = the global batch) are the other memory lever: activations shrink with them
         for rung in self.rungs:
             for B in sorted({default_B, self.settings.global_batch}):
@@ -207,6 +209,12 @@ class CellEstimator:
                 choice = space.assemble(pure)
                 if choice is None:
                     return None
+                i = tries.index((rung, B))
+                if not choice.feasible and i + 1 >= warmed and i + 1 < len(tries):
+                    # it does not fit: price the memory of the next tries at once, twice as many each time
+                    warmed = i + 1 + (1 << n_warms)
+                    n_warms += 1
+                    self._warm(shape, tries[i + 1 : warmed])
                 evaluations += choice.evaluations
                 score = (not choice.feasible, choice.iteration_time_s)  # feasible first, then faster
                 if best is None or score < best[0]:
@@ -229,6 +237,17 @@ class CellEstimator:
             estimate=est,
             evaluations=evaluations,
         )
+
+    def _warm(self, shape: CellShape, tries: Sequence[tuple[Rung, int]]) -> None:
+        """Memory of the DP-only and TP-only options of several (rung, micro-batches) spaces of a Cell in one
+        formula call (a call costs about the same for one view or hundreds); the figures are the same."""
+        views = []
+        for rung, B in tries:
+            space = self.space(shape, rung, B)
+            if space is not None:
+                views.extend(space.pure_views())
+        if views:
+            peak_bytes(self.spec, views)
 
     @staticmethod
     def _favour(space: StageSpace, chosen: tuple[int, ...]) -> tuple[str, ...]:

@@ -141,6 +141,7 @@ class StageSpace:
         ]
         self._costs: dict[tuple[int, int], StageCost] = {}
         self._p2p: dict[tuple[int, int, int], float] = {}
+        self._carriers: dict[tuple[int, int], Plan] = {}
 
     # ---------------------------------------------------------------------------------- options
     def _stage(self, s: int, dp: int, tp: int) -> Stage | None:
@@ -197,8 +198,13 @@ class StageSpace:
         )
 
     def _carrier(self, s: int, j: int) -> Plan:
-        """A valid plan holding option ``j`` at stage ``s`` (the others' first options), to price it in."""
-        return self.plan([j if k == s else 0 for k in range(self.n_stages)])
+        """A valid plan holding option ``j`` at stage ``s`` (the others' first options), to price it in
+        (built once: memory warm-up, stage cost and boundaries all price the same carrier)."""
+        key = (s, j)
+        hit = self._carriers.get(key)
+        if hit is None:
+            hit = self._carriers[key] = self.plan([j if k == s else 0 for k in range(self.n_stages)])
+        return hit
 
     def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
         """Evaluate the memory of many (stage, option) pairs in one formula call (it costs the same as one)."""
@@ -209,6 +215,15 @@ class StageSpace:
                 views.extend(stage_views(self._carrier(s, j), s))
         if views:
             peak_bytes(self.spec, views)
+
+    def pure_views(self) -> list:
+        """Memory views of every stage's DP-only and TP-only option not yet costed (what a Cell assembles)."""
+        views = []
+        for s, o in enumerate(self.options):
+            for j in sorted({0, len(o) - 1}) if o else ():
+                if (s, j) not in self._costs:
+                    views.extend(stage_views(self._carrier(s, j), s))
+        return views
 
     def stage_cost(self, s: int, j: int) -> StageCost:
         key = (s, j)
