@@ -116,12 +116,17 @@ def profile(cost: CostModel, plans: list[Case], repeats: int) -> float:
     return time.perf_counter() - t0
 
 
-def measure(plan: Plan, steps: int, workdir: Path) -> float:
+def measure(plan: Plan, steps: int, workdir: Path, launches: int = 1) -> float:
+    """Median over ``launches`` fresh launches of each launch's median step time: on a shared 2-core host
+    one launch's placement of its ranks on the cores moves its steady state by up to ±10 %."""
     from tessera.runtime import RunOptions, launch
 
-    tel = workdir / f"telemetry-{time.monotonic_ns()}.jsonl"
-    launch(plan, RunOptions(steps=steps, telemetry_path=str(tel), pg_timeout_s=120, watchdog_s=300))
-    return read_telemetry(tel, warmup=3).iteration_time_s
+    times = []
+    for _ in range(max(1, launches)):
+        tel = workdir / f"telemetry-{time.monotonic_ns()}.jsonl"
+        launch(plan, RunOptions(steps=steps, telemetry_path=str(tel), pg_timeout_s=120, watchdog_s=300))
+        times.append(read_telemetry(tel, warmup=3).iteration_time_s)
+    return statistics.median(times)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -155,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="steps per run (the first 3 are warm-up)")
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats per profiled figure")
+    ap.add_argument("--launches", type=int, default=3, help="fresh launches per plan (median)")
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
     args = ap.parse_args(argv)
     all_cases = [c for c in cases() if not args.only or args.only in c.label]
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in all_cases:
             spec = get_spec(c.plan.model, seq_len=SEQ)
             est = estimate_plan(c.plan, spec, Topology(), cost=cost)
-            measured = measure(c.plan, args.steps, Path(tmp))
+            measured = measure(c.plan, args.steps, Path(tmp), args.launches)
             acc = 1.0 - abs(est.iteration_time_s - measured) / measured
             rows.append(
                 {
@@ -191,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             for v in [[r["accuracy"] for r in rows if r["kind"] == k]]
         },
         "profile_s": profile_s,
+        "steps_per_launch": args.steps,
+        "launches_per_plan": args.launches,
         "cpus": os.cpu_count(),
         "rows": rows,
     }
