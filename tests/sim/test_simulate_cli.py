@@ -78,3 +78,11 @@ def test_malformed_trace_row_names_the_line(setup):
     r = runner.invoke(app, _args(setup, "--policies", "fcfs"))
     out = " ".join(r.output.split())
     assert r.exit_code == 2 and "line 3" in out and "'dur'" in out
+
+
+def test_jct_change_is_signed_once():
+    from tessera.sim.report import jct_change
+
+    assert jct_change(0.37) == "−37%"
+    assert jct_change(-3.37) == "+337%"  # tessera worse: no "−-337%"
+    assert jct_change(0.0) == "−0%"

@@ -41,7 +41,14 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print the study as JSON instead of the table"),
 ) -> None:
     """Replay a trace under every policy: comparison table, study.json and PNG plots."""
-    from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, resolve_policies, run_study
+    from tessera.sim.report import (
+        COLUMNS,
+        clean_nan,
+        comparison_rows,
+        jct_change,
+        resolve_policies,
+        run_study,
+    )
     from tessera.sim.simulator import SimConfig
     from tessera.sim.workload import WorkloadSpec
 
@@ -129,10 +136,15 @@ def simulate(
     r = study.to_dict()["ratios"]
     if r:
         parts = [
-            f"{n}: JCT −{v['jct_reduction']:.0%}" + (f" (Crius −{v['crius_published_jct_reduction']:.0%})"
-                                                    if "crius_published_jct_reduction" in v else "")
-            for n, v in r.items() if isinstance(v, dict) and v.get("jct_reduction") is not None
-        ]  # fmt: skip
+            f"{n}: JCT {jct_change(v['jct_reduction'])}"
+            + (
+                f" (Crius {jct_change(v['crius_published_jct_reduction'])})"
+                if "crius_published_jct_reduction" in v
+                else ""
+            )
+            for n, v in r.items()
+            if isinstance(v, dict) and v.get("jct_reduction") is not None
+        ]
         console.print("tessera vs " + "; ".join(parts))
         if "vs_best_baseline_throughput" in r:
             console.print(

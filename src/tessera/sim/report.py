@@ -103,6 +103,14 @@ def ratios(metrics: dict[str, dict[str, Any]], ours: str = "tessera") -> dict[st
     return out
 
 
+def jct_change(reduction: float) -> str:
+    """A JCT reduction (1 − ours ÷ theirs) as a signed change: "−37%" when ours is lower, "+337%" (ours
+    higher) otherwise — never "−-337%"."""
+    if reduction >= 0:
+        return f"−{reduction:.0%}"
+    return f"+{-reduction:.0%}"
+
+
 def load_trace(
     trace: str, trace_file: str | None, columns: dict[str, str] | None = None
 ) -> tuple[Trace, str]:
