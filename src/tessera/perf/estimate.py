@@ -52,7 +52,6 @@ from tessera.perf.comm import (
 )
 from tessera.perf.compute import (
     HALF_PRECISIONS,
-    effective_tp,
     layer_signature,
     layer_time,
     optimizer_time,
@@ -195,57 +194,92 @@ def _elem_scale(precision: str) -> float:
     return 0.5 if precision in HALF_PRECISIONS else 1.0
 
 
+def _layer_rows(spec: ModelSpec) -> tuple[tuple, ...]:
+    """Per layer of the spec: (layer, signature, runtime splits it, attention core fraction, TP all-reduces),
+    computed once per spec object (stage costs walk the same layers thousands of times)."""
+    key = id(spec)
+    hit = _LAYER_ROWS.get(key)
+    if hit is None or hit[0] is not spec.layers:
+        rows = tuple(
+            (
+                layer,
+                layer_signature(layer),
+                runtime_splits(layer),
+                _attention_core_fraction(spec, layer),
+                tp_allreduces(spec, layer),
+            )
+            for layer in spec.layers
+        )
+        if key not in _LAYER_ROWS:
+            weakref.finalize(spec, _LAYER_ROWS.pop, key, None)
+        hit = _LAYER_ROWS[key] = (spec.layers, rows)
+    return hit[1]
+
+
+# Per spec object: (its layers, their rows); keyed by id(spec), an entry goes when its spec is collected.
+_LAYER_ROWS: dict[int, tuple[Any, tuple[tuple, ...]]] = {}
+
+
 def _stage_time(
-    plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel
+    plan: Plan,
+    spec: ModelSpec,
+    stage: Stage,
+    topo: Topology,
+    cost: CostModel,
+    memo: dict[tuple, Any] | None = None,
 ) -> tuple[float, float, float]:
-    """(fwd_s, bwd_s, tp_comm_s) per micro-batch of the stage's slowest replica."""
+    """(fwd_s, bwd_s, tp_comm_s) per micro-batch of the stage's slowest replica.
+
+    ``memo``: layer times kept across calls (one spec, topology and cost model per memo)."""
     precision = plan.precision.value
     recompute = plan.recompute.value
-    layers = spec.layers[stage.layer_start : stage.layer_end]
+    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
     ratios = stage.ratios()
-    impl = "dtensor" if uses_dtensor(stage.tp_degree, stage.even_tp) else "own"
+    tp_degree = stage.tp_degree
+    impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
     elem = _elem_scale(precision)
-    cache: dict[tuple, tuple[float, float]] = {}
+    cache: dict[tuple, tuple[float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
     for r, share in enumerate(stage.shares(plan.global_batch)):
         mb = share / plan.micro_batches
         devices = stage.replica(r)
         what = (mb, tuple(d.gpu_type for d in devices))
-        if what in seen and stage.tp_degree == 1:
+        if what in seen and tp_degree == 1:
             continue  # an identical replica costs the same (TP replicas may differ in their links)
         seen.add(what)
+        per_dev = []
+        for k, d in enumerate(devices):
+            gpu = topo.gpu(d)
+            per_dev.append((gpu, device_key(plan, d, topo), ratios[k]))
         fwd = bwd = 0.0
-        for layer in layers:
-            tp = effective_tp(layer, stage.tp_degree)
+        for layer, sig, splits, acf, _ in rows:
+            tp = tp_degree if tp_degree > 1 and splits else 1
             lf = lb = 0.0
-            for k, d in enumerate(devices):
-                gpu = topo.gpu(d)
-                ratio = ratios[k] if tp > 1 else None
-                dkey = device_key(plan, d, topo)
-                key = (layer_signature(layer), dkey, tp, ratio, mb)
-                if key not in cache:
+            for gpu, dkey, rk in per_dev:
+                ratio = rk if tp > 1 else None
+                key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
+                hit = cache.get(key)
+                if hit is None:
                     t = layer_time(
                         layer, gpu, tp=tp, micro_batch=mb, precision=precision,
                         recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
-                        attention_core_fraction=_attention_core_fraction(spec, layer), device_type=dkey,
-                        impl=impl,
+                        attention_core_fraction=acf, device_type=dkey, impl=impl,
                     )  # fmt: skip
                     f = cost.compute_factor(gpu.name)
-                    cache[key] = (t.fwd_s * f, t.bwd_s * f)
-                lf, lb = max(lf, cache[key][0]), max(lb, cache[key][1])
+                    hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
+                lf, lb = max(lf, hit[0]), max(lb, hit[1])
             fwd += lf
             bwd += lb
         tp_comm = 0.0
-        if stage.tp_degree > 1:
+        if tp_degree > 1:
             link = topo.link(devices)
-            for layer in layers:
-                n_fwd, n_bwd = tp_allreduces(spec, layer)
+            for layer, _, _, _, (n_fwd, n_bwd) in rows:
                 if not n_fwd + n_bwd:
                     continue
                 passes = n_bwd + n_fwd * (2 if recompute == "full" else 1)
                 nbytes = layer.out_bytes_per_sample * mb * elem
-                tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, stage.tp_degree, link)
+                tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
@@ -301,13 +335,14 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
         worst = _comm(cost, Collective.ALL_REDUCE, 4.0 * _tied_params(spec), len(group), topo.link(group))
     if stage.dp_degree <= 1 or _uses_fsdp(plan, stage):
         return worst
-    layers = spec.layers[stage.layer_start : stage.layer_end]
+    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
     ratios = stage.ratios()
     tied_sync = worst
-    for k in range(stage.tp_degree):
+    tp_degree = stage.tp_degree
+    for k in range(tp_degree):
         grad_bytes = 0.0
-        for layer in layers:
-            tp = effective_tp(layer, stage.tp_degree)
+        for layer, _, splits, _, _ in rows:
+            tp = tp_degree if tp_degree > 1 and splits else 1
             grad_bytes += 4.0 * layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
         link = topo.link(group)
@@ -335,15 +370,24 @@ def _fsdp_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: Cos
     )
 
 
-def _optimizer_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
+def _optimizer_s(
+    plan: Plan,
+    spec: ModelSpec,
+    stage: Stage,
+    topo: Topology,
+    cost: CostModel,
+    memo: dict[tuple, Any] | None = None,
+) -> float:
     """The optimizer step of the stage's slowest device over the parameters it updates.
 
     Per layer from the profile (or the memory-bound roofline), for the rank's shard of split layers. A tied
     head's profiled step includes its copy of the embedding (it was timed alone, as on a last stage); where the
     stage also holds the embedding the pair is one parameter, so that copy's share comes off. Under ZeRO each
-    replica updates only the parameters it owns (~1/dp of them)."""
+    replica updates only the parameters it owns (~1/dp of them). ``memo``: per-layer optimizer times kept
+    across calls (one spec, topology and cost model per memo)."""
     precision, opt = plan.precision.value, plan.optimizer.value
-    layers = spec.layers[stage.layer_start : stage.layer_end]
+    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
+    tp_degree = stage.tp_degree
     tied = _tied_params(spec)
     holds_embedding = stage.layer_start == 0
     split_tie = _tied_split(plan, spec) is not None
@@ -351,25 +395,26 @@ def _optimizer_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost
     ratios = stage.ratios()
     worst = 0.0
     done: set[tuple[str, int]] = set()
+    seen: dict[tuple, tuple[float, str]] = {} if memo is None else memo  # blocks 0..L-1 share one signature
     for j, d in enumerate(stage.devices):
-        k = j % stage.tp_degree
+        k = j % tp_degree
         gpu = topo.gpu(d)
         dkey = device_key(plan, d, topo)
         if (dkey, k) in done:
             continue  # replicas of one device type update the same parameters
         done.add((dkey, k))
         total = 0.0
-        seen: dict[tuple, tuple[float, str]] = {}  # blocks 0..L-1 share one signature
-        for layer in layers:
-            tp = effective_tp(layer, stage.tp_degree)
+        for layer, lsig, splits, _, _ in rows:
+            tp = tp_degree if tp_degree > 1 and splits else 1
             ratio = ratios[k] if tp > 1 else None
-            sig = (layer_signature(layer), tp, ratio)
-            if sig not in seen:
-                seen[sig] = optimizer_time(
+            sig = ("o", lsig, gpu.name, dkey, tp, ratio, precision, opt)
+            hit = seen.get(sig)
+            if hit is None:
+                hit = seen[sig] = optimizer_time(
                     layer, gpu, tp=tp, precision=precision, optimizer=opt, ratio=ratio,
                     profile=cost.profile, curves=cost.curves, device_type=dkey,
                 )  # fmt: skip
-            t, source = seen[sig]
+            t, source = hit
             if layer.kind == "head" and tied_head:
                 own = max(layer.params, 1)
                 if source == "profile" and holds_embedding:
@@ -414,23 +459,28 @@ def stage_views(plan: Plan, index: int) -> list[DeviceView]:
     st = plan.stages[index]
     B = plan.micro_batches
     in_flight = B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B)
-    return [
-        DeviceView(
-            layer_start=st.layer_start,
-            layer_end=st.layer_end,
-            micro_batch=max(1, math.ceil(share / B)),
-            in_flight=in_flight,
-            dp=st.dp_degree,
-            tp=st.tp_degree,
-            precision=plan.precision.value,
-            recompute=plan.recompute.value,
-            attention=plan.attention.value,
-            optimizer=plan.optimizer.value,
-            zero=plan.zero,
-            micro_batches=B,
-        )
-        for share in st.shares(plan.global_batch)
-    ]
+    made: dict[int, DeviceView] = {}  # one view per distinct micro-batch size (replicas mostly share one)
+    out = []
+    for share in st.shares(plan.global_batch):
+        mb = max(1, math.ceil(share / B))
+        v = made.get(mb)
+        if v is None:
+            v = made[mb] = DeviceView(
+                layer_start=st.layer_start,
+                layer_end=st.layer_end,
+                micro_batch=mb,
+                in_flight=in_flight,
+                dp=st.dp_degree,
+                tp=st.tp_degree,
+                precision=plan.precision.value,
+                recompute=plan.recompute.value,
+                attention=plan.attention.value,
+                optimizer=plan.optimizer.value,
+                zero=plan.zero,
+                micro_batches=B,
+            )
+        out.append(v)
+    return out
 
 
 def peak_bytes(spec: ModelSpec, views: list[DeviceView]) -> list[float]:
@@ -494,11 +544,16 @@ def stage_cost(
     cost: CostModel | None = None,
     *,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    memo: dict[tuple, Any] | None = None,
 ) -> StageCost:
-    """Time and memory of stage ``index`` of ``plan`` (see the module docstring)."""
+    """Time and memory of stage ``index`` of ``plan`` (see the module docstring).
+
+    ``memo``: a dict that keeps per-layer compute and optimizer times across calls that share one spec,
+    topology and cost model (a Cell's stage options ask for the same layers on the same devices); the
+    figures are the same as without it."""
     cost = cost or CostModel()
     st = plan.stages[index]
-    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost)
+    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
     tp_comm += _fsdp_s(plan, spec, st, topo, cost)
     peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
@@ -518,7 +573,7 @@ def stage_cost(
         peak_bytes=tuple(dev_peak),
         device_bytes=tuple(dev_bytes),
         feasible=feasible,
-        optimizer_s=_optimizer_s(plan, spec, st, topo, cost),
+        optimizer_s=_optimizer_s(plan, spec, st, topo, cost, memo),
     )
 
 

@@ -120,6 +120,7 @@ class CellEstimator:
         self.rungs = rungs_for(recompute)
         self.headroom_fraction = headroom_fraction
         self.topo = Topology(cluster)
+        self._times: dict[tuple, Any] = {}  # per-layer compute / optimizer times (stage_cost's memo)
         self._cells: dict[CellShape, Cell | None] = {}
         self._spaces: dict[tuple[CellShape, Rung, int], StageSpace] = {}
         self._nodes = self._node_slots()
@@ -181,7 +182,7 @@ class CellEstimator:
             bounds, groups = layout
             self._spaces[key] = StageSpace(
                 self.spec, self.settings, bounds, groups, self.topo, self.cost,
-                micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction,
+                micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction, memo=self._times,
             )  # fmt: skip
         return self._spaces[key]
 

@@ -19,6 +19,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,7 @@ class StageSpace:
         micro_batches: int | None = None,
         rung: Rung = Rung(),
         headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+        memo: dict[tuple, Any] | None = None,
     ) -> None:
         if len(bounds) != len(stage_devices):
             raise ValueError(f"{len(bounds)} layer ranges for {len(stage_devices)} stages")
@@ -123,6 +125,8 @@ class StageSpace:
         self.cost = cost or CostModel()
         self.rung = rung
         self.headroom_fraction = headroom_fraction
+        # per-layer times shared by spaces of one spec, topology and cost model (stage_cost's memo)
+        self._memo: dict[tuple, Any] = {} if memo is None else memo
         self.n_stages = len(bounds)
         self.micro_batches = micro_batches or default_micro_batches(self.n_stages, settings.global_batch)
         self.bounds = tuple(bounds)
@@ -235,6 +239,7 @@ class StageSpace:
                 self.topo,
                 self.cost,
                 headroom_fraction=self.headroom_fraction,
+                memo=self._memo,
             )
         return self._costs[key]
 
