@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -50,6 +50,11 @@ class ClusterSpec(BaseModel):
     node_groups: tuple[NodeGroupSpec, ...] = Field(min_length=1)
 
     def nodes(self) -> tuple[Node, ...]:
+        """Every node, group by group (built once per spec: planners ask for it per Cell estimator)."""
+        return self.node_tuple
+
+    @cached_property
+    def node_tuple(self) -> tuple[Node, ...]:
         out: list[Node] = []
         for gi, g in enumerate(self.node_groups):
             gpu = get_gpu(g.gpu)
