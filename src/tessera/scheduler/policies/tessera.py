@@ -19,8 +19,18 @@ Rules implemented:
   over the job's remaining time repays its restart.
 * **FinalizeAlloc** (lines 8 and 13): the virtual allocation becomes real at the end of the round (the core binds
   it).
+* **Queue order** (Crius §6 takes the queue in arrival order; under contention that leaves short jobs behind
+  long ones): queued jobs are taken shortest-remaining-first — the GPU-seconds the job still needs on its
+  smallest Cell (the work it reports ÷ the Cell estimate), divided by its response ratio 1 + waited ÷ needed
+  (HRRN aging, so a long job that has waited comes up). ``order="arrival"`` restores Crius's order.
 * **Opportunistic execution** (§6.1): a job that waited a round and still finds no room may suspend jobs that
-  arrived after it (they ran opportunistically on GPUs it was waiting for) once that frees its smallest Cell.
+  arrived after it (they ran opportunistically on GPUs it was waiting for) once that frees its smallest Cell —
+  but not jobs ``preempt_factor`` × shorter than it (the next rule would preempt them back).
+* **Shortest-remaining preemption** (SRPT / Tiresias-style; Crius's throughput objective per GPU agrees: many
+  short jobs on the GPUs of one long job run more normalized throughput): a queued job that finds no room may
+  suspend running jobs needing more than ``preempt_factor`` (8) × its GPU-seconds, longest first, once that
+  frees its smallest Cell. Against thrashing, a victim must have run a round and twice its restart time since
+  its last change, and has restarted fewer than ``max_restarts`` times; ``preempt_attempts`` per round.
 * **Deadline-aware mode** (§8.5, ``tessera-ddl``): jobs are taken earliest deadline first, and a job that cannot
   meet its deadline even on its fastest Cell is dropped early.
 * **Ablations** (§8.6): ``tessera-na`` has no adaptivity scaling (GPU count fixed at N), ``tessera-nh`` no
@@ -99,6 +109,11 @@ class Tessera(Policy):
         spread: bool | str = False,
         grow: bool = True,
         mix_margin: float = math.inf,
+        order: str = "srpt",
+        preempt_factor: float = 8.0,
+        preempt_attempts: int = 64,
+        max_restarts: int = 8,
+        aging: bool = True,
     ) -> None:
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
@@ -116,6 +131,13 @@ class Tessera(Policy):
         self.spread = spread
         self.grow = grow
         self.mix_margin = mix_margin
+        if order not in ("srpt", "arrival"):
+            raise ValueError(f"order must be 'srpt' or 'arrival', got {order!r}")
+        self.order = order
+        self.preempt_factor = preempt_factor
+        self.preempt_attempts = preempt_attempts
+        self.max_restarts = max_restarts
+        self.aging = aging
         self._info: dict[int, _JobInfo] = {}
         self._shared: dict[tuple, _JobInfo] = {}
         self._touched: set[int] = set()  # jobs whose allocation changed this round (rescaled at most once)
@@ -199,6 +221,8 @@ class Tessera(Policy):
         if self.deadline_aware:
             pending.sort(key=lambda js: (js.job.deadline_s if js.job.deadline_s is not None else math.inf,
                                          js.job.arrival_s, js.job_id))  # fmt: skip
+        elif self.order == "srpt":
+            pending.sort(key=lambda js: (self.priority(ctx, js), js.job.arrival_s, js.job_id))
         # (config, request) of jobs that found no choice, at the state version they failed at: a burst of
         # identical jobs is tried once while nothing changes
         failed: dict[tuple, int] = {}
@@ -208,6 +232,8 @@ class Tessera(Policy):
         demand = sum(self._min_gpus(ctx, js) for js in queue)
         k = 0
         attempts = 0
+        preempts = 0
+        preempt_failed: set[tuple] = set()
         while k < len(queue):
             js = queue[k]
             k += 1
@@ -239,9 +265,44 @@ class Tessera(Policy):
                     version += 1
                     queue.extend(freed)  # the suspended jobs queue again behind it
                     demand += sum(self._min_gpus(ctx, o) for o in freed)
+                    placed = True
+            if (
+                not placed
+                and self.preempt_factor > 0
+                and preempts < self.preempt_attempts
+                and key not in preempt_failed
+                and ctx.allocation(js.job_id) is None
+            ):
+                preempts += 1
+                freed = self.preempt_for(ctx, js)
+                if freed is None:
+                    preempt_failed.add(key)
+                else:
+                    version += 1
+                    queue.extend(freed)
+                    demand += sum(self._min_gpus(ctx, o) for o in freed)
         if self.grow:
             self.grow_new(ctx, [js.job_id for js in queue if js.status.value == "pending"])
         self.extra_scheduling(ctx)
+
+    def remaining_gpu_s(self, ctx: SchedulingContext, js: JobState) -> tuple[float, float]:
+        """(seconds, GPU-seconds) the job still needs on its smallest Cell, from the work it reports and the
+        Cell estimate."""
+        inf = self.info(ctx, js.job)
+        if not inf.min_cells:
+            return math.inf, math.inf
+        c = inf.min_cells[0]
+        t = js.remaining_at(ctx.now_s) / c.rate if c.rate > 0 else math.inf
+        return t, t * c.n_gpus
+
+    def priority(self, ctx: SchedulingContext, js: JobState) -> float:
+        """Queue order (smaller first): the GPU-seconds the job still needs on its smallest Cell, shortened by
+        its response ratio (1 + waited ÷ needed, HRRN) so a long job that has waited long enough comes up."""
+        t, g = self.remaining_gpu_s(ctx, js)
+        if not math.isfinite(g) or not self.aging:
+            return g
+        waited = max(0.0, ctx.now_s - max(js.job.arrival_s, js.last_change_s))
+        return g / (1.0 + waited / max(t, ctx.round_s))
 
     def _min_gpus(self, ctx: SchedulingContext, js: JobState) -> int:
         inf = self.info(ctx, js.job)
@@ -422,16 +483,22 @@ class Tessera(Policy):
     # ------------------------------------------------------------------ opportunistic execution
     def opportunistic_start(self, ctx: SchedulingContext, js: JobState) -> list[JobState] | None:
         """Suspend jobs that arrived after ``js`` (they ran opportunistically) when that frees its smallest
-        Cell on some type. Returns the suspended jobs, or None."""
+        Cell on some type — not jobs changed this round, nor ones ``preempt_factor`` × shorter than ``js``
+        (shortest-remaining-first would preempt them back). Returns the suspended jobs, or None."""
         inf = self.info(ctx, js.job)
         free = ctx.free_by_type()
         arrival = js.job.arrival_s
+        # jobs far shorter than this one are not suspended for it (it could preempt them back: no ping-pong)
+        floor = self.priority(ctx, js) / self.preempt_factor if self.preempt_factor > 0 else -math.inf
         for c in inf.min_cells:
             t, n = c.gpus[0]
             later = [
                 (ctx.jobs[jid], a)
                 for jid, a in ctx.allocations.items()
-                if ctx.jobs[jid].job.arrival_s > arrival and t in dict(a.gpus)
+                if ctx.jobs[jid].job.arrival_s > arrival
+                and t in dict(a.gpus)
+                and jid not in self._touched
+                and self.remaining_gpu_s(ctx, ctx.jobs[jid])[1] >= floor
             ]
             if free.get(t, 0) + sum(dict(a.gpus)[t] for _, a in later) < n:
                 continue
@@ -446,6 +513,56 @@ class Tessera(Policy):
                 self._touched.add(js.job_id)
                 out = []
                 for o, a in released:  # give back what was suspended but not needed
+                    if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
+                        out.append(o)
+                        self._touched.add(o.job_id)
+                self._donors = None
+                return out
+            for o, a in released:
+                ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement)
+        return None
+
+    def preempt_for(self, ctx: SchedulingContext, js: JobState) -> list[JobState] | None:
+        """Shortest-remaining-first under contention: suspend running jobs that need far more GPU-time
+        (``preempt_factor`` × this job's priority) when that frees this job's smallest Cell; victims longest
+        first, only jobs that have run at least a round and a restart's worth since their last change and have
+        restarted fewer than ``max_restarts`` times. Returns the suspended jobs, or None."""
+        inf = self.info(ctx, js.job)
+        mine = self.priority(ctx, js)
+        if not inf.min_cells or not math.isfinite(mine):
+            return None
+        now = ctx.now_s
+        free = ctx.free_by_type()
+        victims: dict[str, list[tuple[float, JobState, Allocation]]] = {}
+        for jid, a in ctx.allocations.items():
+            if jid in self._touched:
+                continue
+            o = ctx.jobs[jid]
+            if o.restarts >= self.max_restarts:
+                continue
+            if now - o.last_change_s < max(ctx.round_s, 2 * ctx.restart_s(o.job)):
+                continue
+            g = self.remaining_gpu_s(ctx, o)[1]
+            if g <= self.preempt_factor * mine:
+                continue
+            for t, _ in a.gpus:
+                victims.setdefault(t, []).append((g, o, a))
+        for c in inf.min_cells:
+            t, n = c.gpus[0]
+            cand = victims.get(t, [])
+            if free.get(t, 0) + sum(dict(a.gpus)[t] for _, _, a in cand) < n:
+                continue
+            cand.sort(key=lambda x: (-x[0], -x[1].job_id))
+            released: list[tuple[JobState, Allocation]] = []
+            for _, o, a in cand:
+                if ctx.place(c.gpus) is not None:
+                    break
+                released.append((o, a))
+                ctx.release(o.job_id)
+            if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
+                self._touched.add(js.job_id)
+                out = []
+                for o, a in released:
                     if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
                         out.append(o)
                         self._touched.add(o.job_id)
