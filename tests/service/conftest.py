@@ -68,3 +68,125 @@ def wait_for(pred, timeout_s: float, what: str, interval_s: float = 0.5):
             return last
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+# ------------------------------------------------------------------------------------------------ PostgreSQL
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _pg_tool(name: str) -> str | None:
+    import shutil
+
+    found = PG_BIN / name
+    return str(found) if found.is_file() else shutil.which(name)
+
+
+class PostgresCluster:
+    """A throwaway PostgreSQL cluster: its own data dir, loopback TCP on a free port, a private socket dir.
+
+    PostgreSQL refuses to run as root, so as root the cluster belongs to (and runs as) the unprivileged
+    ``postgres`` system user, else ``nobody``. Only this cluster is ever stopped (``pg_ctl stop`` on its own
+    data dir)."""
+
+    def __init__(self) -> None:
+        import pwd
+        import tempfile
+
+        self.initdb, self.pg_ctl = _pg_tool("initdb"), _pg_tool("pg_ctl")
+        if not (self.initdb and self.pg_ctl):
+            pytest.skip(f"PostgreSQL server binaries (initdb, pg_ctl) not found in {PG_BIN} or on PATH")
+        self.user: str | None = None  # run as this user (None: as ourselves)
+        if os.geteuid() == 0:
+            for name in ("postgres", "nobody"):
+                try:
+                    self.pw = pwd.getpwnam(name)
+                except KeyError:
+                    continue
+                self.user = name
+                break
+            else:
+                pytest.skip(
+                    "running as root and neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL"
+                )
+        # Not under pytest's tmp dir: that is 0700 root's, which the postgres user cannot enter.
+        self.root = Path(tempfile.mkdtemp(prefix="tessera-pg-"))
+        self.data = self.root / "data"
+        self.sockets = self.root / "sock"
+        self.log = self.root / "postgres.log"
+        self.port = 0
+        self.started = False
+        if self.user:
+            os.chown(self.root, self.pw.pw_uid, self.pw.pw_gid)
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        import subprocess
+
+        cmd = ["runuser", "-u", self.user, "--", *args] if self.user else list(args)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.root)
+        if r.returncode != 0:
+            log = self.log.read_text()[-2000:] if self.log.is_file() else ""
+            raise RuntimeError(f"{' '.join(args[:2])} failed ({r.returncode}): {r.stdout}{r.stderr}{log}")
+
+    def start(self) -> None:
+        self._run(self.initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--locale=C", "--no-sync")  # fmt: skip
+        self._run("mkdir", "-m", "0700", str(self.sockets))
+        for attempt in range(3):  # the free port may be taken between the probe and the bind
+            self.port = free_port()
+            opts = (
+                f"-c listen_addresses=127.0.0.1 -c port={self.port} -k {self.sockets} "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            )  # a throwaway cluster: durability against power loss is not what these tests are about
+            self.started = True  # from here on, teardown stops it whatever happens
+            try:
+                self._run(self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                          "-o", opts, "start", timeout=90)  # fmt: skip
+                return
+            except RuntimeError:
+                self.stop()
+                if attempt == 2:
+                    raise
+
+    def stop(self) -> None:
+        if self.started and (self.data / "postmaster.pid").exists():
+            self._run(self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop", timeout=90)
+        self.started = False
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new empty database on this cluster; its SQLAlchemy URL."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def cleanup(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL 15 cluster for this test session (skipped, with the reason, where it cannot run)."""
+    pytest.importorskip(
+        "psycopg", reason="the PostgreSQL driver is not installed: pip install 'psycopg[binary]'"
+    )
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres) -> str:
+    """The SQLAlchemy URL of a database created for this test session on the throwaway cluster."""
+    return postgres.create_database("tessera")

@@ -1,9 +1,14 @@
 """The job store: every job, its state and reason, allocations (the rescale history), telemetry and logs.
 
 SQLAlchemy Core over SQLite by default (WAL, ``synchronous=NORMAL``, 5 s busy timeout, ``BEGIN IMMEDIATE`` for
-writes so two writers never deadlock upgrading a read lock) or PostgreSQL given a ``postgresql://`` URL; the
-SQL is portable (no SQLite-only upserts). The schema is versioned in ``schema_meta``: an older database is
-migrated forward on open, a newer one is refused with a clear message, never silently misread.
+writes so two writers never deadlock upgrading a read lock) or PostgreSQL given a ``postgresql://`` URL (driven
+by psycopg 3 whichever SQLAlchemy 2.x is installed; ``postgresql+DRIVER://`` picks another driver). The SQL is
+portable (no SQLite-only upserts); read-modify-write transactions lock their row (``SELECT … FOR UPDATE`` on
+PostgreSQL, whose writers run concurrently; SQLite's ``BEGIN IMMEDIATE`` already serializes them). Ids and the
+counters that can pass 2**31 (steps: the API takes up to 2**53; memory bytes) are 64-bit on both: SQLite's
+INTEGER always was, on PostgreSQL they are BIGINT since schema 2. The schema is versioned in ``schema_meta``:
+an older database is migrated forward on open, a newer one is refused with a clear message, never silently
+misread.
 
 Exactly-once submission: every job row carries a unique ``submission_key`` (the client's ``Idempotency-Key``
 or a fresh UUID); a retried submission hits the unique index and gets the job stored the first time.
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Engine,
@@ -41,14 +47,17 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
 from tessera.jobs import JobSpec, parse_job
 from tessera.service.states import TERMINAL, JobState, Reason
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Row ids: 64-bit everywhere (BIGSERIAL on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the 64-bit rowid).
+ID = BigInteger().with_variant(Integer, "sqlite")
 
 metadata = MetaData()
 
@@ -62,7 +71,7 @@ schema_meta = Table(
 jobs = Table(
     "jobs",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ID, primary_key=True, autoincrement=True),
     Column("submission_key", String(128), nullable=False, unique=True),
     Column("name", String(128), nullable=False),
     Column("spec_json", Text, nullable=False),
@@ -73,9 +82,9 @@ jobs = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("updated_at", Float, nullable=False),
-    Column("total_steps", Integer, nullable=False),
-    Column("steps_done", Integer, nullable=False, default=0),
-    Column("checkpoint_step", Integer, nullable=True),
+    Column("total_steps", BigInteger, nullable=False),
+    Column("steps_done", BigInteger, nullable=False, default=0),
+    Column("checkpoint_step", BigInteger, nullable=True),
     Column("first_loss", Float, nullable=True),
     Column("last_loss", Float, nullable=True),
     Column("attempt", Integer, nullable=False, default=0),  # launches so far (any cause)
@@ -94,8 +103,8 @@ Index("ix_jobs_state", jobs.c.state)
 allocations = Table(
     "allocations",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id"), nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("kind", String(16), nullable=False),  # start | resize | migrate | recover | restart
     Column("gpus_json", Text, nullable=False),
@@ -106,23 +115,23 @@ allocations = Table(
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
     Column("end_reason", Text, nullable=True),
-    Column("from_step", Integer, nullable=False),
-    Column("to_step", Integer, nullable=True),
+    Column("from_step", BigInteger, nullable=False),
+    Column("to_step", BigInteger, nullable=True),
 )
 Index("ix_alloc_job", allocations.c.job_id)
 
 telemetry = Table(
     "telemetry",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id"), nullable=False),
     Column("attempt", Integer, nullable=False),
-    Column("step", Integer, nullable=False),
+    Column("step", BigInteger, nullable=False),
     Column("ts", Float, nullable=False),
     Column("loss", Float, nullable=False),
     Column("iter_time_s", Float, nullable=False),
     Column("samples_per_s", Float, nullable=False),
-    Column("peak_memory_bytes", Integer, nullable=False),
+    Column("peak_memory_bytes", BigInteger, nullable=False),
     Column("record_json", Text, nullable=False),  # the runtime's StepRecord, for calibration
 )
 Index("ix_tel_job_step", telemetry.c.job_id, telemetry.c.step)
@@ -130,8 +139,8 @@ Index("ix_tel_job_step", telemetry.c.job_id, telemetry.c.step)
 logs = Table(
     "logs",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("id", ID, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, ForeignKey("jobs.id"), nullable=False),
     Column("ts", Float, nullable=False),
     Column("line", Text, nullable=False),
 )
@@ -267,7 +276,11 @@ def _engine(url: str) -> Engine:
 
         return engine
     try:
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        parsed = make_url(url)
+        # SQLAlchemy 2.0 maps a bare postgresql:// to psycopg2, 2.1 to psycopg (3): always the one we ship with.
+        if parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
     except ModuleNotFoundError as e:
         raise StoreError(
             f"--db {url.split('@')[-1]}: the database driver is not installed ({e.name}); for PostgreSQL: "
@@ -437,7 +450,7 @@ class Store:
         """Mark for cancellation; a job that never ran is cancelled at once. None if there is no such job."""
         now = time.time()
         with self._write() as conn:
-            row = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).first()
+            row = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id).with_for_update()).first()
             if row is None:
                 return None
             state = JobState(row[0])
@@ -504,7 +517,7 @@ class Store:
         with self._write() as conn:
             conn.execute(insert(telemetry), rows)
             cur = conn.execute(
-                select(jobs.c.first_loss, jobs.c.steps_done).where(jobs.c.id == job_id)
+                select(jobs.c.first_loss, jobs.c.steps_done).where(jobs.c.id == job_id).with_for_update()
             ).first()
             values: dict[str, Any] = {"last_loss": float(last["loss"]), "updated_at": now}
             if cur is not None and cur[0] is None:
@@ -611,4 +624,25 @@ def _create_v1(conn: Connection) -> None:
     metadata.create_all(conn, tables=[jobs, allocations, telemetry, logs])
 
 
-MIGRATIONS = {1: _create_v1}
+# Ids, step and byte counters past 2**31: 64-bit columns (SQLite's INTEGER always was; PostgreSQL's is 32-bit,
+# and a step count of 2**31, 80 GB of peak memory or a log cursor past 2**31 failed there with a 500).
+_WIDENED_V2 = {
+    "jobs": ("id", "total_steps", "steps_done", "checkpoint_step"),
+    "allocations": ("id", "job_id", "from_step", "to_step"),
+    "telemetry": ("id", "job_id", "step", "peak_memory_bytes"),
+    "logs": ("id", "job_id"),
+}
+
+
+def _widen_v2(conn: Connection) -> None:
+    if conn.dialect.name != "postgresql":
+        return
+    for table, columns in _WIDENED_V2.items():
+        alters = ", ".join(f"ALTER COLUMN {c} TYPE BIGINT" for c in columns)
+        conn.exec_driver_sql(f"ALTER TABLE {table} {alters}")
+        seq = conn.exec_driver_sql(f"SELECT pg_get_serial_sequence('{table}', 'id')").scalar()
+        if seq:
+            conn.exec_driver_sql(f"ALTER SEQUENCE {seq} AS BIGINT")
+
+
+MIGRATIONS = {1: _create_v1, 2: _widen_v2}
