@@ -63,11 +63,8 @@ def test_window_bounds_are_checked(tmp_path):
         window(tr, "2020-01-01", None)
 
 
-def test_philly_dense_window_if_present():
-    try:
-        tr = load_philly()
-    except TraceError:
-        pytest.skip("shared/traces/philly.csv not available")
+def test_shipped_philly_trace_and_its_dense_window():
+    tr = load_philly()  # the gzip copy shipped in the package: every row of the real trace
     assert len(tr) == 82247
     w = window(tr, "2017-10-09", "2017-10-23")
     assert len(w) == 26936

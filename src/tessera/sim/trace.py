@@ -9,6 +9,7 @@ jobs submitted in [start, end) and re-bases their times to the window start.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -84,7 +85,7 @@ def load_csv(
     src = str(p)
     rows: list[TraceJob] = []
     stamps: list[datetime | None] = []
-    with p.open(newline="") as f:
+    with (gzip.open(p, "rt", newline="") if p.suffix == ".gz" else p.open(newline="")) as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         for col, what in ((submit, "submit"), (duration, "duration"), (gpus, "gpus")):
@@ -149,18 +150,16 @@ def load_philly(path: str | Path | None = None) -> Trace:
 
 
 def default_philly_path() -> Path:
-    """Where the Philly trace is looked for: ``$TESSERA_PHILLY``, else ``shared/traces/philly.csv`` beside
-    the repository (the layout of this project's workspace)."""
+    """Where the Philly trace is looked for: ``$TESSERA_PHILLY``, else the copy shipped with the package
+    (``tessera/sim/traces/philly.csv.gz``, CC BY 4.0 — see the README beside it)."""
     import os
 
     env = os.environ.get("TESSERA_PHILLY")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent / "shared" / "traces" / "philly.csv"
-        if cand.is_file():
-            return cand
+    shipped = Path(__file__).resolve().parent / "traces" / "philly.csv.gz"
+    if shipped.is_file():
+        return shipped
     raise TraceError("philly trace not found: pass --trace-file or set TESSERA_PHILLY")
 
 
