@@ -141,8 +141,8 @@ def test_entrypoint_model_gets_its_annotated_plan(adapter):
 
 
 def test_gpus_freed_and_taken_in_one_round_are_never_shared(adapter):
-    """One round moves a job off a V100 and starts a queued one there: every GPU has one holder, and the
-    adapter's GPUs agree with the core's per-node counts."""
+    """One round frees a finished job's GPUs, may rescale running jobs and starts the queued one: every GPU
+    has one holder, and the adapter's GPUs agree with the core's per-node counts."""
     blob = parse_job({"name": "blobs", "model": "blob-classifier", "global_batch": 32, "steps": 150, "precision": "fp32",
                       "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier"})  # fmt: skip
     specs = {
@@ -154,15 +154,16 @@ def test_gpus_freed_and_taken_in_one_round_are_never_shared(adapter):
     adapter.sync([JobInput(j, s, float(j)) for j, s in specs.items()], 5.0)
     adapter.round(5.0)
     held = {j: adapter.assignment(j) for j in specs}
-    assert held[4] is None  # queued: the four GPUs are taken
-    running = [JobInput(1, specs[1], 1.0, terminal=True)] + [
+    (queued,) = [j for j, a in held.items() if a is None]  # the four GPUs are taken: one job waits
+    done = 1 if queued != 1 else 2  # a running job finishes; its GPUs go back in the same round
+    running = [JobInput(done, specs[done], float(done), terminal=True)] + [
         JobInput(j, specs[j], float(j), assignment=held[j], steps_done=50, measured_iter_s=0.05)
-        for j in (2, 3)
-    ] + [JobInput(4, blob, 4.0)]  # fmt: skip
+        for j in specs if j not in (done, queued)
+    ] + [JobInput(queued, specs[queued], float(queued))]  # fmt: skip
     adapter.sync(running, 60.0)
     adapter.round(60.0)
-    now = {j: adapter.assignment(j) for j in (2, 3, 4)}
-    assert now[4] is not None
+    now = {j: adapter.assignment(j) for j in specs if j != done}
+    assert now[queued] is not None
     slots = [s for a in now.values() if a for s in a.slots]
     assert len(slots) == len(set(slots))
     for j, a in now.items():
