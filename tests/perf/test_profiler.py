@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -26,7 +29,7 @@ def test_profile_layers_times_each_distinct_layer_once_per_tp_and_micro_batch():
     run = profile_layers(TINY, micro_batches=(1, 2), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof)
     # embedding, one block signature, head; TP 2 only for the block (the runtime replicates the rest), timed
     # on Tessera's own shard layers (uneven splits) and under DTensor (what the runtime runs for even splits)
-    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2)) == 2 * 2 + 2 + 2 + 2
+    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2), passes=1) == 2 * 2 + 2 + 2 + 2
     assert {(r.tp, r.impl) for r in run.rows if r.name.startswith("block")} == {
         (1, "own"),
         (2, "own"),
@@ -165,3 +168,32 @@ def test_even_tp_is_priced_with_the_dtensor_profile_the_runtime_runs(monkeypatch
     # the runtime runs even splits through DTensor (unless forced to its own layers), uneven ones on its own
     assert e_even.compute_s - e_own.compute_s == pytest.approx(n_blocks * (0.030 - 0.003), rel=1e-6)
     assert e_uneven.compute_s < e_even.compute_s
+
+
+@pytest.mark.timeout(180)
+def test_co_runner_loads_the_host_while_profiling_and_is_gone_after():
+    """On CPU with 2 ranks per host the peer trains the same layers beside the timed rank, then stops."""
+    import multiprocessing as mp
+
+    from tessera.perf.profiler import _co_runners
+
+    kwargs = dict(
+        spec=TINY, micro_batches=(1, 2), precision="fp32", attention="flash", processes=2, layer_range=None
+    )
+    with _co_runners(1, kwargs) as peer_batch:
+        assert peer_batch is not None and peer_batch.value == 2
+        peers = [p for p in mp.active_children() if p.name.startswith("tessera-corun")]
+        assert len(peers) == 1 and peers[0].is_alive()
+        peer_batch.value = 1
+        cpu = _proc_cpu_s(peers[0].pid)
+        time.sleep(0.5)
+        assert _proc_cpu_s(peers[0].pid) > cpu  # it is computing, not idle
+    assert not [p for p in mp.active_children() if p.name.startswith("tessera-corun")]
+    run = profile_layers(TINY, micro_batches=(1,), processes=2, repeats=1, warmup=0)
+    assert run.threads == cpu_threads(2) and all(r.fwd_s > 0 and r.bwd_s > 0 for r in run.rows)
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

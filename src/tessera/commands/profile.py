@@ -59,7 +59,10 @@ def layers(
     processes: int = typer.Option(
         1, "--processes", help="ranks that will share this host (CPU: the threads each one gets)"
     ),
-    repeats: int = typer.Option(5, "--repeats", help="timed runs per figure (the median is kept)"),
+    repeats: int = typer.Option(6, "--repeats", help="timed runs per figure, split over the passes"),
+    passes: int = typer.Option(
+        3, "--passes", help="times everything is timed over; each figure keeps the median of its passes"
+    ),
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="CostModel directory (default $TESSERA_HOME/perf)"
     ),
@@ -67,8 +70,9 @@ def layers(
 ) -> None:
     """Time every distinct layer's per-device shard (DP-only and TP-only) on this device (Crius §5.1)."""
     _clean(_layers)(
-        model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, cost_dir, as_json
-    )
+        model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, cost_dir,
+        as_json,
+    )  # fmt: skip
 
 
 def _layers(
@@ -81,6 +85,7 @@ def _layers(
     attention: str,
     processes: int,
     repeats: int,
+    passes: int,
     cost_dir: str | None,
     as_json: bool,
 ) -> None:
@@ -96,11 +101,13 @@ def _layers(
         raise ValueError(f"--processes: must be >= 1, got {processes}")
     if repeats < 1:
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
+    if passes < 1:
+        raise ValueError(f"--passes: must be >= 1, got {passes}")
     spec = resolve_spec(model, seq)
     mbs, tps = _ints(micro_batch, "--micro-batch"), _ints(tp, "--tp")
     directory = _cost_dir(cost_dir)
     cost = CostModel.load(directory)
-    total = count_steps(spec, mbs, tps)
+    total = count_steps(spec, mbs, tps, passes=passes)
     with Progress(
         TextColumn("[bold]profiling"),
         BarColumn(),
@@ -121,6 +128,7 @@ def _layers(
             attention=attention,
             processes=processes,
             repeats=repeats,
+            passes=passes,
             profile=cost.profile,
             on_step=lambda label: bar.update(task, advance=1, description=label),
         )

@@ -24,17 +24,19 @@ What is timed mirrors what the runtime runs on a rank:
   around each timed region, keyed by the catalog name of the GPU (GPUs share nothing).
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
-once; each figure is the median of ``repeats`` runs after ``warmup`` untimed ones.
+once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
+untimed ones.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -144,38 +146,81 @@ def _threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any) -> None:
-    """A peer rank's load while the main process profiles: the same measurements, over and over."""
+def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any, batch: Any) -> None:
+    """A peer rank's load while the main process profiles: its whole stage training, step after step.
+
+    A steady forward/backward over the same layers at the same thread count is what a real peer does beside
+    this rank; re-running the profiler here instead spent most of its time building modules, so the main
+    process's medians drifted with the peer's phase (±40 % on small micro-batches). ``batch`` (shared) is the
+    micro-batch the main process is timing: peers run the same size, as in a real step."""
+    from tessera.models.zoo import build_model
+
+    spec: ModelSpec = kwargs["spec"]
+    start, end = kwargs["layer_range"] or (0, spec.n_layers)
+    torch.set_num_threads(cpu_threads(kwargs["processes"]))
+    dev = torch.device("cpu")
+    precision, attention = kwargs["precision"], kwargs["attention"]
+    inputs, targets = trace_inputs(
+        spec, max(kwargs["micro_batches"]), device=dev, precision=precision, attention=attention
+    )
+    x = inputs[layer_signature(spec.layers[start])]
+    torch.manual_seed(1)
+    model = build_model(spec.arch, family=spec.family, layer_range=(start, end), attention=attention)  # type: ignore[arg-type]
+    if precision == "bf16-master":
+        model.to(torch.bfloat16)
+    model.train()
+    layers = list(model.layers)  # type: ignore[arg-type]
+
+    def step() -> None:
+        b = max(1, batch.value)
+        h = x[:b].clone().requires_grad_(x.is_floating_point())
+        with _autocast(dev, precision):
+            for layer in layers:
+                h = layer(h)
+            out = model.loss(h, targets[:b]) if end == spec.n_layers else h.float().square().mean()  # type: ignore[operator]
+        out.backward()
+        model.zero_grad(set_to_none=True)
+
+    step()
     ready.set()
     while not stop.is_set():
-        profile_layers(**kwargs)
+        step()
 
 
 @contextlib.contextmanager
-def _co_runners(n: int, kwargs: dict[str, Any]) -> Iterator[None]:
-    """Run ``n`` co-runner processes (spawned, daemonic) for the duration of the block."""
+def _co_runners(n: int, kwargs: dict[str, Any]) -> Iterator[Any]:
+    """Run ``n`` co-runner processes (spawned, daemonic) for the duration of the block; yields the shared
+    micro-batch size they run (set it to what is being timed), or None without co-runners."""
     if n <= 0:
-        yield
+        yield None
         return
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
+    batch = ctx.Value("i", max(kwargs["micro_batches"]), lock=False)
     procs, events = [], []
     for i in range(n):
         ready = ctx.Event()
-        p = ctx.Process(target=_co_runner, args=(kwargs, ready, stop), daemon=True, name=f"tessera-corun{i}")
+        p = ctx.Process(
+            target=_co_runner, args=(kwargs, ready, stop, batch), daemon=True, name=f"tessera-corun{i}"
+        )
         p.start()
         procs.append(p)
         events.append(ready)
     try:
-        for e in events:
-            e.wait(timeout=120)
-        yield
+        for p, e in zip(procs, events, strict=True):
+            while not e.wait(timeout=0.2):
+                if not p.is_alive():
+                    raise RuntimeError(
+                        f"profile: co-runner process {p.name} exited with code {p.exitcode} before it was ready "
+                        "(under the spawn start method the calling script needs an `if __name__ == '__main__':` guard)"
+                    )
+        yield batch
     finally:
         stop.set()
         for p in procs:
-            p.join(timeout=2)
+            p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
@@ -392,7 +437,8 @@ def profile_layers(
     device: torch.device | str | None = None,
     layer_range: tuple[int, int] | None = None,
     warmup: int = 2,
-    repeats: int = 5,
+    repeats: int = 6,
+    passes: int = 3,
     profile: Profile | None = None,
     on_step: Callable[[str], None] | None = None,
     co_run: bool = True,
@@ -402,7 +448,9 @@ def profile_layers(
     ``processes``: how many ranks will share this host (CPU only: sets the thread count and the device key,
     as the runtime does). Results go into ``profile`` (if given) under the device key; ``on_step(label)`` is
     called after each measurement (progress bars). ``co_run``: on CPU with ``processes > 1``, load the host with
-    the peer ranks' work while timing (see the module docstring).
+    the peer ranks' work while timing (see the module docstring). ``passes``: time everything that many times
+    over, ``repeats / passes`` runs each, and keep the median of the passes — a host's slow spell (a second or
+    two on a shared VM) then spoils one pass of a figure, not all its consecutive repeats.
     """
     _check_spec(spec)
     if precision not in PRECISIONS:
@@ -413,6 +461,8 @@ def profile_layers(
         raise ValueError(f"micro-batch: every size must be >= 1, got {list(micro_batches)}")
     if not tp_degrees or any(t < 1 for t in tp_degrees):
         raise ValueError(f"tp: every degree must be >= 1, got {list(tp_degrees)}")
+    if repeats < 1 or passes < 1:
+        raise ValueError(f"repeats: repeats and passes must be >= 1, got {repeats} and {passes}")
     dev = torch.device(device) if device is not None else default_device()
     threads = cpu_threads(processes) if dev.type == "cpu" else None
     start, end = layer_range or (0, spec.n_layers)
@@ -425,64 +475,104 @@ def profile_layers(
     rows: list[LayerMeasurement] = []
     peers = processes - 1 if (co_run and dev.type == "cpu") else 0
     peer_kwargs = dict(
-        spec=spec, micro_batches=tuple(micro_batches), tp_degrees=tuple(tp_degrees), precision=precision,
-        optimizer=optimizer, attention=attention, processes=processes, device="cpu", layer_range=layer_range,
-        warmup=0, repeats=1, co_run=False,
+        spec=spec, micro_batches=tuple(micro_batches), precision=precision, attention=attention,
+        processes=processes, layer_range=layer_range,
     )  # fmt: skip
-    with _co_runners(peers, peer_kwargs), _threads(threads), torch.random.fork_rng(devices=[]):
+    per_pass = max(1, math.ceil(repeats / passes))
+    with _co_runners(peers, peer_kwargs) as peer_batch, _threads(threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         key = device_type_of(dev, threads)
         inputs, targets = trace_inputs(
             spec, max(micro_batches), device=dev, precision=precision, attention=attention
         )
-        seen: set[tuple] = set()
-        for i in range(start, end):
-            layer = spec.layers[i]
-            sig = layer_signature(layer)
-            if sig in seen:
-                continue
-            seen.add(sig)
-            head = i == spec.n_layers - 1
-            for t in sorted(set(tp_degrees)):
-                if t > 1 and not runtime_splits(layer):
-                    continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
-                model = _build(spec, i, t, attention).to(dev)
-                if precision == "bf16-master":
-                    model.to(torch.bfloat16)
-                model.train()
-                opt_s = time_optimizer(
-                    model,
-                    device=dev,
-                    precision=precision,
-                    optimizer=optimizer,
-                    warmup=warmup,
-                    repeats=repeats,
-                )
-                if profile is not None:
-                    profile.put_optimizer(layer, key, t, precision, optimizer, time_s=opt_s)
-                for b in sorted(set(micro_batches)):
-                    fwd, bwd = time_layer(
-                        model,
-                        inputs[sig][:b],
-                        targets[:b] if head else None,
-                        device=dev,
-                        precision=precision,
-                        warmup=warmup,
-                        repeats=repeats,
-                    )
-                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
-                    if profile is not None:
-                        profile.put(layer, key, t, b, precision, fwd_s=fwd, bwd_s=bwd)
-                    if on_step is not None:
-                        on_step(f"{layer.name} tp{t} mb{b}")
-                del model
-                if t > 1:
-                    rows += _time_dtensor(
-                        spec, i, t, layer, key, micro_batches, inputs[sig], targets if head else None,
-                        device=dev, precision=precision, attention=attention, warmup=warmup, repeats=repeats,
-                        opt_s=opt_s, profile=profile, on_step=on_step,
-                    )  # fmt: skip
+        for _ in range(passes):
+            rows += _profile_pass(
+                spec, start, end, tp_degrees, micro_batches, inputs, targets, device=dev, precision=precision,
+                optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
+                on_step=on_step,
+            )  # fmt: skip
+    rows = _median_rows(rows)
+    if profile is not None:
+        for r in rows:
+            layer = spec.layers[r.layer]
+            if r.impl == "own" and r.micro_batch == min(micro_batches):
+                profile.put_optimizer(layer, key, r.tp, precision, optimizer, time_s=r.optimizer_s)
+            profile.put(layer, key, r.tp, r.micro_batch, precision, fwd_s=r.fwd_s, bwd_s=r.bwd_s, impl=r.impl)
     return ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(rows))
+
+
+def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
+    """One row per (layer, TP degree, micro-batch, impl): the median of each figure over the passes."""
+    groups: dict[tuple, list[LayerMeasurement]] = {}
+    for r in rows:
+        groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl), []).append(r)
+    return [
+        replace(
+            g[0],
+            fwd_s=statistics.median(r.fwd_s for r in g),
+            bwd_s=statistics.median(r.bwd_s for r in g),
+            optimizer_s=statistics.median(r.optimizer_s for r in g),
+        )
+        for g in groups.values()
+    ]
+
+
+def _profile_pass(
+    spec: ModelSpec,
+    start: int,
+    end: int,
+    tp_degrees: Sequence[int],
+    micro_batches: Sequence[int],
+    inputs: dict[tuple, torch.Tensor],
+    targets: torch.Tensor,
+    *,
+    device: torch.device,
+    precision: str,
+    optimizer: str,
+    attention: str,
+    warmup: int,
+    repeats: int,
+    peer_batch: Any,
+    on_step: Callable[[str], None] | None,
+) -> list[LayerMeasurement]:
+    """One timing of every distinct layer in [start, end) at each TP degree and micro-batch."""
+    rows: list[LayerMeasurement] = []
+    seen: set[tuple] = set()
+    for i in range(start, end):
+        layer = spec.layers[i]
+        sig = layer_signature(layer)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        head = i == spec.n_layers - 1
+        for t in sorted(set(tp_degrees)):
+            if t > 1 and not runtime_splits(layer):
+                continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
+            model = _build(spec, i, t, attention).to(device)
+            if precision == "bf16-master":
+                model.to(torch.bfloat16)
+            model.train()
+            opt_s = time_optimizer(
+                model, device=device, precision=precision, optimizer=optimizer, warmup=warmup, repeats=repeats
+            )
+            for b in sorted(set(micro_batches)):
+                if peer_batch is not None:
+                    peer_batch.value = b
+                fwd, bwd = time_layer(
+                    model, inputs[sig][:b], targets[:b] if head else None,
+                    device=device, precision=precision, warmup=warmup, repeats=repeats,
+                )  # fmt: skip
+                rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
+                if on_step is not None:
+                    on_step(f"{layer.name} tp{t} mb{b}")
+            del model
+            if t > 1:
+                rows += _time_dtensor(
+                    spec, i, t, layer, micro_batches, inputs[sig], targets if head else None,
+                    device=device, precision=precision, attention=attention, warmup=warmup, repeats=repeats,
+                    opt_s=opt_s, on_step=on_step, peer_batch=peer_batch,
+                )  # fmt: skip
+    return rows
 
 
 def _time_dtensor(
@@ -490,7 +580,6 @@ def _time_dtensor(
     index: int,
     tp: int,
     layer: Any,
-    key: str,
     micro_batches: Sequence[int],
     x: torch.Tensor,
     targets: torch.Tensor | None,
@@ -501,8 +590,8 @@ def _time_dtensor(
     warmup: int,
     repeats: int,
     opt_s: float,
-    profile: Profile | None,
     on_step: Callable[[str], None] | None,
+    peer_batch: Any = None,
 ) -> list[LayerMeasurement]:
     """The DTensor variant of one layer's even TP shard at every micro-batch (none without a DTensor plan)."""
     rows: list[LayerMeasurement] = []
@@ -510,13 +599,13 @@ def _time_dtensor(
         if model is None:
             return rows
         for b in sorted(set(micro_batches)):
+            if peer_batch is not None:
+                peer_batch.value = b
             fwd, bwd = time_layer(
                 model, x[:b], targets[:b] if targets is not None else None,
                 device=device, precision=precision, warmup=warmup, repeats=repeats,
             )  # fmt: skip
             rows.append(LayerMeasurement(index, layer.name, tp, b, fwd, bwd, opt_s, impl="dtensor"))
-            if profile is not None:
-                profile.put(layer, key, tp, b, precision, fwd_s=fwd, bwd_s=bwd, impl="dtensor")
             if on_step is not None:
                 on_step(f"{layer.name} tp{tp} mb{b} (DTensor)")
     return rows
@@ -527,8 +616,9 @@ def count_steps(
     micro_batches: Sequence[int],
     tp_degrees: Sequence[int],
     layer_range: tuple[int, int] | None = None,
+    passes: int = 3,
 ) -> int:
-    """How many measurements :func:`profile_layers` will take (for progress bars)."""
+    """How many measurements :func:`profile_layers` will take over its ``passes`` (for progress bars)."""
     start, end = layer_range or (0, spec.n_layers)
     sigs = {layer_signature(layer): i for i, layer in enumerate(spec.layers[start:end], start)}
     n = 0
@@ -538,7 +628,7 @@ def count_steps(
         if any(t > 1 for t in degrees) and _has_dtensor_plan(spec, i):
             degrees |= {-t for t in degrees if t > 1}  # the DTensor variant of each TP degree
         n += len(degrees) * len(set(micro_batches))
-    return n
+    return n * passes
 
 
 def _has_dtensor_plan(spec: ModelSpec, index: int) -> bool:

@@ -85,7 +85,7 @@ def load_csv(
     src = str(p)
     rows: list[TraceJob] = []
     stamps: list[datetime | None] = []
-    with (gzip.open(p, "rt", newline="") if p.suffix == ".gz" else p.open(newline="")) as f:
+    with gzip.open(p, "rt", newline="") if p.suffix == ".gz" else p.open(newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         for col, what in ((submit, "submit"), (duration, "duration"), (gpus, "gpus")):
