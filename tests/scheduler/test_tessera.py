@@ -156,3 +156,28 @@ def test_a_short_job_suspends_a_far_longer_one_on_a_full_cluster():
     ctx = make_context([(A100, 4)], kn, pending=[short], running={big: {A100: 4}}, now_s=900)
     get_policy("tessera", preempt_factor=0).schedule(ctx)
     assert set(ctx.decision().allocations) == {0}
+
+
+def test_user_priority_orders_the_queue_and_preempts_only_lower_priorities():
+    kn = table_knowledge({("m", 8): {(A100, 1): 1.0}})
+    # one free GPU, two queued jobs: the longer one the user ranked higher gets it, in every queue order
+    long_hi = job(1, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=200, priority=10)
+    short = job(2, gpus=1, gpu_type=A100, iterations=1000.0, arrival_s=100)
+    for kw in ({}, {"order": "arrival"}):
+        ctx = make_context([(A100, 1)], kn, pending=[long_hi, short], now_s=300)
+        get_policy("tessera", opportunistic=False, **kw).schedule(ctx)
+        assert set(ctx.decision().allocations) == {1}, kw
+    # a running long job of lower priority makes way for a higher-priority long one ...
+    low = job(3, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=1, priority=-5)
+    ctx = make_context([(A100, 1)], kn, pending=[long_hi], running={low: {A100: 1}}, now_s=900)
+    get_policy("tessera").schedule(ctx)
+    assert set(ctx.decision().allocations) == {1}
+    # ... but a short job never suspends one the user ranked higher (SRPT alone would)
+    high = job(4, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=1, priority=5)
+    ctx = make_context([(A100, 1)], kn, pending=[short], running={high: {A100: 1}}, now_s=900)
+    get_policy("tessera").schedule(ctx)
+    assert set(ctx.decision().allocations) == {4}
+    same = job(5, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=1)
+    ctx = make_context([(A100, 1)], kn, pending=[short], running={same: {A100: 1}}, now_s=900)
+    get_policy("tessera").schedule(ctx)
+    assert set(ctx.decision().allocations) == {2}  # same priority: shortest-remaining-first as before

@@ -173,3 +173,15 @@ def test_gpus_freed_and_taken_in_one_round_are_never_shared(adapter):
             i = adapter.cluster.index_of(s.node)
             per_node[i] = per_node.get(i, 0) + 1
         assert tuple(sorted(per_node.items())) == adapter.core.jobs[j].allocation.placement
+
+
+def test_job_spec_priority_goes_first(adapter):
+    # five one-GPU jobs for the four GPUs of `local`: the last to arrive has the highest priority and runs
+    jobs = [JobInput(i, spec(f"j{i}", max_gpus=1), float(i)) for i in range(1, 5)]
+    jobs.append(JobInput(5, spec("urgent", max_gpus=1, priority=50), 5.0))
+    adapter.sync(jobs, 10.0)
+    r = adapter.round(10.0)
+    started = {c.job_id for c in r.changes if c.kind == "start"}
+    assert 5 in started and len(started) == 4
+    (waiting,) = {1, 2, 3, 4} - started
+    assert r.reasons[waiting] in (Reason.RESOURCES, Reason.PRIORITY)

@@ -55,6 +55,9 @@ class Job:
     requested_type: str | None = None
     deadline_s: float | None = None
     name: str = ""
+    priority: int = (
+        0  # the user's, -100..100: a higher one is queued first and never preempted for a lower one
+    )
 
     @property
     def config(self) -> tuple[str, int]:

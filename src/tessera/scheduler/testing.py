@@ -82,6 +82,7 @@ def job(
     iterations: float = 1000.0,
     arrival_s: float = 0.0,
     deadline_s: float | None = None,
+    priority: int = 0,
 ) -> Job:
     return Job(
         job_id=job_id,
@@ -92,6 +93,7 @@ def job(
         requested_gpus=gpus,
         requested_type=gpu_type,
         deadline_s=deadline_s,
+        priority=priority,
     )
 
 

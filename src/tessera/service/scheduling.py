@@ -621,6 +621,7 @@ class SchedulingAdapter:
             requested_type=spec.gpu_types[0] if spec.gpu_types else None,
             deadline_s=(arrival_s + spec.deadline_s) if spec.deadline_s else None,
             name=spec.name,
+            priority=spec.priority,
         )
 
     def _submit(self, jid: int, spec: JobSpec, arrival_s: float) -> None:

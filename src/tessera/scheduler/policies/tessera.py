@@ -219,10 +219,15 @@ class Tessera(Policy):
         dropped = ctx.dropped
         pending = [js for js in ctx.pending if js.job_id not in dropped]
         if self.deadline_aware:
-            pending.sort(key=lambda js: (js.job.deadline_s if js.job.deadline_s is not None else math.inf,
+            pending.sort(key=lambda js: (-js.job.priority,
+                                         js.job.deadline_s if js.job.deadline_s is not None else math.inf,
                                          js.job.arrival_s, js.job_id))  # fmt: skip
         elif self.order == "srpt":
-            pending.sort(key=lambda js: (self.priority(ctx, js), js.job.arrival_s, js.job_id))
+            pending.sort(
+                key=lambda js: (-js.job.priority, self.priority(ctx, js), js.job.arrival_s, js.job_id)
+            )
+        else:
+            pending.sort(key=lambda js: -js.job.priority)  # stable: arrival order within a user priority
         # (config, request) of jobs that found no choice, at the state version they failed at: a burst of
         # identical jobs is tried once while nothing changes
         failed: dict[tuple, int] = {}
@@ -496,6 +501,7 @@ class Tessera(Policy):
                 (ctx.jobs[jid], a)
                 for jid, a in ctx.allocations.items()
                 if ctx.jobs[jid].job.arrival_s > arrival
+                and ctx.jobs[jid].job.priority <= js.job.priority
                 and t in dict(a.gpus)
                 and jid not in self._touched
                 and self.remaining_gpu_s(ctx, ctx.jobs[jid])[1] >= floor
@@ -523,9 +529,9 @@ class Tessera(Policy):
         return None
 
     def preempt_for(self, ctx: SchedulingContext, js: JobState) -> list[JobState] | None:
-        """Shortest-remaining-first under contention: suspend running jobs that need far more GPU-time
-        (``preempt_factor`` × this job's priority) when that frees this job's smallest Cell; victims longest
-        first, only jobs that have run at least a round and a restart's worth since their last change and have
+        """Shortest-remaining-first under contention: suspend running jobs of a lower user priority, or of the
+        same one when they need far more GPU-time (``preempt_factor`` × this job's priority), when that frees
+        this job's smallest Cell; victims lowest priority and longest first, only jobs that have run at least a round and a restart's worth since their last change and have
         restarted fewer than ``max_restarts`` times. Returns the suspended jobs, or None."""
         inf = self.info(ctx, js.job)
         mine = self.priority(ctx, js)
@@ -542,9 +548,11 @@ class Tessera(Policy):
                 continue
             if now - o.last_change_s < max(ctx.round_s, 2 * ctx.restart_s(o.job)):
                 continue
+            if o.job.priority > js.job.priority:
+                continue  # never for a job the user ranked lower
             g = self.remaining_gpu_s(ctx, o)[1]
-            if g <= self.preempt_factor * mine:
-                continue
+            if o.job.priority == js.job.priority and g <= self.preempt_factor * mine:
+                continue  # within one user priority, only far longer jobs make way
             for t, _ in a.gpus:
                 victims.setdefault(t, []).append((g, o, a))
         for c in inf.min_cells:
@@ -552,7 +560,7 @@ class Tessera(Policy):
             cand = victims.get(t, [])
             if free.get(t, 0) + sum(dict(a.gpus)[t] for _, _, a in cand) < n:
                 continue
-            cand.sort(key=lambda x: (-x[0], -x[1].job_id))
+            cand.sort(key=lambda x: (x[1].job.priority, -x[0], -x[1].job_id))  # lowest priority, then longest
             released: list[tuple[JobState, Allocation]] = []
             for _, o, a in cand:
                 if ctx.place(c.gpus) is not None:
