@@ -509,30 +509,40 @@ class Tessera(Policy):
             if free.get(t, 0) + sum(dict(a.gpus)[t] for _, a in later) < n:
                 continue
             later.sort(key=lambda oa: (-oa[0].job.arrival_s, -oa[0].job_id))  # latest first
-            released: list[tuple[JobState, Allocation]] = []
-            for o, a in later:
-                if ctx.place(c.gpus) is not None:
-                    break
-                released.append((o, a))
-                ctx.release(o.job_id)
-            if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
-                self._touched.add(js.job_id)
-                out = []
-                for o, a in released:  # give back what was suspended but not needed
-                    if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
-                        out.append(o)
-                        self._touched.add(o.job_id)
-                self._donors = None
+            out = self._suspend_for(ctx, js, c, later)
+            if out is not None:
                 return out
+        return None
+
+    def _suspend_for(
+        self, ctx: SchedulingContext, js: JobState, c: _Cell, victims: list[tuple[JobState, Allocation]]
+    ) -> list[JobState] | None:
+        """Release ``victims`` in order until Cell ``c`` fits, start ``js`` on it and give back what was not
+        needed. Returns the suspended jobs, or None (everything restored) when ``c`` still does not fit."""
+        released: list[tuple[JobState, Allocation]] = []
+        for o, a in victims:
+            if ctx.place(c.gpus) is not None:
+                break
+            released.append((o, a))
+            ctx.release(o.job_id)
+        if ctx.reserve(js.job_id, c.gpus, c.n_stages) is None:
             for o, a in released:
                 ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement)
-        return None
+            return None
+        self._touched.add(js.job_id)
+        out = []
+        for o, a in released:  # give back what was suspended but not needed
+            if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
+                out.append(o)
+                self._touched.add(o.job_id)
+        self._donors = None
+        return out
 
     def preempt_for(self, ctx: SchedulingContext, js: JobState) -> list[JobState] | None:
         """Shortest-remaining-first under contention: suspend running jobs of a lower user priority, or of the
         same one when they need far more GPU-time (``preempt_factor`` × this job's priority), when that frees
-        this job's smallest Cell; victims lowest priority and longest first, only jobs that have run at least a round and a restart's worth since their last change and have
-        restarted fewer than ``max_restarts`` times. Returns the suspended jobs, or None."""
+        this job's smallest Cell; victims lowest priority and longest first, only jobs that have run at least a
+        round and a restart's worth since their last change and have restarted fewer than ``max_restarts`` times. Returns the suspended jobs, or None."""
         inf = self.info(ctx, js.job)
         mine = self.priority(ctx, js)
         if not inf.min_cells or not math.isfinite(mine):
@@ -561,23 +571,9 @@ class Tessera(Policy):
             if free.get(t, 0) + sum(dict(a.gpus)[t] for _, _, a in cand) < n:
                 continue
             cand.sort(key=lambda x: (x[1].job.priority, -x[0], -x[1].job_id))  # lowest priority, then longest
-            released: list[tuple[JobState, Allocation]] = []
-            for _, o, a in cand:
-                if ctx.place(c.gpus) is not None:
-                    break
-                released.append((o, a))
-                ctx.release(o.job_id)
-            if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
-                self._touched.add(js.job_id)
-                out = []
-                for o, a in released:
-                    if ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement) is None:
-                        out.append(o)
-                        self._touched.add(o.job_id)
-                self._donors = None
+            out = self._suspend_for(ctx, js, c, [(o, a) for _, o, a in cand])
+            if out is not None:
                 return out
-            for o, a in released:
-                ctx.reserve(o.job_id, a.gpus, a.n_stages, placement=a.placement)
         return None
 
     # ------------------------------------------------------------------ extra scheduling (scale up)
