@@ -454,32 +454,37 @@ def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
     return _PEAKS[key]
 
 
-def stage_views(plan: Plan, index: int) -> list[DeviceView]:
-    """The memory module's view of every replica of stage ``index`` (uneven TP as the even shard)."""
+def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:
+    """The memory module's view of one replica of stage ``index`` running ``micro_batch`` samples per
+    micro-batch (uneven TP as the even shard; 1F1B holds ``stages − index`` micro-batches in flight)."""
     st = plan.stages[index]
     B = plan.micro_batches
-    in_flight = B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B)
+    return DeviceView(
+        layer_start=st.layer_start,
+        layer_end=st.layer_end,
+        micro_batch=micro_batch,
+        in_flight=B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B),
+        dp=st.dp_degree,
+        tp=st.tp_degree,
+        precision=plan.precision.value,
+        recompute=plan.recompute.value,
+        attention=plan.attention.value,
+        optimizer=plan.optimizer.value,
+        zero=plan.zero,
+        micro_batches=B,
+    )
+
+
+def stage_views(plan: Plan, index: int) -> list[DeviceView]:
+    """:func:`stage_view` of every replica of stage ``index``, at its batch share."""
+    B = plan.micro_batches
     made: dict[int, DeviceView] = {}  # one view per distinct micro-batch size (replicas mostly share one)
     out = []
-    for share in st.shares(plan.global_batch):
+    for share in plan.stages[index].shares(plan.global_batch):
         mb = max(1, math.ceil(share / B))
-        v = made.get(mb)
-        if v is None:
-            v = made[mb] = DeviceView(
-                layer_start=st.layer_start,
-                layer_end=st.layer_end,
-                micro_batch=mb,
-                in_flight=in_flight,
-                dp=st.dp_degree,
-                tp=st.tp_degree,
-                precision=plan.precision.value,
-                recompute=plan.recompute.value,
-                attention=plan.attention.value,
-                optimizer=plan.optimizer.value,
-                zero=plan.zero,
-                micro_batches=B,
-            )
-        out.append(v)
+        if mb not in made:
+            made[mb] = stage_view(plan, index, mb)
+        out.append(made[mb])
     return out
 
 

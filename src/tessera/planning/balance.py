@@ -22,9 +22,9 @@ from typing import Any
 
 from tessera.hardware import GPUSpec, get_gpu
 from tessera.memory.formula import evaluate
-from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, usable_bytes
 from tessera.models.spec import ModelSpec
+from tessera.perf.estimate import stage_view
 from tessera.plan import Device, Plan, Stage
 
 
@@ -184,25 +184,6 @@ def order_by_memory(
     return sorted(devices, key=lambda d: -gpu(d).memory_bytes)
 
 
-def _stage_view(plan: Plan, stage: Stage, index: int, micro_batch: int, tp: int) -> DeviceView:
-    B = plan.micro_batches
-    in_flight = B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B)
-    return DeviceView(
-        layer_start=stage.layer_start,
-        layer_end=stage.layer_end,
-        micro_batch=micro_batch,
-        in_flight=in_flight,
-        dp=stage.dp_degree,
-        tp=tp,
-        precision=plan.precision.value,
-        recompute=plan.recompute.value,
-        attention=plan.attention.value,
-        optimizer=plan.optimizer.value,
-        zero=plan.zero,
-        micro_batches=B,
-    )
-
-
 def balance_stage(
     plan: Plan,
     spec: ModelSpec,
@@ -231,13 +212,13 @@ def balance_stage(
         rank_flops = [min(gpu(stage.replica(r)[k]).peak_flops(prec) for r in range(dp)) for k in range(tp)]
         rank_mem = [min(cap[stage.replica(r)[k].rank] for r in range(dp)) for k in range(tp)]
         mb = max(1, math.ceil(max(stage.shares(plan.global_batch)) / plan.micro_batches))
-        even_peak = float(evaluate(spec, [_stage_view(plan, stage, index, mb, tp)]).peak_bytes[0])
+        even_peak = float(evaluate(spec, [stage_view(plan, index, mb)]).peak_bytes[0])
         shards = balance_shards(rank_flops, rank_mem, shardable_bytes=tp * even_peak)
         new = replace(new, tp_ratios=tuple(shards.loads))
     if dp > 1:
         flops = [tp * min(gpu(d).peak_flops(prec) for d in stage.replica(r)) for r in range(dp)]
         mem = [min(cap[d.rank] for d in stage.replica(r)) for r in range(dp)]
-        p1, p2 = evaluate(spec, [_stage_view(plan, stage, index, m, tp) for m in (1, 2)]).peak_bytes
+        p1, p2 = evaluate(spec, [stage_view(plan, index, m) for m in (1, 2)]).peak_bytes
         per_sample = float(p2 - p1) / plan.micro_batches
         fixed = float(p1) - float(p2 - p1)
         batch = balance_batch(plan.global_batch, flops, mem, bytes_per_sample=per_sample, fixed_bytes=fixed)
