@@ -52,18 +52,10 @@ def main() -> int:
         if done >= total:
             print(f"  {label}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    study = run_study(
-        cluster="crius-sim-1280",
-        trace="philly",
-        start=args.start,
-        end=args.end,
-        policies=args.policies,
-        seed=args.seed,
-        depth_sweep=depths,
-        out_dir=work,
-        workers=args.workers,
-        on_phase=on_phase,
-    )
+    window = dict(
+        cluster="crius-sim-1280", trace="philly", start=args.start, end=args.end, seed=args.seed, workers=args.workers
+    )  # fmt: skip
+    study = run_study(**window, policies=args.policies, depth_sweep=depths, out_dir=work, on_phase=on_phase)
     print(" | ".join(COLUMNS))
     for row in comparison_rows(study.metrics):
         print(" | ".join(row))
@@ -84,15 +76,10 @@ def main() -> int:
     load_sweep: list[dict] = []
     for d in [float(x) for x in args.densities.split(",") if x.strip()]:
         st = run_study(
-            cluster="crius-sim-1280",
-            trace="philly",
-            start=args.start,
-            end=args.end,
+            **window,
             policies=args.sweep_policies,
-            seed=args.seed,
             out_dir=None,
             plots=False,
-            workers=args.workers,
             density=d,
             on_phase=lambda label, done, total, d=d: on_phase(f"density {d:g}: {label}", done, total),
         )
