@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 for _k, _v in {
@@ -68,6 +72,83 @@ def wait_for(pred, timeout_s: float, what: str, interval_s: float = 0.5):
             return last
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+def start_server_process(
+    args: list[str],
+    state: Path,
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120,
+    interval_s: float = 0.5,
+) -> subprocess.Popen:
+    """``tessera server --state-dir STATE --port PORT ARGS`` as its own process (its own session, so a test can
+    kill exactly its group), logging under ``state``; returns once /api/health answers, or fails with the log's
+    tail when the process exits first."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "tessera.cli",
+        "server",
+        "--state-dir",
+        str(state),
+        "--port",
+        str(port),
+        *args,
+    ]
+    log = state / f"server-{port}-{time.time():.3f}.log"
+    with log.open("w") as out:  # the child holds its own copy of the descriptor
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200
+        return False
+
+    wait_for(up, timeout_s, "the server to answer", interval_s=interval_s)
+    return proc
+
+
+def assert_no_server_errors(
+    url: str, *, max_examples: int, timeout_s: float, skip: tuple[str, ...] = ()
+) -> list[str]:
+    """Schemathesis: generated valid and invalid requests for every operation of the OpenAPI schema at ``url``
+    (except the paths in ``skip``) never get a 5xx. Returns the operations seen, as "METHOD /path"."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    seen = []
+    for result in schema.get_all_operations():
+        op = result.ok()
+        seen.append(f"{op.method.upper()} {op.path}")
+        if op.path in skip:
+            continue
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=op.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=max_examples,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+            )
+            def no_5xx(case):
+                r = case.call(timeout=timeout_s)
+                assert r.status_code < 500, (
+                    f"{case.method} {case.formatted_path}: {r.status_code} {r.text[:300]}"
+                )
+
+            try:
+                no_5xx()
+            except Unsatisfiable:  # nothing invalid to generate (an operation without parameters)
+                assert mode == GenerationMode.NEGATIVE
+    return seen
 
 
 # ------------------------------------------------------------------------------------------------ PostgreSQL

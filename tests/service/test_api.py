@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from conftest import EXAMPLES, Served, free_port
+from conftest import EXAMPLES, Served, assert_no_server_errors, free_port
 from typer.testing import CliRunner
 
 from tessera.cli import app as cli_app
@@ -239,28 +239,5 @@ def test_cli_dry_run_without_a_server(tmp_path):
 def test_schemathesis_finds_no_server_error(served):
     """Generated requests for every operation of the OpenAPI schema — valid and invalid bodies, paths and
     queries — against the running server: never a 5xx."""
-    import schemathesis
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis.errors import Unsatisfiable
-    from schemathesis import GenerationMode
-
-    schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json")
-    seen = []
-    for result in schema.get_all_operations():
-        op = result.ok()
-        seen.append(f"{op.method.upper()} {op.path}")
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-
-            @given(case=op.as_strategy(generation_mode=mode))
-            @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-            def no_5xx(case):
-                r = case.call(timeout=120)
-                assert r.status_code < 500, (
-                    f"{case.method} {case.formatted_path}: {r.status_code} {r.text[:300]}"
-                )
-
-            try:
-                no_5xx()
-            except Unsatisfiable:  # nothing invalid to generate (an operation without parameters)
-                assert mode == GenerationMode.NEGATIVE
+    seen = assert_no_server_errors(served.url, max_examples=15, timeout_s=120)
     assert "POST /api/jobs" in seen and "GET /api/jobs/{job}/logs" in seen and "GET /api/cluster" in seen

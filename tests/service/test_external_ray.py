@@ -9,12 +9,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import httpx
 import pytest
-from conftest import EXAMPLES, free_port, wait_for
+from conftest import EXAMPLES, free_port, start_server_process, wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -58,20 +57,9 @@ def start(state, port: int, address: str, tmp: str) -> subprocess.Popen:
         "RAY_AUTH_MODE": "disabled",
         "RAY_TMPDIR": tmp,
     }
-    cmd = [sys.executable, "-m", "tessera.cli", "server", "--state-dir", str(state), "--port", str(port),
-           "--round", "2", "--ray-address", address]  # fmt: skip
-    log = open(state / f"server-{time.time():.0f}.log", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def up():
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200
-        return False
-
-    wait_for(up, 90, "the server to answer")
-    return proc
+    return start_server_process(
+        ["--round", "2", "--ray-address", address], state, port, env=env, timeout_s=90
+    )
 
 
 @pytest.mark.timeout(300)

@@ -7,13 +7,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import EXAMPLES, free_port, wait_for
+from conftest import EXAMPLES, free_port, start_server_process, wait_for
 
 from tessera.service.config import ServiceConfig
 from tessera.service.ray_backend import kill_leftovers
@@ -25,34 +24,7 @@ TEXT = {"global_batch": 8, "seq_len": 64, "precision": "fp32", "learning_rate": 
 
 def start_server(state: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "tessera.cli",
-        "server",
-        "--state-dir",
-        str(state),
-        "--port",
-        str(port),
-        "--round",
-        "2",
-    ]
-    log = open(state / f"server-{port}-{time.time():.0f}.log", "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"server exited with {proc.returncode}: {(state / log.name).read_text()[-2000:]}"
-            )
-        try:
-            return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, 120, "the server to answer")
-    return proc
+    return start_server_process(["--round", "2"], state, port, env=env)
 
 
 def job(url: str, jid: int) -> dict:
