@@ -555,60 +555,49 @@ def _profile_pass(
             opt_s = time_optimizer(
                 model, device=device, precision=precision, optimizer=optimizer, warmup=warmup, repeats=repeats
             )
-            for b in sorted(set(micro_batches)):
-                if peer_batch is not None:
-                    peer_batch.value = b
-                fwd, bwd = time_layer(
-                    model, inputs[sig][:b], targets[:b] if head else None,
-                    device=device, precision=precision, warmup=warmup, repeats=repeats,
-                )  # fmt: skip
+            timing = dict(
+                device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch
+            )
+            y = targets if head else None
+            for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
                 rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
                 if on_step is not None:
                     on_step(f"{layer.name} tp{t} mb{b}")
             del model
-            if t > 1:
-                rows += _time_dtensor(
-                    spec, i, t, layer, micro_batches, inputs[sig], targets if head else None,
-                    device=device, precision=precision, attention=attention, warmup=warmup, repeats=repeats,
-                    opt_s=opt_s, on_step=on_step, peer_batch=peer_batch,
-                )  # fmt: skip
+            if t <= 1:
+                continue
+            # the DTensor variant of the even TP shard (none without a DTensor plan)
+            with _dtensor_shard(spec, i, t, attention, device, precision) as dt:
+                if dt is None:
+                    continue
+                for b, fwd, bwd in _time_micro_batches(dt, inputs[sig], y, micro_batches, **timing):
+                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, impl="dtensor"))
+                    if on_step is not None:
+                        on_step(f"{layer.name} tp{t} mb{b} (DTensor)")
     return rows
 
 
-def _time_dtensor(
-    spec: ModelSpec,
-    index: int,
-    tp: int,
-    layer: Any,
-    micro_batches: Sequence[int],
+def _time_micro_batches(
+    model: nn.Module,
     x: torch.Tensor,
     targets: torch.Tensor | None,
+    micro_batches: Sequence[int],
     *,
     device: torch.device,
     precision: str,
-    attention: str,
     warmup: int,
     repeats: int,
-    opt_s: float,
-    on_step: Callable[[str], None] | None,
-    peer_batch: Any = None,
-) -> list[LayerMeasurement]:
-    """The DTensor variant of one layer's even TP shard at every micro-batch (none without a DTensor plan)."""
-    rows: list[LayerMeasurement] = []
-    with _dtensor_shard(spec, index, tp, attention, device, precision) as model:
-        if model is None:
-            return rows
-        for b in sorted(set(micro_batches)):
-            if peer_batch is not None:
-                peer_batch.value = b
-            fwd, bwd = time_layer(
-                model, x[:b], targets[:b] if targets is not None else None,
-                device=device, precision=precision, warmup=warmup, repeats=repeats,
-            )  # fmt: skip
-            rows.append(LayerMeasurement(index, layer.name, tp, b, fwd, bwd, opt_s, impl="dtensor"))
-            if on_step is not None:
-                on_step(f"{layer.name} tp{tp} mb{b} (DTensor)")
-    return rows
+    peer_batch: Any,
+) -> Iterator[tuple[int, float, float]]:
+    """(micro-batch, fwd s, bwd s) of ``model.layers[0]`` at each size, co-runners set to the same size."""
+    for b in sorted(set(micro_batches)):
+        if peer_batch is not None:
+            peer_batch.value = b
+        y = targets[:b] if targets is not None else None
+        fwd, bwd = time_layer(
+            model, x[:b], y, device=device, precision=precision, warmup=warmup, repeats=repeats
+        )
+        yield b, fwd, bwd
 
 
 def count_steps(
