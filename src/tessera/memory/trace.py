@@ -74,9 +74,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tessera.dtensor_tp import fake_process_group
 from tessera.memory import fakecuda
 from tessera.memory.breakdown import PHASES, TraceResult
-from tessera.models.dtensor_tp import fake_process_group
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import get_gpu, gpu_catalog
-from tessera.models.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.models.spec import ModelSpec
 from tessera.perf.compute import Profile, layer_signature, profile_device, runtime_splits
 

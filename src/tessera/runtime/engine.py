@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tessera.dtensor_tp import uses_dtensor
 from tessera.plan import Optimizer, Plan, Precision
 from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
 from tessera.runtime.groups import Layout, build_layout
@@ -30,7 +31,6 @@ from tessera.runtime.torch_parallel import (
     is_dtensor,
     local,
     mesh_of,
-    tp_impl,
 )
 from tessera.runtime.torch_pipeline import TorchPipelineRunner, torch_pipeline_fits
 from tessera.runtime.transport import Transport
@@ -117,7 +117,7 @@ class Trainer:
             recompute=plan.recompute.value,
             device=device,
             ties=ties,
-            dtensor_tp=st.tp_degree > 1 and st.even_tp and tp_impl() != "own",
+            dtensor_tp=uses_dtensor(st.tp_degree, st.even_tp),
         )
         self.fsdp = use_fsdp(plan, lay)
         if self.fsdp:

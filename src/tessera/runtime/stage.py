@@ -12,10 +12,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tessera.dtensor_tp import block_tp_plan
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
-from tessera.runtime.torch_parallel import block_tp_plan, dtensor_spec, is_dtensor, mesh_of, parallelize_block
+from tessera.runtime.torch_parallel import dtensor_spec, is_dtensor, mesh_of, parallelize_block
 
 
 @dataclass(frozen=True)

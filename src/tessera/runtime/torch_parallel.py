@@ -22,10 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from tessera.models.dtensor_tp import COLWISE, ROWWISE, block_tp_plan, tp_impl
 from tessera.runtime.shards import ShardSpec
-
-__all__ = ["COLWISE", "ROWWISE", "block_tp_plan", "tp_impl"]
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
