@@ -4,7 +4,6 @@ and the smallest layouts that fit each GPU type (Frenzy's resource plans, with a
 from __future__ import annotations
 
 import itertools
-import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -14,7 +13,7 @@ from tessera.hardware import get_gpu
 from tessera.memory.formula import check_covered, evaluate
 from tessera.memory.layout import Layout, LayoutError, device_views
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.spec import ModelSpec
+from tessera.models.spec import ModelSpec, per_spec
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ def smallest_fitting_layouts(
     # are never evaluated (their peaks could not change it). A model or layer class the formula does not
     # cover raises as if every layout had been evaluated.
     check_covered(spec, [v for lay in _representatives(layouts) for v in device_views(spec, lay)])
-    memo = _worst_memo(spec)
+    memo: dict[Layout, float] = per_spec(_WORST, spec, dict)
     counts = np.array([lay.n_gpus for lay in layouts])
     for n in np.unique(counts):
         group = np.flatnonzero(counts == n)  # in candidate order
@@ -159,36 +158,28 @@ def smallest_fitting_layouts(
         fit = np.flatnonzero(device <= capacity)
         if fit.size:
             chosen = sorted(fit.tolist(), key=lambda i: device[i])[:top]
-            lay_of = {int(i): layouts[int(group[i])] for i in chosen}
             return [
                 FitRow(
                     gpu_type=gpu.name,
                     n_gpus=int(n),
-                    dp=lay_of[i].dp,
-                    tp=lay_of[i].tp,
-                    pp=lay_of[i].pp,
-                    micro_batch=lay_of[i].micro_batch,
-                    recompute=lay_of[i].recompute,
-                    zero=lay_of[i].zero,
+                    dp=lay.dp,
+                    tp=lay.tp,
+                    pp=lay.pp,
+                    micro_batch=lay.micro_batch,
+                    recompute=lay.recompute,
+                    zero=lay.zero,
                     peak_bytes=float(worst[i]),
                     headroom_bytes=float(gpu.memory_bytes - device[i]),
                 )
                 for i in chosen
+                for lay in (layouts[int(group[i])],)
             ]
     return []
 
 
 # Per spec object, layout → its worst stage's tensor peak: the smallest-layout search asks the same layouts
-# once per GPU type. Keyed by id(spec) (specs do not hash); an entry goes when its spec is collected.
-_WORST: dict[int, dict[Layout, float]] = {}
-
-
-def _worst_memo(spec: ModelSpec) -> dict[Layout, float]:
-    key = id(spec)
-    if key not in _WORST:
-        _WORST[key] = {}
-        weakref.finalize(spec, _WORST.pop, key, None)
-    return _WORST[key]
+# once per GPU type.
+_WORST: dict[int, tuple[Any, dict[Layout, float]]] = {}
 
 
 def _representatives(layouts: list[Layout]) -> list[Layout]:

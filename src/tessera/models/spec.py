@@ -6,8 +6,11 @@ zoo's analytic specs and specs traced from `nn.Module`s (``models.trace``) must 
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 
 class TPShard(StrEnum):
@@ -148,3 +151,16 @@ class ModelSpec:
         if self.seq_len != 1:
             raise ValueError("rebuild transformer specs for a new seq_len (attention cost depends on it)")
         return replace(self, seq_len=seq_len)
+
+
+def per_spec(table: dict[int, tuple[Any, Any]], spec: ModelSpec, make: Callable[[], Any]) -> Any:
+    """``make()`` kept per spec object in ``table`` — for memos that planners read thousands of times. Keyed
+    by id(spec) (specs carry a dict, so they do not hash); an entry goes when its spec is collected, and is
+    remade if the spec's layers were replaced."""
+    key = id(spec)
+    hit = table.get(key)
+    if hit is None or hit[0] is not spec.layers:
+        if key not in table:
+            weakref.finalize(spec, table.pop, key, None)
+        hit = table[key] = (spec.layers, make())
+    return hit[1]

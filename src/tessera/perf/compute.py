@@ -106,11 +106,6 @@ def runtime_splits(layer: Layer) -> bool:
     return layer.kind == "transformer" and layer.tp_shard == TPShard.HEADS
 
 
-def effective_tp(layer: Layer, tp: int) -> int:
-    """The TP degree ``layer`` really runs at: ``tp`` where the runtime splits it, else 1 (replicated)."""
-    return tp if tp > 1 and runtime_splits(layer) else 1
-
-
 def layer_signature(layer: Layer) -> tuple:
     """What makes two layers cost the same: everything but the name (blocks 0..L-1 of a GPT share one)."""
     return (

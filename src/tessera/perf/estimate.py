@@ -32,17 +32,16 @@ from __future__ import annotations
 
 import math
 import os
-import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tessera.dtensor_tp import uses_dtensor
 from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.dtensor_tp import uses_dtensor
-from tessera.models.spec import Layer, ModelSpec, TransformerArch
+from tessera.models.spec import Layer, ModelSpec, TransformerArch, per_spec
 from tessera.perf.comm import (
     Collective,
     Link,
@@ -194,13 +193,18 @@ def _elem_scale(precision: str) -> float:
     return 0.5 if precision in HALF_PRECISIONS else 1.0
 
 
+def _runs_at(tp_degree: int, splits: bool) -> int:
+    """The TP degree a layer really runs at: the stage's where the runtime splits it, else 1 (replicated)."""
+    return tp_degree if splits else 1
+
+
 def _layer_rows(spec: ModelSpec) -> tuple[tuple, ...]:
     """Per layer of the spec: (layer, signature, runtime splits it, attention core fraction, TP all-reduces),
     computed once per spec object (stage costs walk the same layers thousands of times)."""
-    key = id(spec)
-    hit = _LAYER_ROWS.get(key)
-    if hit is None or hit[0] is not spec.layers:
-        rows = tuple(
+    return per_spec(
+        _LAYER_ROWS,
+        spec,
+        lambda: tuple(
             (
                 layer,
                 layer_signature(layer),
@@ -209,14 +213,10 @@ def _layer_rows(spec: ModelSpec) -> tuple[tuple, ...]:
                 tp_allreduces(spec, layer),
             )
             for layer in spec.layers
-        )
-        if key not in _LAYER_ROWS:
-            weakref.finalize(spec, _LAYER_ROWS.pop, key, None)
-        hit = _LAYER_ROWS[key] = (spec.layers, rows)
-    return hit[1]
+        ),
+    )
 
 
-# Per spec object: (its layers, their rows); keyed by id(spec), an entry goes when its spec is collected.
 _LAYER_ROWS: dict[int, tuple[Any, tuple[tuple, ...]]] = {}
 
 
@@ -254,7 +254,7 @@ def _stage_time(
             per_dev.append((gpu, device_key(plan, d, topo), ratios[k]))
         fwd = bwd = 0.0
         for layer, sig, splits, acf, _ in rows:
-            tp = tp_degree if tp_degree > 1 and splits else 1
+            tp = _runs_at(tp_degree, splits)
             lf = lb = 0.0
             for gpu, dkey, rk in per_dev:
                 ratio = rk if tp > 1 else None
@@ -342,7 +342,7 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
     for k in range(tp_degree):
         grad_bytes = 0.0
         for layer, _, splits, _, _ in rows:
-            tp = tp_degree if tp_degree > 1 and splits else 1
+            tp = _runs_at(tp_degree, splits)
             grad_bytes += 4.0 * layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
         link = topo.link(group)
@@ -405,7 +405,7 @@ def _optimizer_s(
         done.add((dkey, k))
         total = 0.0
         for layer, lsig, splits, _, _ in rows:
-            tp = tp_degree if tp_degree > 1 and splits else 1
+            tp = _runs_at(tp_degree, splits)
             ratio = ratios[k] if tp > 1 else None
             sig = ("o", lsig, gpu.name, dkey, tp, ratio, precision, opt)
             hit = seen.get(sig)
@@ -442,16 +442,11 @@ def boundary_s(
 
 # The memory formula costs ~2 ms per call whatever the batch, so Cells and tuners that ask for the same
 # (stage, replica) view again and again read it from here: per spec object, view → tensor peak bytes.
-# Keyed by id(spec) (specs carry a dict, so they do not hash); an entry goes when its spec is collected.
-_PEAKS: dict[int, dict[DeviceView, float]] = {}
+_PEAKS: dict[int, tuple[Any, dict[DeviceView, float]]] = {}
 
 
 def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
-    key = id(spec)
-    if key not in _PEAKS:
-        _PEAKS[key] = {}
-        weakref.finalize(spec, _PEAKS.pop, key, None)
-    return _PEAKS[key]
+    return per_spec(_PEAKS, spec, dict)
 
 
 def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:

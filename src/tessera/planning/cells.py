@@ -198,19 +198,20 @@ class CellEstimator:
         best: tuple[tuple[bool, float], StageSpace, Any] | None = None
         evaluations = 0
         default_B = default_micro_batches(shape.n_stages, self.settings.global_batch)
-        tries = [(rung, B) for rung in self.rungs for B in sorted({default_B, self.settings.global_batch})]
-        warmed, n_warms = 1, 0  # tries whose memory is priced (the first by its own assembly)
         # smaller micro-batches (B = the global batch) are the other memory lever: activations shrink with them
+        counts = sorted({default_B, self.settings.global_batch})
+        tries = [(rung, B) for rung in self.rungs for B in counts]  # in the order they are tried
+        warmed, n_warms = 1, 0  # tries whose memory is priced (the first by its own assembly)
+        i = -1
         for rung in self.rungs:
-            for B in sorted({default_B, self.settings.global_batch}):
+            for B in counts:
+                i += 1
                 space = self.space(shape, rung, B)
                 if space is None:
                     return None
-                pure = [sorted({0, len(o) - 1}) for o in space.options]
-                choice = space.assemble(pure)
+                choice = space.assemble(space.pure_options())
                 if choice is None:
                     return None
-                i = tries.index((rung, B))
                 if not choice.feasible and i + 1 >= warmed and i + 1 < len(tries):
                     # it does not fit: price the memory of the next tries at once, twice as many each time
                     warmed = i + 1 + (1 << n_warms)
@@ -246,7 +247,9 @@ class CellEstimator:
         for rung, B in tries:
             space = self.space(shape, rung, B)
             if space is not None:
-                views.extend(space.pure_views())
+                views.extend(
+                    space.memory_views([(s, j) for s, js in enumerate(space.pure_options()) for j in js])
+                )
         if views:
             peak_bytes(self.spec, views)
 

@@ -210,24 +210,24 @@ class StageSpace:
             hit = self._carriers[key] = self.plan([j if k == s else 0 for k in range(self.n_stages)])
         return hit
 
-    def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
-        """Evaluate the memory of many (stage, option) pairs in one formula call (it costs the same as one)."""
-        pairs = pairs or [(s, j) for s in range(self.n_stages) for j in range(len(self.options[s]))]
+    def pure_options(self) -> list[list[int]]:
+        """Per stage, its DP-only and TP-only options (the first and last): what a Cell assembles first."""
+        return [sorted({0, len(o) - 1}) if o else [] for o in self.options]
+
+    def memory_views(self, pairs: Sequence[tuple[int, int]]) -> list:
+        """Memory views of the (stage, option) pairs not yet costed, to price many in one formula call."""
         views = []
         for s, j in pairs:
             if (s, j) not in self._costs:
                 views.extend(stage_views(self._carrier(s, j), s))
+        return views
+
+    def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
+        """Evaluate the memory of many (stage, option) pairs in one formula call (it costs the same as one)."""
+        pairs = pairs or [(s, j) for s in range(self.n_stages) for j in range(len(self.options[s]))]
+        views = self.memory_views(pairs)
         if views:
             peak_bytes(self.spec, views)
-
-    def pure_views(self) -> list:
-        """Memory views of every stage's DP-only and TP-only option not yet costed (what a Cell assembles)."""
-        views = []
-        for s, o in enumerate(self.options):
-            for j in sorted({0, len(o) - 1}) if o else ():
-                if (s, j) not in self._costs:
-                    views.extend(stage_views(self._carrier(s, j), s))
-        return views
 
     def stage_cost(self, s: int, j: int) -> StageCost:
         key = (s, j)
