@@ -19,15 +19,14 @@ Each configuration is estimated two ways, both from Tessera's cost model (roofli
 compute, alpha-beta for collectives, the 1F1B pipeline composition):
 
 * ``tessera`` — :func:`tessera.perf.estimate.estimate_plan` on the plan, as ``tessera estimate`` prices it. The
-  estimator prices *Tessera's runtime*: embedding and head stay replicated in a TP group (no vocab-parallel
-  loss), every column-parallel Linear all-reduces its input gradient (q, k, v apart), PyTorch's foreach AdamW.
-  That is the headline figure (``mean_abs_error``, ``meets_target``).
+  estimator prices *Tessera's runtime*: vocab-parallel embedding, head and cross-entropy (as Megatron), but
+  every column-parallel Linear all-reduces its input gradient (q, k, v apart) and the step is PyTorch's
+  foreach AdamW. That is the headline figure (``mean_abs_error``, ``meets_target``).
 * ``megatron_runtime`` — the same physics composed from ``tessera.perf`` functions for *Megatron's*
   implementation: vocab-parallel embedding/head and cross-entropy, 2 + 2 TP all-reduces per block (fused QKV;
   sequence parallelism's reduce-scatter + all-gather move the same ring volume), fused Adam, and the
   memory-bound softmax/dropout traffic on the s × s scores of non-flash attention (Megatron had no flash
-  attention then). It separates the cost model's physics from the runtime difference, and is what
-  ``estimate_plan`` would give with the change the bench's notes describe.
+  attention then). It separates the cost model's physics from the runtime differences that remain.
 
 Writes ``bench/results/published.json`` and prints a table.
 

@@ -10,7 +10,7 @@ from tessera.hardware import get_cluster
 from tessera.models.zoo import get_spec
 from tessera.perf.compute import Profile, layer_time, optimizer_time
 from tessera.perf.costmodel import CostModel
-from tessera.perf.estimate import Estimate, estimate_plan
+from tessera.perf.estimate import Estimate, estimate_plan, tp_allreduces
 from tessera.plan import Device, Plan, Stage, simple_plan
 
 
@@ -122,3 +122,33 @@ def test_seq_len_mismatch_is_an_error(gpt2):
     plan = simple_plan(gpt2.name, n_layers=gpt2.n_layers, global_batch=4, seq_len=128)
     with pytest.raises(ValueError, match="seq_len"):
         estimate_plan(plan, gpt2)
+
+
+def test_tp_allreduces_of_blocks_vocab_embedding_and_head(gpt2):
+    """Per micro-batch sample: a GELU block 2 forward + 4 backward of its b·s·h output; the vocab-parallel
+    embedding 1 forward of its output; the head 1 backward of its input gradient plus the parallel
+    cross-entropy's 3 all-reduces of one fp32 value per token."""
+    hidden_bytes = gpt2.seq_len * gpt2.arch.hidden * 4
+    block = tp_allreduces(gpt2, 1)
+    assert (block.fwd, block.bwd, block.loss) == (2, 4, 0) and block.act_bytes_per_sample == hidden_bytes
+    emb = tp_allreduces(gpt2, 0)
+    assert (emb.fwd, emb.bwd, emb.loss) == (1, 0, 0) and emb.act_bytes_per_sample == hidden_bytes
+    head = tp_allreduces(gpt2, gpt2.n_layers - 1)
+    assert (head.fwd, head.bwd, head.loss) == (0, 1, 3)
+    assert head.act_bytes_per_sample == hidden_bytes and head.loss_bytes_per_sample == gpt2.seq_len * 4
+
+
+def test_tp_splits_the_head_of_a_last_stage(gpt2):
+    """The runtime's head is vocab-parallel: a last stage holding only the head computes half of it at TP 2."""
+    head_only = {}
+    for tp in (1, 2):
+        devs = (Device(0, "A100-40GB"),) + tuple(
+            Device(1 + k, "A100-40GB", local_index=1 + k) for k in range(tp)
+        )
+        stages = (
+            Stage(0, gpt2.n_layers - 1, devs[:1]),
+            Stage(gpt2.n_layers - 1, gpt2.n_layers, devs[1:], tp_degree=tp),
+        )
+        est = estimate_plan(Plan(gpt2.name, 16, gpt2.seq_len, stages, micro_batches=4), gpt2)
+        head_only[tp] = est.stage_times_s[1]
+    assert 0.4 < head_only[2] / head_only[1] < 0.75

@@ -27,9 +27,9 @@ TINY = get_spec("gpt-tiny", seq_len=32)
 def test_profile_layers_times_each_distinct_layer_once_per_tp_and_micro_batch():
     prof = Profile()
     run = profile_layers(TINY, micro_batches=(1, 2), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof)
-    # embedding, one block signature, head; TP 2 only for the block (the runtime replicates the rest), timed
-    # on Tessera's own shard layers (uneven splits) and under DTensor (what the runtime runs for even splits)
-    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2), passes=1) == 2 * 2 + 2 + 2 + 2
+    # embedding, one block signature, head, each at TP 1 and 2 (vocab-parallel embedding and head); the block's
+    # TP 2 shard timed on Tessera's own layers (uneven splits) and under DTensor (what even splits run)
+    assert len(run.rows) == count_steps(TINY, (1, 2), (1, 2), passes=1) == 3 * 2 * 2 + 2
     assert {(r.tp, r.impl) for r in run.rows if r.name.startswith("block")} == {
         (1, "own"),
         (2, "own"),
@@ -41,7 +41,9 @@ def test_profile_layers_times_each_distinct_layer_once_per_tp_and_micro_batch():
     for tp in (1, 2):
         for mb in (1, 2):
             assert prof.get(block, run.device_type, tp, mb, "fp32") is not None
-    assert prof.get(TINY.layers[0], run.device_type, 2, 1, "fp32") is None
+    for vocab_layer in (TINY.layers[0], TINY.layers[-1]):
+        assert prof.get(vocab_layer, run.device_type, 2, 1, "fp32") is not None
+    assert {(r.tp, r.impl) for r in run.rows if r.name == "head"} == {(1, "own"), (2, "own")}
     # blocks 0..3 share one signature: one measurement serves all of them
     assert len({layer_signature(x) for x in TINY.layers[1:-1]}) == 1
     assert prof.get_optimizer(block, run.device_type, 2, "fp32", "adamw") is not None

@@ -99,11 +99,16 @@ def runtime_splits(layer: Layer) -> bool:
     """Whether Tessera's runtime actually splits ``layer`` across a TP group.
 
     It splits the Linears of dense transformer blocks (attention by heads, MLP by columns; own layers or
-    DTensor). Everything else stays replicated in the TP group — embeddings and heads (no vocab-parallel loss),
-    MoE experts and conv channels (parameters that are not Linears) — so each TP rank computes all of it and
-    no TP all-reduce follows it. The cost model prices what runs, not what the spec could shard.
+    DTensor), embeddings and output heads along the vocabulary (vocab-parallel lookup and cross-entropy) and a
+    classifier along its classes. MoE experts and conv channels (parameters that are not Linears) stay
+    replicated, so each TP rank computes all of them and no TP all-reduce follows. The cost model prices what
+    runs, not what the spec could shard.
     """
-    return layer.kind == "transformer" and layer.tp_shard == TPShard.HEADS
+    if layer.kind == "transformer":
+        return layer.tp_shard == TPShard.HEADS
+    if layer.kind in ("embedding", "head"):
+        return layer.tp_shard == TPShard.VOCAB
+    return layer.kind == "classifier" and layer.tp_shard == TPShard.COLUMNS
 
 
 def layer_signature(layer: Layer) -> tuple:

@@ -6,14 +6,16 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
 * **stage compute** — every layer's forward/backward on every device of the stage at that device's batch
   share (replica ``r`` runs ``batch_shares[r] / micro_batches`` samples per micro-batch) and shard ratio. TP
   ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
-  replica bounds the stage (DP replicas meet at the gradient sync). Layers the runtime keeps replicated in a TP
-  group (embeddings, heads, MoE, conv: :func:`~tessera.perf.compute.runtime_splits`) cost their full time
-  on every TP rank. Profiles are looked up under the device's profile key: the GPU type, or on the CPU
+  replica bounds the stage (DP replicas meet at the gradient sync). Embeddings and heads split along the
+  vocabulary; layers the runtime keeps replicated in a TP group (MoE, conv:
+  :func:`~tessera.perf.compute.runtime_splits`) cost their full time on every TP rank. Profiles are looked up under the device's profile key: the GPU type, or on the CPU
   stand-in the thread count the runtime gives each process sharing the host (``cpu@1t`` for 2 ranks on 2 cores).
 * **TP all-reduces** — inside the stage's critical path, never overlapped. The runtime's column-parallel
   Linears (q, k, v and fc_in | gate, up) each all-reduce their input gradient in backward, the row-parallel
   ones (proj, fc_out | down) their output in forward: 2 forward and 4 (GELU) or 5 (SwiGLU) backward all-reduces
-  of a block's b·s·h activation (in the autocast dtype); full recompute repeats the forward ones.
+  of a block's b·s·h activation (in the autocast dtype); full recompute repeats the forward ones. A
+  vocab-parallel embedding all-reduces its output, a head its input gradient plus the parallel
+  cross-entropy's three fp32 values per token (:func:`tp_allreduces`).
 * **pipeline** — :func:`tessera.perf.pipeline.pipeline_time` over the stage times, with the boundary send/recv
   of one micro-batch's activation.
 * **after the pipeline** — each stage's gradient sync (the runtime's bucketed all-reduce of fp32 gradients
@@ -176,16 +178,44 @@ def device_key(plan: Plan, d: Device, topo: Topology) -> str:
     return profile_device(gpu.name, max(1, _host_cpus() // max(1, sharing)))
 
 
-def tp_allreduces(spec: ModelSpec, layer: Layer) -> tuple[int, int]:
-    """(forward, backward) all-reduces of one micro-batch through ``layer`` split over a TP group.
+@dataclass(frozen=True)
+class TPAllReduces:
+    """The all-reduces one micro-batch costs in a layer split over a TP group (per sample of it).
 
-    The runtime (own layers and DTensor alike) all-reduces the output of every row-parallel Linear in forward
-    (attention proj, fc_out | down) and the input gradient of every column-parallel Linear in backward (q, k,
-    v each, fc_in | gate and up). Layers it keeps replicated communicate nothing."""
+    ``fwd``/``bwd`` move an activation of ``act_bytes_per_sample`` (fp32 figure, scaled to the autocast dtype);
+    full recompute repeats the forward ones. ``loss`` moves one fp32 value per row of logits
+    (``loss_bytes_per_sample``): the vocab-parallel cross-entropy's max, target logit and sum of exponentials.
+    """
+
+    fwd: int = 0
+    bwd: int = 0
+    act_bytes_per_sample: float = 0.0
+    loss: int = 0
+    loss_bytes_per_sample: float = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.fwd or self.bwd or self.loss)
+
+
+def tp_allreduces(spec: ModelSpec, index: int) -> TPAllReduces:
+    """What the runtime all-reduces when it splits layer ``index`` of ``spec`` over a TP group.
+
+    Blocks (own layers and DTensor alike): the output of every row-parallel Linear in forward (attention proj,
+    fc_out | down) and the input gradient of every column-parallel Linear in backward (q, k, v each, fc_in |
+    gate and up). A vocab-parallel embedding: its output (each rank looked up only its rows). An output head:
+    its input gradient, and the parallel cross-entropy's three all-reduces per row of logits. Layers it keeps
+    replicated communicate nothing."""
+    layer = spec.layers[index]
     if not runtime_splits(layer):
-        return 0, 0
+        return TPAllReduces()
+    if layer.kind == "embedding":
+        return TPAllReduces(fwd=1, act_bytes_per_sample=layer.out_bytes_per_sample)
+    if layer.kind in ("head", "classifier"):
+        into = spec.layers[index - 1].out_bytes_per_sample if index else 0.0
+        per_row = layer.out_bytes_per_sample / max(1, layer.tp_units)
+        return TPAllReduces(bwd=1, act_bytes_per_sample=into, loss=3, loss_bytes_per_sample=per_row)
     swiglu = isinstance(spec.arch, TransformerArch) and spec.arch.mlp == "swiglu"
-    return 2, 3 + (2 if swiglu else 1)
+    return TPAllReduces(fwd=2, bwd=3 + (2 if swiglu else 1), act_bytes_per_sample=layer.out_bytes_per_sample)
 
 
 def _elem_scale(precision: str) -> float:
@@ -210,9 +240,9 @@ def _layer_rows(spec: ModelSpec) -> tuple[tuple, ...]:
                 layer_signature(layer),
                 runtime_splits(layer),
                 _attention_core_fraction(spec, layer),
-                tp_allreduces(spec, layer),
+                tp_allreduces(spec, index),
             )
-            for layer in spec.layers
+            for index, layer in enumerate(spec.layers)
         ),
     )
 
@@ -274,12 +304,16 @@ def _stage_time(
         tp_comm = 0.0
         if tp_degree > 1:
             link = topo.link(devices)
-            for layer, _, _, _, (n_fwd, n_bwd) in rows:
-                if not n_fwd + n_bwd:
+            for _, _, _, _, ar in rows:
+                if not ar:
                     continue
-                passes = n_bwd + n_fwd * (2 if recompute == "full" else 1)
-                nbytes = layer.out_bytes_per_sample * mb * elem
-                tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
+                passes = ar.bwd + ar.fwd * (2 if recompute == "full" else 1)
+                if passes:
+                    nbytes = ar.act_bytes_per_sample * mb * elem
+                    tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
+                if ar.loss:
+                    nbytes = ar.loss_bytes_per_sample * mb
+                    tp_comm += ar.loss * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best

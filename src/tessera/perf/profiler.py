@@ -15,8 +15,9 @@ What is timed mirrors what the runtime runs on a rank:
   loss (``BlockModel.loss``: cross-entropy on fp32 logits) inside the forward, as the last stage computes it;
 * the optimizer step over the layer's parameters (AdamW/Adam/SGD with the runtime's hyper-parameters, fp32
   masters for bf16-master) — once per iteration, so timed apart;
-* layers the runtime keeps replicated under TP (:func:`tessera.perf.compute.runtime_splits`) are timed only at
-  TP 1; the estimate prices them there at every TP degree;
+* layers the runtime keeps replicated under TP (MoE, conv: :func:`tessera.perf.compute.runtime_splits`) are
+  timed only at TP 1; the estimate prices them there at every TP degree; a vocab-sharded head is timed with
+  the loss over its local logits (the parallel cross-entropy's compute; its all-reduces are costed apart);
 * on the CPU stand-in device under the thread count the runtime gives each of ``processes`` ranks sharing the
   host (``cpus // processes``), keyed ``cpu@{threads}t`` — and with ``processes − 1`` co-runner processes doing
   the same work at the same time, because ranks on one host share its caches and memory bandwidth (alone, a
@@ -46,6 +47,7 @@ from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import get_gpu, gpu_catalog
 from tessera.models.spec import ModelSpec
 from tessera.perf.compute import Profile, layer_signature, profile_device, runtime_splits
+from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-master")
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -559,10 +561,11 @@ def _profile_pass(
                 device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch
             )
             y = targets if head else None
-            for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
-                rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
-                if on_step is not None:
-                    on_step(f"{layer.name} tp{t} mb{b}")
+            with _vocab_parallel_loss(model, t if head else 1):
+                for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
+                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
+                    if on_step is not None:
+                        on_step(f"{layer.name} tp{t} mb{b}")
             del model
             if t <= 1:
                 continue
@@ -575,6 +578,18 @@ def _profile_pass(
                     if on_step is not None:
                         on_step(f"{layer.name} tp{t} mb{b} (DTensor)")
     return rows
+
+
+@contextlib.contextmanager
+def _vocab_parallel_loss(model: nn.Module, tp: int) -> Iterator[None]:
+    """A head shard of ``tp > 1`` ranks computes the runtime's parallel cross-entropy over its local logits, its
+    all-reduces on a fake group (they are costed by the communication model)."""
+    if tp <= 1:
+        yield
+        return
+    model.loss = lambda out, targets: vocab_parallel_cross_entropy(out, targets, 0, None)  # type: ignore[method-assign]
+    with fake_process_group(tp, 0):
+        yield
 
 
 def _time_micro_batches(

@@ -59,6 +59,21 @@ def favoured_half(space: StageSpace, stage: int, favour: str) -> list[int]:
     return out
 
 
+def _with_cell_choice(space: StageSpace, cell: Cell, allowed: list[list[int]]) -> list[list[int]]:
+    """``allowed`` plus, in the space the Cell was sampled from, the Cell's own option of every stage: the
+    favour is a per-stage judgement, while the pipeline's tail (the slowest stage's sync and step) can make a
+    stage's other variant the better one, and the tuner must never return less than the Cell already found."""
+    picks = []
+    for s, stages in enumerate(space.options):
+        j = next((j for j, st in enumerate(stages) if st == cell.plan.stages[s]), None)
+        if j is None:
+            return allowed
+        picks.append(j)
+    if space.plan(tuple(picks)) != cell.plan:
+        return allowed
+    return [sorted({*a, j}) for a, j in zip(allowed, picks, strict=True)]
+
+
 def tune(
     estimator: CellEstimator,
     shape: CellShape,
@@ -80,7 +95,9 @@ def tune(
             if space is None:
                 return None
             allowed = (
-                [favoured_half(space, s, cell.favour[s]) for s in range(space.n_stages)]
+                _with_cell_choice(
+                    space, cell, [favoured_half(space, s, cell.favour[s]) for s in range(space.n_stages)]
+                )
                 if guided
                 else [list(range(len(o))) for o in space.options]
             )

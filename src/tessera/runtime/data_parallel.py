@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from tessera.runtime.shards import ShardSpec
 from tessera.runtime.torch_parallel import local
 
 BUCKET_BYTES = 25 * 2**20
@@ -138,15 +139,28 @@ def broadcast_from_owners(
             d.copy_(f)
 
 
-def sync_tied(params: Sequence[nn.Parameter], groups: Sequence[dist.ProcessGroup], leader: bool) -> None:
+def sync_tied(
+    params: Sequence[nn.Parameter],
+    specs: Sequence[ShardSpec],
+    groups: Sequence[dist.ProcessGroup],
+    tp_rank: int,
+) -> None:
     """Sum a tied parameter's gradient over every stage holding a member, in place of its DP sync.
 
-    Only TP rank 0 of each replica contributes (its TP siblings hold identical copies), so one SUM over the
-    tie group yields exactly (embedding use + head use) summed over all replicas.
+    Every rank places its gradient in a zero tensor of the full shape — a vocab shard in its rows, a
+    replicated copy whole but only from TP rank 0 (its siblings hold identical copies) — so one SUM over the
+    tie group yields exactly (embedding use + head use) summed over all replicas, whatever TP degree and
+    split each stage has; each rank keeps its own rows of it.
     """
-    for p, g in zip(params, groups, strict=True):
+    for p, spec, g in zip(params, specs, groups, strict=True):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if not leader:
-            p.grad.zero_()
-        dist.all_reduce(p.grad, group=g)
+        if spec.replicated:
+            if tp_rank != 0:
+                p.grad.zero_()
+            dist.all_reduce(p.grad, group=g)
+            continue
+        full = p.grad.new_zeros(spec.full_shape)
+        spec.place(full, p.grad)
+        dist.all_reduce(full, group=g)
+        p.grad.copy_(spec.slice(full))

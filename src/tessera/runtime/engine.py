@@ -134,6 +134,7 @@ class Trainer:
         tie_index = {g[0]: t for t, g in enumerate(ties)}
         self.tied = [self.masters[by_param[id(e.param)]] for e in self.stage.cross_stage]
         self.tied_groups = [lay.tie_groups[tie_index[e.fqn]] for e in self.stage.cross_stage]
+        self.tied_specs = [e.spec for e in self.stage.cross_stage]
         tied_ids = {id(p) for p in self.tied}
         dp = st.dp_degree
         self.dp_sharded = {
@@ -184,7 +185,7 @@ class Trainer:
                 m.grad = None if e.param.grad is None else e.param.grad.float()
         t0 = time.perf_counter()
         if self.tied:
-            sync_tied(self.tied, self.tied_groups, leader=self.layout.tp_rank == 0)
+            sync_tied(self.tied, self.tied_specs, self.tied_groups, self.layout.tp_rank)
         self.sync()
         return loss, times.compute_s, times.comm_s + time.perf_counter() - t0
 

@@ -17,6 +17,7 @@ from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
 from tessera.runtime.torch_parallel import dtensor_spec, is_dtensor, mesh_of, parallelize_block
+from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class StageModel:
     layer_start: int
     cross_stage: list[ParamEntry]  # tied parameters whose other members live on other stages
     root_forward: bool = False  # call the root module (FSDP2's root hooks all-gather its own parameters)
+    # (first class of this rank's logits, TP group) when the head's output is sharded along the classes
+    vocab_output: tuple[int, dist.ProcessGroup] | None = None
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -46,7 +49,10 @@ class StageModel:
         return x
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.module.loss(output, targets)  # type: ignore[operator]
+        if self.vocab_output is None:
+            return self.module.loss(output, targets)  # type: ignore[operator]
+        start, group = self.vocab_output
+        return vocab_parallel_cross_entropy(output, targets, start, group)
 
 
 def build_stage(
@@ -68,7 +74,8 @@ def build_stage(
     gradient sync can add the other stage's contribution (Megatron's embedding group).
 
     With ``dtensor_tp`` (an even split) the blocks are built with full shapes and handed to DTensor's
-    ``parallelize_module``; their parameters become DTensors whose specs come from their placements.
+    ``parallelize_module``; their parameters become DTensors whose specs come from their placements. Layers
+    DTensor has no plan for (embedding, vocab head) take Tessera's own vocab-parallel shard in either case.
     """
     start, end = layer_range
     use_tp = tp is not None and tp.degree > 1
@@ -83,28 +90,44 @@ def build_stage(
         recompute=recompute,
     )
     raw: list[ParamEntry] = []
+    vocab_output = None
+    last_layer = end - 1 if getattr(module, "has_head", False) else -1
     for j, i in enumerate(range(start, end)):
         full = build_layer(factory, i, seed, attention=attention, recompute=recompute)
         local = module.layers[j]
         shards = None
         if mesh is not None:
-            with torch.no_grad():
-                local.load_state_dict(full.state_dict())
             layer_plan = block_tp_plan(local)
             if layer_plan is not None:
+                with torch.no_grad():
+                    local.load_state_dict(full.state_dict())
                 local.to(device)
                 parallelize_block(local, layer_plan, mesh)
-            for name, p in local.named_parameters():
-                spec = dtensor_spec(p) if is_dtensor(p) else ShardSpec(tuple(p.shape))  # type: ignore[arg-type]
-                raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
-            continue
+                for name, p in local.named_parameters():
+                    spec = dtensor_spec(p) if is_dtensor(p) else ShardSpec(tuple(p.shape))  # type: ignore[arg-type]
+                    raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
+                continue
+            # no DTensor plan (embedding, vocab head): Tessera's own shard of it
+            local = module.layers[j] = build_layer(
+                factory, i, seed, tp=tp, attention=attention, recompute=recompute
+            )
         if use_tp:
             assert tp is not None and tp_group is not None
             shards = plan_layer_shards(
-                factory, i, seed, local, full, tp, attention=attention, recompute=recompute
+                factory,
+                i,
+                seed,
+                local,
+                full,
+                tp,
+                attention=attention,
+                recompute=recompute,
+                last=i == last_layer,
             )
-            if shards is None:  # embeddings / heads stay replicated in the TP group
+            if shards is None:  # MoE experts, conv channels: replicated in the TP group
                 module.layers[j] = local = full
+            elif shards.vocab_output is not None:
+                vocab_output = (shards.vocab_output, tp_group)
         full_params = dict(full.named_parameters())
         with torch.no_grad():
             for name, p in local.named_parameters():
@@ -120,7 +143,7 @@ def build_stage(
             install_tp(local, shards, tp_group)  # type: ignore[arg-type]
     entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute)
     module.to(device)
-    return StageModel(module, entries, start, cross)
+    return StageModel(module, entries, start, cross, vocab_output=vocab_output)
 
 
 def _apply_ties(
@@ -146,8 +169,12 @@ def _apply_ties(
         # left another member's value in a Parameter the module already shares).
         value = build_layer(factory, layer_of(group[0]), seed, attention=attention, recompute=recompute)
         with torch.no_grad():
-            keep.param.copy_(value.state_dict()[group[0].split(".", 2)[2]])
+            keep.param.copy_(keep.spec.slice(value.state_dict()[group[0].split(".", 2)[2]]))
         for alias in local[1:]:  # several members here: one Parameter, as in the full model
+            if by_fqn[alias].spec != keep.spec:
+                raise ValueError(
+                    f"tied {alias} is sharded unlike {local[0]}: {by_fqn[alias].spec} vs {keep.spec}"
+                )
             path = f"layers.{layer_of(alias) - start}." + alias.split(".", 2)[2]
             owner_path, _, attr = path.rpartition(".")
             setattr(module.get_submodule(owner_path), attr, keep.param)

@@ -9,6 +9,13 @@ after the reduction. Outputs stay sharded between the column and the row layer, 
 all-gathered. Replicated parameters (norms) need no extra sync: ``f``'s backward already makes their
 gradients complete on every rank.
 
+Embeddings and output heads split along the vocabulary (Megatron's VocabParallelEmbedding and parallel
+cross-entropy), so the last stage of a deep pipeline holds and computes only its share of the V x h head:
+a vocab-sharded token embedding (a module with ``vocab_start``, ids outside its rows give zeros) is followed
+by ``g``; a column-parallel Linear with no row-parallel partner is the model's output, its logits stay
+vocab-sharded and :func:`tessera.vocab_parallel.vocab_parallel_cross_entropy` computes the loss with three
+small all-reduces.
+
 Which Linear is which is read from the shapes, not from names: a Linear whose output dimension shrank under
 ``tp`` is column-parallel, one whose input shrank is row-parallel. The offsets of each rank's slice come from
 building the layer on the meta device for every TP rank, so they match the zoo's own rounding of ratios.
@@ -77,6 +84,16 @@ def make_column_parallel(linear: nn.Linear, group: dist.ProcessGroup) -> None:
     linear.forward = types.MethodType(forward, linear)  # type: ignore[method-assign]
 
 
+def make_vocab_parallel(embedding: nn.Module, group: dist.ProcessGroup) -> None:
+    """A vocab-sharded lookup gives each row from one rank and zeros elsewhere: ``g`` sums it."""
+    inner = embedding.forward
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return reduce_from_group(inner(ids), group)
+
+    embedding.forward = forward  # type: ignore[method-assign]
+
+
 def make_row_parallel(linear: nn.Linear, group: dist.ProcessGroup) -> None:
     def forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         y = reduce_from_group(F.linear(x, self.weight), group)
@@ -87,11 +104,17 @@ def make_row_parallel(linear: nn.Linear, group: dist.ProcessGroup) -> None:
 
 @dataclass(frozen=True)
 class LayerShards:
-    """How one model layer is sharded on this TP rank: a spec per parameter, and the Linear roles."""
+    """How one model layer is sharded on this TP rank: a spec per parameter, and the module roles.
+
+    ``vocab_output``: the first class of this rank's logits when the layer's output stays sharded along the
+    classes (a column-parallel Linear with no row-parallel partner: the model's output head), else ``None``.
+    """
 
     specs: dict[str, ShardSpec]
     columns: tuple[str, ...]
     rows: tuple[str, ...]
+    embeddings: tuple[str, ...] = ()
+    vocab_output: int | None = None
 
 
 def _ranges(full: int, sizes: list[int], rank: int, chunks: int) -> tuple[tuple[int, int], ...]:
@@ -113,12 +136,14 @@ def plan_layer_shards(
     *,
     attention: str,
     recompute: str,
+    last: bool,
 ) -> LayerShards | None:
     """Shard specs of ``local`` (built with ``tp``) against ``full``; ``None`` when the layer must stay replicated.
 
-    A layer stays replicated (embeddings, output heads) when a non-Linear parameter changed shape (vocab
-    sharding needs a vocab-parallel loss this runtime does not use), or when it has column-parallel Linears but
-    no row-parallel one to reduce their sharded output.
+    Vocab-sharded token embeddings are split; a layer stays replicated when another non-Linear parameter
+    changed shape (MoE experts, conv channels), or when it has column-parallel Linears but no row-parallel one
+    to reduce their sharded output — unless it is the model's ``last`` layer, whose class-sharded logits go to
+    the vocab-parallel loss.
     """
     full_params = dict(full.named_parameters())
     local_params = dict(local.named_parameters())
@@ -143,11 +168,22 @@ def plan_layer_shards(
             columns.append(name)
         elif in_changed:
             rows.append(name)
+    embeddings: set[str] = set()
     for name, p in local_params.items():
-        if name not in linear_params and p.shape != full_params[name].shape:
+        if name in linear_params or p.shape == full_params[name].shape:
+            continue
+        owner = name.rpartition(".")[0]
+        if (
+            not hasattr(local.get_submodule(owner), "vocab_start")
+            or p.shape[1:] != full_params[name].shape[1:]
+        ):
             return None
-    if not columns or not rows:
+        embeddings.add(owner)
+    vocab_output = len(columns) == 1 and not rows and last
+    if not embeddings and not (columns and (rows or vocab_output)):
         return None
+    if embeddings and (columns or rows):
+        raise ValueError(f"layer {layer}: a vocab-sharded embedding beside sharded Linears")
     metas = [
         build_layer(
             factory,
@@ -172,12 +208,17 @@ def plan_layer_shards(
         module_name = name.rsplit(".", 1)[0].rsplit(".", 1)[-1] if "." in name else ""
         chunks = FUSED_CHUNKS.get(module_name, 1) if dim == 0 else 1
         specs[name] = ShardSpec(fshape, dim, _ranges(fshape[dim], sizes, tp.rank, chunks))
-    return LayerShards(specs, tuple(columns), tuple(rows))
+    first_class = None
+    if vocab_output:
+        (first_class, _), *_ = specs[f"{columns[0]}.weight"].ranges
+    return LayerShards(specs, tuple(columns), tuple(rows), tuple(sorted(embeddings)), first_class)
 
 
 def install_tp(local: nn.Module, shards: LayerShards, group: dist.ProcessGroup) -> None:
-    """Add the f/g communication to the Linears of an uneven-TP layer."""
+    """Add the f/g communication to the Linears and vocab-sharded embeddings of a TP layer."""
     mods = dict(local.named_modules())
+    for name in shards.embeddings:
+        make_vocab_parallel(mods[name], group)
     for name in shards.columns:
         make_column_parallel(mods[name], group)
     for name in shards.rows:

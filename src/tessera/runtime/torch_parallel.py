@@ -7,7 +7,7 @@ tensors (``local``), with a ``ShardSpec`` describing where each local shard live
 * Even TP (``Stage.even_tp``): ``parallelize_module`` on each transformer block — q/k/v and fc_in/gate/up
   ``ColwiseParallel``, proj and fc_out/down ``RowwiseParallel``. The zoo reshapes attention with
   ``view(B, T, -1, d)`` (pitfall 9), so a block built with full shapes runs on its local heads. Embeddings
-  and heads stay replicated in the TP group, as with Tessera's own uneven layers.
+  and heads (no DTensor plan) run as Tessera's own vocab-parallel shards, as in uneven stages.
 * ZeRO-3: ``fully_shard`` per block + root over the stage's DP group; gloo has no PREMUL_SUM, so every
   sharded module gets ``set_gradient_divide_factor(1.0)`` and ``set_force_sum_reduction_for_comms(True)``
   (pitfall 5): the reduction is a plain SUM of the already loss-weighted gradients (uneven shares stay exact).
