@@ -49,6 +49,12 @@ def _variants_2() -> dict[str, object]:
     out["gpt-tiny/tp2-uneven-recompute-selective"] = plan(
         "gpt-tiny", [stage(0, n, [0, 1], tp=2, ratios=(0.6, 0.4))], recompute="selective"
     )
+    # full recompute repeats the vocab-parallel embedding's all-reduce inside the checkpoint
+    out["gpt-tiny/tp2-even-recompute-full"] = plan("gpt-tiny", [stage(0, n, [0, 1], tp=2)], recompute="full")
+    # Wide-ResNet: convs stay replicated, the classifier splits its classes (class-parallel cross-entropy);
+    # one micro-batch, since BatchNorm statistics depend on how the batch is cut
+    nw = n_layers("wrn-tiny")
+    out["wrn-tiny/tp2-uneven-3:1"] = plan("wrn-tiny", [stage(0, nw, [0, 1], tp=2, ratios=(0.75, 0.25))])
     # BERT (post-LN, bidirectional, tied MLM head): even (DTensor) and uneven (own layers) TP, a pipeline
     nb = n_layers("bert-tiny")
     out |= {
