@@ -27,6 +27,9 @@ def test_samples_become_steps():
         ({"colour": "red"}, "colour"),
         ({"version": 2}, "version"),
         ({"model": "lama2-7b"}, "model: .*llama2-7b"),
+        # longer than any file name (ENAMETOOLONG): an unknown model, not an OSError (found by schemathesis)
+        ({"model": "Ṱ̺̺̕o͞ " * 60}, "model: unknown model"),
+        ({"model": "a\x00b"}, "model: unknown model"),
     ],
 )
 def test_bad_specs_name_the_field(change, field):

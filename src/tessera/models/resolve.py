@@ -8,7 +8,15 @@ from tessera.models.spec import ModelSpec
 
 
 def is_config_path(model: str) -> bool:
-    return model.endswith(".json") or Path(model).is_file()
+    return model.endswith(".json") or _is_file(model)
+
+
+def _is_file(path: str) -> bool:
+    """``Path.is_file`` that answers False, not OSError, for a name no file system could hold (too long)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_spec(model: str, seq_len: int | None = None) -> ModelSpec:
@@ -16,7 +24,7 @@ def resolve_spec(model: str, seq_len: int | None = None) -> ModelSpec:
     if is_config_path(model):
         from tessera.models.hf import spec_from_hf_config
 
-        if not Path(model).is_file():
+        if not _is_file(model):
             raise ValueError(f"model: no such config file {model!r}")
         return spec_from_hf_config(model, seq_len=seq_len)
     from tessera.models.zoo import get_spec
