@@ -104,11 +104,11 @@ def test_a_burst_is_admitted_first_then_grown_without_restarts():
     # 4 GPUs, 2 queued jobs: each gets a Cell; a lone job takes the whole node (grown before it starts)
     pending = [job(1, gpus=2, gpu_type=A100, iterations=BIG), job(2, gpus=2, gpu_type=A100, iterations=BIG)]
     ctx = make_context([(A100, 4)], KN, pending=pending)
-    get_policy("tessera", spread=True).schedule(ctx)
+    get_policy("tessera").schedule(ctx)
     d = ctx.decision().allocations
     assert sum(a.n_gpus for a in d.values()) == 4 and set(d) == {1, 2}
     ctx = make_context([(A100, 4)], KN, pending=pending[:1])
-    get_policy("tessera", spread=True).schedule(ctx)
+    get_policy("tessera").schedule(ctx)
     assert ctx.decision().allocations[1].n_gpus == 4
 
 
@@ -181,3 +181,87 @@ def test_user_priority_orders_the_queue_and_preempts_only_lower_priorities():
     ctx = make_context([(A100, 1)], kn, pending=[short], running={same: {A100: 1}}, now_s=900)
     get_policy("tessera").schedule(ctx)
     assert set(ctx.decision().allocations) == {2}  # same priority: shortest-remaining-first as before
+
+
+# ---------------------------------------------------------------------------- BestPerf as one LP over all jobs
+def test_a_running_job_moves_off_fast_gpus_for_a_job_that_gains_far_more_there():
+    # one A100 and one A10: the running job barely cares which it has (1.0 vs 0.9), the new one runs 2.5x
+    # faster on the A100 — cluster throughput is highest with the two swapped (a job-at-a-time search would
+    # put the new job on the idle A10)
+    kn = table_knowledge(
+        {("big", 8): {(A100, 1): 1.0, (A10, 1): 0.9}, ("m", 8): {(A100, 1): 2.5, (A10, 1): 1.0}}
+    )
+    old = job(0, "big", gpus=1, gpu_type=A100, iterations=BIG)
+    new = job(1, gpus=1, gpu_type=A10, iterations=BIG, arrival_s=10)
+    ctx = make_context([(A100, 1), (A10, 1)], kn, pending=[new], running={old: {A100: 1}}, now_s=300)
+    get_policy("tessera").schedule(ctx)
+    d = ctx.decision().allocations
+    assert d[0].gpus == ((A10, 1),) and d[1].gpus == ((A100, 1),)
+
+
+def test_gpus_go_where_they_add_most_throughput_even_if_a_job_waits():
+    # two free GPUs; a memory-bound job runs 4x faster on two GPUs than on one, the other only 1.5x: the
+    # superlinear job gets both (4.0 > 1.0 + 1.0), the other waits for the next free GPU
+    kn = table_knowledge(
+        {("mem", 8): {(A100, 1): 1.0, (A100, 2): 4.0}, ("m", 8): {(A100, 1): 1.0, (A100, 2): 1.5}}
+    )
+    pending = [
+        job(1, "mem", gpus=1, gpu_type=A100, iterations=BIG),
+        job(2, gpus=1, gpu_type=A100, iterations=BIG),
+    ]
+    ctx = make_context([(A100, 2)], kn, pending=pending)
+    get_policy("tessera").schedule(ctx)
+    assert {j: a.n_gpus for j, a in ctx.decision().allocations.items()} == {1: 2}
+
+
+def test_a_job_about_to_finish_gets_its_fastest_cell_by_the_shortest_remaining_weight():
+    # two free GPUs, two jobs that run 1.9x faster on both: by throughput alone they share them (1 + 1 > 1.9),
+    # but the one with ~100 s left weighs 1 + 300/100 = 4x in the LP and finishes on both first
+    short = job(1, gpus=1, gpu_type=A100, iterations=100.0, arrival_s=1)
+    long_ = job(2, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=2)
+    ctx = make_context([(A100, 2)], KN, pending=[short, long_], now_s=300)
+    get_policy("tessera").schedule(ctx)
+    assert {j: a.n_gpus for j, a in ctx.decision().allocations.items()} == {1: 2}
+    ctx = make_context([(A100, 2)], KN, pending=[short, long_], now_s=300)
+    get_policy("tessera", srpt_horizon_s=0).schedule(ctx)
+    assert {j: a.n_gpus for j, a in ctx.decision().allocations.items()} == {1: 1, 2: 1}
+
+
+def test_depth_bounds_how_many_running_jobs_one_round_rescales():
+    # three jobs on one GPU of three two-GPU nodes; a departure frees nothing they need, but each would grow
+    # to two: the search depth bounds the rescales per arrival or departure
+    running = {job(i, gpus=2, gpu_type=A100, iterations=BIG): {A100: 1} for i in range(3)}
+    for depth, grown in ((1, 1), (3, 3)):
+        ctx = make_context([(A100, 2)] * 3, KN, running=running, now_s=600, events=RoundEvents(finished=(9,)))
+        get_policy("tessera", depth=depth).schedule(ctx)
+        assert sum(a.n_gpus == 2 for a in ctx.decision().allocations.values()) == grown
+
+
+def test_a_job_past_its_restart_budget_is_left_alone():
+    # idle GPUs would speed it up, but five restarts of 60 s already took 30% of its 1,000 s (budget 10%)
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG, arrival_s=1): {A100: 2}}
+    ctx = make_context([(A100, 4)], KN, running=running, now_s=1001, events=RoundEvents(finished=(1,)))
+    ctx.jobs[0].restarts = 5
+    get_policy("tessera").schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A100, 2),)
+    get_policy("tessera", restart_budget=1.0).schedule(ctx)
+    assert ctx.decision().allocations[0].gpus == ((A100, 4),)
+
+
+def test_opportunistic_execution_never_has_one_large_job_suspend_another():
+    kn = table_knowledge({("big", 8): {(A100, 4): 1.0}})
+    waiting = job(0, "big", gpus=4, gpu_type=A100, iterations=BIG, arrival_s=1)
+    later = job(1, "big", gpus=4, gpu_type=A100, iterations=BIG, arrival_s=100)  # as large: not opportunistic
+    ctx = make_context([(A100, 4)], kn, pending=[waiting], running={later: {A100: 4}}, now_s=900)
+    get_policy("tessera", depth=0).schedule(ctx)
+    assert set(ctx.decision().allocations) == {1}
+
+
+def test_a_job_just_suspended_waits_a_round_before_it_may_suspend_others():
+    kn = table_knowledge({("big", 8): {(A100, 4): 1.0}, ("m", 8): RATES})
+    big = job(0, "big", gpus=4, gpu_type=A100, iterations=BIG, arrival_s=1)
+    small = job(1, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=100)
+    ctx = make_context([(A100, 4)], kn, pending=[big], running={small: {A100: 2}}, now_s=900)
+    ctx.jobs[0].last_change_s = 850.0  # it lost its GPUs 50 s ago: the small job started before that
+    get_policy("tessera", depth=0).schedule(ctx)
+    assert 0 not in ctx.decision().allocations and 1 in ctx.decision().allocations
