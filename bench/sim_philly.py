@@ -11,6 +11,12 @@ estimated once (minutes) and cached under $TESSERA_HOME/sim; its time is reporte
 ``load_sweep`` replays the same window with arrivals compressed ``--densities`` times (heavier load: the nominal
 window leaves the cluster lightly loaded, so average throughput is fixed by demand there) under
 ``--sweep-policies``: per density and policy avg_jct_s, avg_throughput, finished, decision_ms_p99, sim_wall_s.
+
+``demand_bound_throughput`` / ``capacity_bound_throughput`` (top level, and per density): upper bounds on any
+policy's avg_throughput (``tessera.sim.metrics.throughput_bounds``: the jobs' normalized work that can fall inside
+the window, each at its fastest allocation from its first possible start; the second also within the GPU-time
+the cluster has). ``targets.max_reachable_ratio_vs_best_baseline`` = demand bound ÷ best baseline throughput:
+whether the 1.3x throughput target can be met at all.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ def main() -> int:
     full = study.to_dict()
     m = study.metrics
     base = {n: v for n, v in m.items() if not n.startswith("tessera")}
+    bounds = study.bounds or {}
     targets = {}
     if "tessera" in m:
         best_base_tput = max((v["avg_throughput"] for v in base.values()), default=float("nan"))
@@ -72,7 +79,15 @@ def main() -> int:
             "tessera_throughput_vs_best_baseline": m["tessera"]["avg_throughput"] / best_base_tput,
             "tessera_throughput_ge_1_3x_best_baseline": m["tessera"]["avg_throughput"]
             >= 1.3 * best_base_tput,
+            "max_reachable_ratio_vs_best_baseline": bounds.get("demand_bound_throughput", float("nan"))
+            / best_base_tput,
         }
+    print(
+        "throughput bounds: demand {:.1f}, capacity {:.1f} (any policy's avg_throughput is at most these)".format(
+            bounds.get("demand_bound_throughput", float("nan")),
+            bounds.get("capacity_bound_throughput", float("nan")),
+        )
+    )
     load_sweep: list[dict] = []
     for d in [float(x) for x in args.densities.split(",") if x.strip()]:
         st = run_study(
@@ -83,7 +98,7 @@ def main() -> int:
             density=d,
             on_phase=lambda label, done, total, d=d: on_phase(f"density {d:g}: {label}", done, total),
         )
-        row = {"density": d, "jobs": st.n_jobs,
+        row = {"density": d, "jobs": st.n_jobs, **(st.bounds or {}),
                "policies": {n: {k: v[k] for k in SWEEP_KEYS} for n, v in st.metrics.items()}}  # fmt: skip
         sm = st.metrics
         if "tessera" in sm:
@@ -95,7 +110,8 @@ def main() -> int:
         load_sweep.append(row)
         print(f"density {d:g}: " + "; ".join(
             f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h, tput {v['avg_throughput']:.1f}" for n, v in sm.items()
-        ))  # fmt: skip
+        ) + f"; bounds: demand {row.get('demand_bound_throughput', float('nan')):.1f}, "
+            f"capacity {row.get('capacity_bound_throughput', float('nan')):.1f}")  # fmt: skip
     payload = {
         "benchmark": "sim_philly",
         "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
@@ -104,6 +120,7 @@ def main() -> int:
         "window": [args.start, args.end],
         "jobs": study.n_jobs,
         "demand_gpu_hours": study.demand_gpu_hours,
+        **bounds,
         "table_build_s": study.table_s,
         "policies": {
             n: {k: v[k] for k in KEYS} | {k: v[k] for k in v if k not in KEYS} for n, v in m.items()

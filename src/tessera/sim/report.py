@@ -21,7 +21,7 @@ from tessera.hardware import ClusterSpec, get_cluster
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.policy import get_policy, policy_names
 from tessera.scheduler.state import Job
-from tessera.sim.metrics import compute_metrics, throughput_series
+from tessera.sim.metrics import compute_metrics, throughput_bounds, throughput_series
 from tessera.sim.simulator import SimConfig, SimResult, Simulator
 from tessera.sim.trace import Trace, densify, load_csv, load_philly, window, window_length
 from tessera.sim.workload import WorkloadSpec, build_jobs, demand_gpu_hours
@@ -65,6 +65,7 @@ class Study:
     results: dict[str, SimResult] = field(repr=False)
     depth_sweep: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    bounds: dict[str, float] | None = None  # upper bounds on avg_throughput (metrics.throughput_bounds)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +78,7 @@ class Study:
             "policies": self.metrics,
             "ratios": ratios(self.metrics),
             "depth_sweep": self.depth_sweep,
+            "throughput_bounds": self.bounds,
             "files": self.files,
         }
 
@@ -243,6 +245,7 @@ def run_study(
         metrics=metrics,
         results=results,
         depth_sweep=sweep,
+        bounds=throughput_bounds(jobs, table, cfg, max_gpus=max_gpus),
     )
     if out_dir is not None:
         out = Path(out_dir)

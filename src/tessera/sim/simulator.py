@@ -111,6 +111,21 @@ def _params(model: str) -> int:
         return 0
 
 
+def reference_rate(table: PerfTable, job: Job, rate: Callable[[Job, GPUs], float]) -> float:
+    """A job's speed (by ``rate``) on its requested GPUs — the unit of normalized throughput; with no request, or
+    one it does not fit, its best single-type speed at its smallest count (1.0 when nothing fits)."""
+    req = job.requested
+    r = rate(job, req) if req is not None else 0.0
+    if r <= 0:
+        best = 0.0
+        for t in table.gpu_types:
+            n = table.min_gpus(job, t)
+            if n:
+                best = max(best, rate(job, ((t, n),)))
+        r = best or 1.0
+    return r
+
+
 class Simulator:
     def __init__(
         self,
@@ -175,16 +190,7 @@ class Simulator:
         """The job's true speed on its requested GPUs — the unit of normalized throughput."""
         r = self._ref.get(job.job_id)
         if r is None:
-            req = job.requested
-            r = self.true_rate(job, req) if req is not None else 0.0
-            if r <= 0:  # no request (or it does not fit): the best single-type Cell at its smallest count
-                best = 0.0
-                for t in self.table.gpu_types:
-                    n = self.table.min_gpus(job, t)
-                    if n:
-                        best = max(best, self.true_rate(job, ((t, n),)))
-                r = best or 1.0
-            self._ref[job.job_id] = r
+            r = self._ref[job.job_id] = reference_rate(self.table, job, self.true_rate)
         return r
 
     # ------------------------------------------------------------------ events
