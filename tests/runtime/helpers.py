@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 
 from tessera.plan import Device, Plan, Stage
@@ -60,3 +62,33 @@ def stage(start: int, end: int, ranks: list[int], dp: int = 1, tp: int = 1, shar
 
 def plan(model: str, stages: list[Stage], *, batch: int = 8, seq: int = 16, micro: int = 1, **kw) -> Plan:
     return Plan(model=model, global_batch=batch, seq_len=seq, stages=tuple(stages), micro_batches=micro, **kw)
+
+
+def _gloo_entry(rank: int, worker, port: int, world: int, out: dict) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=30),
+    )
+    try:
+        worker(rank, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_on_gloo(worker, world: int = 2) -> dict:
+    """``worker(rank, out)`` on ``world`` spawned processes sharing one gloo group on loopback (30 s
+    process-group timeout; the caller's test carries the outer one); returns what they put in ``out``."""
+    import torch.multiprocessing as mp
+
+    from tessera.runtime.launcher import free_port
+
+    port = free_port()
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_gloo_entry, args=(worker, port, world, out), nprocs=world, join=True)
+        return dict(out)

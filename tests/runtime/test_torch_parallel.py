@@ -4,21 +4,17 @@ pipeline → torch.distributed.pipelining (else Tessera's own layers, sync and t
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from helpers import plan, stage
+from helpers import plan, run_on_gloo, stage
 from models import factory, n_layers
-
-from tessera.runtime.launcher import free_port
 
 NAME = "llama-tiny"
 
 
-def _worker(rank: int, port: int, out: dict) -> None:
+def _worker(rank: int, out: dict) -> None:
     from torch.distributed.tensor import DTensor
 
     from tessera.runtime.engine import Trainer
@@ -26,9 +22,6 @@ def _worker(rank: int, port: int, out: dict) -> None:
     from tessera.runtime.shards import assemble
     from tessera.runtime.torch_pipeline import TorchPipelineRunner
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
-    )
     n = n_layers(NAME)
     cases = {
         "tp-even": (plan(NAME, [stage(0, n, [0, 1], tp=2)]), "auto"),
@@ -56,16 +49,11 @@ def _worker(rank: int, port: int, out: dict) -> None:
         if rank == 0:
             out[key] = (dtensors, t.fsdp, exact)
         t.close()
-    dist.destroy_process_group()
 
 
 @pytest.mark.timeout(120)
 def test_even_tp_uses_dtensor_and_zero3_uses_fsdp2():
-    port = free_port()
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_worker, args=(port, out), nprocs=2, join=True)
-        got = dict(out)
+    got = run_on_gloo(_worker)
     assert got["tp-even"][0] > 0 and not got["tp-even"][1]
     assert got["tp-even-own"][0] == 0 and got["tp-uneven"][0] == 0
     assert got["zero3"][0] > 0 and got["zero3"][1]

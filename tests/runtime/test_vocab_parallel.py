@@ -8,29 +8,22 @@ stage really holds only its rows of the vocabulary — DTensor (even) and Tesser
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
-from helpers import plan, stage
+from helpers import plan, run_on_gloo, stage
 from models import factory, n_layers
-
-from tessera.runtime.launcher import free_port
 
 CLASSES = 37
 SPLIT = (25, 12)  # rank 0 holds classes 0..24, rank 1 25..36
 
 
-def _worker(rank: int, port: int, out: dict) -> None:
+def _worker(rank: int, out: dict) -> None:
     from tessera.runtime.engine import Trainer
     from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
-    )
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, CLASSES, generator=gen) * 4.0
     targets = torch.randint(0, CLASSES, (3, 5), generator=gen)
@@ -55,16 +48,11 @@ def _worker(rank: int, port: int, out: dict) -> None:
             }
             out[f"{name}/{key}/{rank}"] = (rows, t.stage.vocab_output is not None)
             t.close()
-    dist.destroy_process_group()
 
 
 @pytest.mark.timeout(180)
 def test_vocab_parallel_cross_entropy_and_vocab_sharded_stages():
-    port = free_port()
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_worker, args=(port, out), nprocs=2, join=True)
-        got = dict(out)
+    got = run_on_gloo(_worker)
 
     gen = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 5, CLASSES, generator=gen) * 4.0).requires_grad_(True)
