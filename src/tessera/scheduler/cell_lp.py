@@ -33,7 +33,7 @@ class Group:
     """Interchangeable jobs: how many, their options' values ``(k,)`` and GPUs per option and type ``(k, T)`` (the
     solver's type order), and whether they are running (each must keep one option)."""
 
-    count: int
+    count: float
     values: np.ndarray
     gpus: np.ndarray
     running: bool = False
@@ -52,19 +52,35 @@ class Solution:
 def solve(groups: Sequence[Group], capacity: np.ndarray) -> Solution | None:
     """The LP of the module doc over GPU types of ``capacity`` ``(T,)``, rounded (:func:`round_shares`); None when
     it cannot be solved (the running jobs alone no longer fit: the caller changes nothing)."""
+    sizes = np.array([len(g.values) for g in groups], dtype=np.int64)
+    n_t = len(capacity)
+    if len(groups) == 0 or sizes.sum() == 0:
+        return _empty(sizes, n_t)
+    found = maximize(groups, capacity)
+    if found is None:
+        return None
+    x, prices = found
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    shares = [x[bounds[g] : bounds[g + 1]] for g in range(len(groups))]
+    counts = [round_shares(sh, int(grp.count)) for sh, grp in zip(shares, groups, strict=True)]
+    return Solution(shares, counts, prices)
+
+
+def maximize(groups: Sequence[Group], capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The LP alone: its optimal x over all groups' options in order, and the per-type prices; None when HiGHS
+    finds no optimum. ``count`` may be fractional (an amount of work rather than of jobs)."""
     n_g, n_t = len(groups), len(capacity)
     sizes = np.array([len(g.values) for g in groups], dtype=np.int64)
-    if n_g == 0 or sizes.sum() == 0:
-        return _empty(sizes, n_t)
     values = np.concatenate([g.values for g in groups]).astype(np.float64)
     gpus = np.vstack([g.gpus.reshape(-1, n_t) for g in groups]).astype(np.float64)
     owner = np.repeat(np.arange(n_g), sizes)
     running = np.array([g.running for g in groups], dtype=bool)
     # options worth nothing (queued) or needing more of a type than there is never enter
     live = np.flatnonzero((gpus <= capacity + 1e-9).all(axis=1) & ((values > 0) | running[owner]))
+    x = np.zeros(len(values))
     n_v = len(live)
     if n_v == 0:
-        return _empty(sizes, n_t)
+        return x, np.zeros(n_t)
     g_rows = owner[live]
     nz_v, nz_t = np.nonzero(gpus[live])
     a = csr_matrix(
@@ -88,13 +104,8 @@ def solve(groups: Sequence[Group], capacity: np.ndarray) -> Solution | None:
     )
     if res.status != 0 or res.x is None:
         return None
-    x = np.zeros(len(values))
     x[live] = res.x
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    shares = [x[bounds[g] : bounds[g + 1]] for g in range(n_g)]
-    counts = [round_shares(sh, grp.count) for sh, grp in zip(shares, groups, strict=True)]
-    prices = np.maximum(0.0, -np.asarray(res.ineqlin.marginals)[-n_t:])
-    return Solution(shares, counts, prices)
+    return x, np.maximum(0.0, -np.asarray(res.ineqlin.marginals)[-n_t:])
 
 
 def _empty(sizes: np.ndarray, n_t: int) -> Solution:
@@ -115,4 +126,4 @@ def round_shares(shares: np.ndarray, count: int) -> list[int]:
     return [int(v) for v in whole]
 
 
-__all__ = ["Group", "Solution", "round_shares", "solve"]
+__all__ = ["Group", "Solution", "maximize", "round_shares", "solve"]

@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
 
+from tessera.scheduler.cell_lp import Group, maximize
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.state import GPUs, Job
 from tessera.sim.simulator import SimConfig, SimResult, reference_rate
@@ -180,27 +179,19 @@ def _capacity_bound(
     capacity: dict[str, int],
     window: float,
 ) -> float:
-    """The LP of :func:`throughput_bounds`: most normalized work inside the window under per-type GPU-time."""
+    """The LP of :func:`throughput_bounds`: most normalized work inside the window under per-type GPU-time — the
+    scheduler's Cell LP with work for jobs (each key's options worth 1 per unit of work, using n ÷ s GPU-seconds
+    of each type per unit)."""
     types = sorted(capacity)
     col = {t: k for k, t in enumerate(types)}
-    keys = [k for k in inside if inside[k] > 0 and speeds[k]]
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    n_v = 0
-    for g, k in enumerate(keys):
-        for s, gpus in speeds[k]:
-            rows.append(g)
-            cols.append(n_v)
-            vals.append(1.0)
-            for t, n in gpus:
-                rows.append(len(keys) + col[t])
-                cols.append(n_v)
-                vals.append(n / s)  # GPU-seconds of type t per unit of normalized work
-            n_v += 1
-    if n_v == 0:
+    groups = []
+    for k in (k for k in inside if inside[k] > 0 and speeds[k]):
+        gpus = np.zeros((len(speeds[k]), len(types)))
+        for o, (s, alloc) in enumerate(speeds[k]):
+            for t, n in alloc:
+                gpus[o, col[t]] = n / s
+        groups.append(Group(count=inside[k], values=np.ones(len(speeds[k])), gpus=gpus))
+    if not groups:
         return 0.0
-    a = csr_matrix((vals, (rows, cols)), shape=(len(keys) + len(types), n_v))
-    b = np.array([inside[k] for k in keys] + [capacity[t] * window for t in types], dtype=float)
-    res = linprog(-np.ones(n_v), A_ub=a, b_ub=b, bounds=(0, None), method="highs")
-    return float(-res.fun) if res.status == 0 else float(sum(inside[k] for k in keys))
+    found = maximize(groups, np.array([capacity[t] * window for t in types], dtype=float))
+    return float(found[0].sum()) if found is not None else float(sum(g.count for g in groups))
