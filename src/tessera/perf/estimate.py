@@ -8,8 +8,9 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
   ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
   replica bounds the stage (DP replicas meet at the gradient sync). Embeddings and heads split along the
   vocabulary; layers the runtime keeps replicated in a TP group (MoE, conv:
-  :func:`~tessera.perf.compute.runtime_splits`) cost their full time on every TP rank. Profiles are looked up under the device's profile key: the GPU type, or on the CPU
-  stand-in the thread count the runtime gives each process sharing the host (``cpu@1t`` for 2 ranks on 2 cores).
+  :func:`~tessera.perf.compute.runtime_splits`) cost their full time on every TP rank. Profiles are looked
+  up under the device's profile key: the GPU type, or on the CPU stand-in the thread count the runtime gives
+  each process sharing the host (``cpu@1t`` for 2 ranks on 2 cores).
 * **TP all-reduces** — inside the stage's critical path, never overlapped. The runtime's column-parallel
   Linears (q, k, v and fc_in | gate, up) each all-reduce their input gradient in backward, the row-parallel
   ones (proj, fc_out | down) their output in forward: 2 forward and 4 (GELU) or 5 (SwiGLU) backward all-reduces
