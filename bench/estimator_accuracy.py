@@ -3,8 +3,9 @@
 Profiles every distinct layer of the benchmark models on this device (Crius §5.1: DP-only and TP-only
 shards, one device) and the gloo collectives on loopback (``tessera profile comm``), then executes ≥ 20 plans
 with the real runtime — data, tensor and pipeline parallel, hybrids, uneven batch shares and shard ratios,
-ZeRO, recompute; one or two processes — and compares each plan's estimate with its measured median iteration
-time. Accuracy = 1 − |estimate − measured| / measured.
+ZeRO, recompute; one or two processes — and compares each plan's estimate with its measured iteration time
+(median over fresh launches of each launch's median step). Accuracy = 1 − |estimate − measured| / measured.
+Both sides take medians of tries spread over time: a shared host's slow spells last seconds to minutes.
 
 Nothing is calibrated from the runs: the estimate uses only the profiles (calibration would fit the answer).
 
@@ -31,7 +32,7 @@ from tessera.perf.calibrate import read_telemetry  # noqa: E402
 from tessera.perf.comm_profile import profile_comm  # noqa: E402
 from tessera.perf.costmodel import CostModel  # noqa: E402
 from tessera.perf.estimate import Topology, estimate_plan  # noqa: E402
-from tessera.perf.profiler import profile_layers  # noqa: E402
+from tessera.perf.profiler import ProfileRun, combine, profile_layers  # noqa: E402
 from tessera.plan import Plan, simple_plan  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -96,30 +97,47 @@ def cases() -> list[Case]:
     return out
 
 
-def profile(cost: CostModel, plans: list[Case], repeats: int) -> float:
-    """Profile every (model, processes, precision, optimizer) the cases use; returns seconds spent."""
+def profile(cost: CostModel, plans: list[Case], repeats: int, rounds: int = 3) -> float:
+    """Profile every (model, processes, precision, optimizer) the cases use; returns seconds spent.
+
+    ``rounds`` times over, all of them in turn, then each figure the median of its rounds (``combine``): a
+    host slow spell of tens of seconds covers one model's whole profile, not the same model in most rounds."""
     t0 = time.perf_counter()
     need: dict[tuple[str, int, str, str], set[int]] = {}
     for c in plans:
         p = c.plan
         key = (p.model, p.world_size, p.precision.value, p.optimizer.value)
         need.setdefault(key, set()).update({1, 2, 4, 8})
-    for (model, procs, precision, optimizer), mbs in sorted(need.items()):
-        spec = get_spec(model, seq_len=SEQ)
-        print(f"  profiling {model} for {procs} process(es), {precision}, {optimizer}", flush=True)
-        profile_layers(
-            spec, micro_batches=sorted(mbs), tp_degrees=(1, 2), precision=precision, optimizer=optimizer,
-            processes=procs, repeats=repeats, profile=cost.profile,
-        )  # fmt: skip
+    runs: dict[tuple[str, int, str, str], list[ProfileRun]] = {k: [] for k in need}
+    for r in range(rounds):
+        for (model, procs, precision, optimizer), mbs in sorted(need.items()):
+            print(
+                f"  profiling {model} for {procs} process(es), {precision}, {optimizer} (round {r + 1})",
+                flush=True,
+            )
+            runs[(model, procs, precision, optimizer)].append(
+                profile_layers(
+                    get_spec(model, seq_len=SEQ),
+                    micro_batches=sorted(mbs),
+                    tp_degrees=(1, 2),
+                    precision=precision,
+                    optimizer=optimizer,
+                    processes=procs,
+                    repeats=repeats,
+                    passes=1,
+                )  # fmt: skip
+            )
+    for (model, *_), rs in runs.items():
+        combine(rs).store(get_spec(model, seq_len=SEQ), cost.profile)
     print("  profiling gloo collectives on loopback", flush=True)
-    # gloo's latency after compute varies ±30 % between single timings: 3× the repeats pins the median
-    profile_comm(2, max_bytes=16 * 2**20, repeats=3 * repeats, table=cost.comm_table)
+    # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
+    profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
     return time.perf_counter() - t0
 
 
 def measure(plan: Plan, steps: int, workdir: Path, launches: int = 1) -> float:
-    """Median over ``launches`` fresh launches of each launch's median step time: on a shared 2-core host
-    one launch's placement of its ranks on the cores moves its steady state by up to ±10 %."""
+    """Median over ``launches`` fresh launches of each launch's median step time: on a shared 2-core host a
+    slow spell or one launch's placement of its ranks moves a launch's steady state by ±10 %."""
     from tessera.runtime import RunOptions, launch
 
     times = []
@@ -160,14 +178,15 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="steps per run (the first 3 are warm-up)")
-    ap.add_argument("--repeats", type=int, default=7, help="timed repeats per profiled figure")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per profiled figure and round")
+    ap.add_argument("--rounds", type=int, default=3, help="profiling rounds over all models (median kept)")
     ap.add_argument("--launches", type=int, default=3, help="fresh launches per plan (median)")
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
     args = ap.parse_args(argv)
     all_cases = [c for c in cases() if not args.only or args.only in c.label]
     cost = CostModel()
     print(f"profiling ({len(all_cases)} plans to run)", flush=True)
-    profile_s = profile(cost, all_cases, args.repeats)
+    profile_s = profile(cost, all_cases, args.repeats, args.rounds)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-est-") as tmp:
         for c in all_cases:

@@ -32,6 +32,7 @@ from typing import Any
 
 from scipy.optimize import isotonic_regression
 
+from tessera import cpu_affinity
 from tessera.perf.comm import Collective, CommTable
 
 KiB = 1024
@@ -143,6 +144,8 @@ def _worker(args: _Args, q: Any) -> None:
         import torch.distributed as dist
 
         torch.set_num_threads(args.threads)
+        if args.backend == "gloo":
+            cpu_affinity.pin(args.rank, args.world)  # as the runtime pins its ranks
         device = torch.device("cpu")
         if args.backend == "nccl":
             device = torch.device("cuda", args.rank % torch.cuda.device_count())

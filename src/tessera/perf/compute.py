@@ -306,6 +306,19 @@ def shard_fraction(layer: Layer, tp: int, ratio: float | None = None) -> float:
     return ratio if ratio is not None else 1.0 / tp
 
 
+def _shard_time(even_s: float, whole_s: float | None, even: float, frac: float) -> float:
+    """A rank's time for shard fraction ``frac`` from the even shard's (``even``) and the whole layer's times:
+    on the line through both (a shard keeps the layer's fixed costs: norms, launches, small-matmul
+    inefficiency, so 3/4 of a layer takes less than 1.5× its half), proportional to the even shard where no
+    whole-layer time exists or the line would give a shard a negative fixed cost."""
+    if whole_s is None or whole_s <= even_s or even >= 1.0:
+        return even_s * frac / even
+    slope = (whole_s - even_s) / (1.0 - even)
+    if even_s - slope * even < 0.0:
+        return even_s * frac / even
+    return even_s + slope * (frac - even)
+
+
 def forward_roofline(
     layer: Layer,
     gpu: GPUSpec,
@@ -364,9 +377,16 @@ def layer_time(
             if measured is not None:
                 break
     if measured is not None:
-        # Profiles are for even shards: rescale by this rank's share relative to an even one.
-        scale = shard_fraction(layer, tp, ratio) / shard_fraction(layer, tp)
-        fwd, bwd = measured[0] * scale, measured[1] * scale
+        fwd, bwd = measured
+        even, frac = shard_fraction(layer, tp), shard_fraction(layer, tp, ratio)
+        if frac != even:  # profiles are for even shards: this rank's uneven share lies between two of them
+            whole = None
+            for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
+                whole = profile.lookup(layer, key, 1, micro_batch, precision, "own")  # type: ignore[union-attr]
+                if whole is not None:
+                    break
+            fwd = _shard_time(measured[0], whole[0] if whole else None, even, frac)
+            bwd = _shard_time(measured[1], whole[1] if whole else None, even, frac)
         source = "profile"
     else:
         fwd = forward_roofline(

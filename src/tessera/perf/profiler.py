@@ -26,7 +26,8 @@ What is timed mirrors what the runtime runs on a rank:
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
-untimed ones.
+untimed ones (:func:`combine` combines whole runs the same way). CPU ranks are pinned one per core as the
+runtime pins them (:mod:`tessera.cpu_affinity`): this process takes rank 0's core, the co-runners the next.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tessera import cpu_affinity
 from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import get_gpu, gpu_catalog
 from tessera.models.spec import ModelSpec
@@ -86,6 +88,21 @@ class ProfileRun:
         d = asdict(self)
         d["rows"] = [r.to_dict() for r in self.rows]
         return d
+
+    def store(self, spec: ModelSpec, profile: Profile) -> None:
+        """Put the figures into ``profile`` under this run's device key (the optimizer step from the
+        smallest micro-batch's own-layer rows: it does not depend on the micro-batch)."""
+        smallest = min((r.micro_batch for r in self.rows), default=0)
+        for r in self.rows:
+            layer = spec.layers[r.layer]
+            if r.impl == "own" and r.micro_batch == smallest:
+                profile.put_optimizer(
+                    layer, self.device_type, r.tp, self.precision, self.optimizer, time_s=r.optimizer_s
+                )
+            profile.put(
+                layer, self.device_type, r.tp, r.micro_batch, self.precision, fwd_s=r.fwd_s, bwd_s=r.bwd_s,
+                impl=r.impl,
+            )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- devices
@@ -160,6 +177,7 @@ def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any, batch: Any) -> Non
     spec: ModelSpec = kwargs["spec"]
     start, end = kwargs["layer_range"] or (0, spec.n_layers)
     torch.set_num_threads(cpu_threads(kwargs["processes"]))
+    cpu_affinity.pin(kwargs["slot"], kwargs["processes"])  # the peer's core, as the runtime pins its rank
     dev = torch.device("cpu")
     precision, attention = kwargs["precision"], kwargs["attention"]
     inputs, targets = trace_inputs(
@@ -205,7 +223,10 @@ def _co_runners(n: int, kwargs: dict[str, Any]) -> Iterator[Any]:
     for i in range(n):
         ready = ctx.Event()
         p = ctx.Process(
-            target=_co_runner, args=(kwargs, ready, stop, batch), daemon=True, name=f"tessera-corun{i}"
+            target=_co_runner,
+            args=({**kwargs, "slot": i + 1}, ready, stop, batch),
+            daemon=True,
+            name=f"tessera-corun{i}",
         )
         p.start()
         procs.append(p)
@@ -481,7 +502,13 @@ def profile_layers(
         processes=processes, layer_range=layer_range,
     )  # fmt: skip
     per_pass = max(1, math.ceil(repeats / passes))
-    with _co_runners(peers, peer_kwargs) as peer_batch, _threads(threads), torch.random.fork_rng(devices=[]):
+    slots = processes if dev.type == "cpu" else 1  # this process takes rank 0's core, the peers the next ones
+    with (
+        _co_runners(peers, peer_kwargs) as peer_batch,
+        _threads(threads),
+        cpu_affinity.pinned(0, slots),
+        torch.random.fork_rng(devices=[]),
+    ):
         torch.manual_seed(0)
         key = device_type_of(dev, threads)
         inputs, targets = trace_inputs(
@@ -493,18 +520,30 @@ def profile_layers(
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
                 on_step=on_step,
             )  # fmt: skip
-    rows = _median_rows(rows)
+    run = ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows)))
     if profile is not None:
-        for r in rows:
-            layer = spec.layers[r.layer]
-            if r.impl == "own" and r.micro_batch == min(micro_batches):
-                profile.put_optimizer(layer, key, r.tp, precision, optimizer, time_s=r.optimizer_s)
-            profile.put(layer, key, r.tp, r.micro_batch, precision, fwd_s=r.fwd_s, bwd_s=r.bwd_s, impl=r.impl)
-    return ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(rows))
+        run.store(spec, profile)
+    return run
+
+
+def combine(runs: Sequence[ProfileRun]) -> ProfileRun:
+    """Several runs of one profile (same model, device key, precision, optimizer) as one, each figure the
+    median over the runs: runs spread over minutes outlast a host's slow spell that one run's passes sit in."""
+    first = runs[0]
+    for r in runs[1:]:
+        if (r.model, r.device_type, r.precision, r.optimizer) != (
+            first.model, first.device_type, first.precision, first.optimizer
+        ):  # fmt: skip
+            raise ValueError(
+                f"profile: can not combine a run of {r.model} on {r.device_type} with {first.model}"
+            )
+    return replace(first, rows=tuple(_median_rows([row for r in runs for row in r.rows])))
 
 
 def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
-    """One row per (layer, TP degree, micro-batch, impl): the median of each figure over the passes."""
+    """One row per (layer, TP degree, micro-batch, impl): the median of each figure over the passes (each
+    pass's own figure is a median over its repeats). Not the least: beside a co-runner a pass can also be
+    lucky (the peer in a light phase), and the least pass under-estimated every two-process plan by ~8 %."""
     groups: dict[tuple, list[LayerMeasurement]] = {}
     for r in rows:
         groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl), []).append(r)

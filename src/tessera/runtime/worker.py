@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tessera import cpu_affinity
 from tessera.plan import Plan
 from tessera.runtime import checkpoint
 from tessera.runtime.data import SyntheticData
@@ -138,6 +139,8 @@ def main(args: WorkerArgs, queue: Any) -> None:
         watchdog = max(o.watchdog_s for _, o in args.jobs)
         faulthandler.dump_traceback_later(watchdog, exit=False, file=sys.stderr)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.world_size))
+        if args.backend == "gloo":
+            cpu_affinity.pin(rank, args.world_size)  # before gloo starts its threads: they inherit the core
         dist.init_process_group(
             args.backend,
             init_method=f"tcp://127.0.0.1:{args.port}",
