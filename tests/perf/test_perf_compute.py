@@ -97,10 +97,11 @@ def test_profile_overrides_roofline_and_round_trips(tmp_path):
     # layer (its fixed costs stay): 3/4 of a layer whose half takes 10 ms and whole 16 ms takes 13 ms, not 15
     p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.016, bwd_s=0.050)
     t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.75, profile=p)
-    assert (t.fwd_s, t.bwd_s) == (pytest.approx(0.013), pytest.approx(0.0375))  # bwd: whole = 2 × half, linear
+    assert (t.fwd_s, t.bwd_s) == (pytest.approx(0.013), pytest.approx(0.0375))  # bwd: whole = 2 × half
     small = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.25, profile=p)
     assert small.fwd_s == pytest.approx(0.007)  # below the even shard too: 10 − 6 × 0.5
-    p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.030, bwd_s=0.025)  # a line through 0 below zero: proportional
+    # a line whose value at 0 is below zero: proportional again
+    p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.030, bwd_s=0.025)
     t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.25, profile=p)
     assert (t.fwd_s, t.bwd_s) == (pytest.approx(0.005), pytest.approx(0.0125))
     path = tmp_path / "profile.json"
