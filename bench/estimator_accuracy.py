@@ -5,7 +5,8 @@ shards, one device) and the gloo collectives on loopback (``tessera profile comm
 with the real runtime — data, tensor and pipeline parallel, hybrids, uneven batch shares and shard ratios,
 ZeRO, recompute; one or two processes — and compares each plan's estimate with its measured iteration time
 (median over fresh launches of each launch's median step). Accuracy = 1 − |estimate − measured| / measured.
-Both sides take medians of tries spread over time: a shared host's slow spells last seconds to minutes.
+The work runs in rounds — profile every model, then launch every plan — and both sides keep medians over the
+rounds: a shared host's slow spells last seconds to minutes and should move one round, not one plan.
 
 Nothing is calibrated from the runs: the estimate uses only the profiles (calibration would fit the answer).
 
@@ -97,55 +98,64 @@ def cases() -> list[Case]:
     return out
 
 
-def profile(cost: CostModel, plans: list[Case], repeats: int, rounds: int = 3) -> float:
-    """Profile every (model, processes, precision, optimizer) the cases use; returns seconds spent.
-
-    ``rounds`` times over, all of them in turn, then each figure the median of its rounds (``combine``): a
-    host slow spell of tens of seconds covers one model's whole profile, not the same model in most rounds."""
-    t0 = time.perf_counter()
-    need: dict[tuple[str, int, str, str], set[int]] = {}
-    for c in plans:
-        p = c.plan
-        key = (p.model, p.world_size, p.precision.value, p.optimizer.value)
-        need.setdefault(key, set()).update({1, 2, 4, 8})
-    runs: dict[tuple[str, int, str, str], list[ProfileRun]] = {k: [] for k in need}
-    for r in range(rounds):
-        for (model, procs, precision, optimizer), mbs in sorted(need.items()):
-            print(
-                f"  profiling {model} for {procs} process(es), {precision}, {optimizer} (round {r + 1})",
-                flush=True,
-            )
-            runs[(model, procs, precision, optimizer)].append(
-                profile_layers(
-                    get_spec(model, seq_len=SEQ),
-                    micro_batches=sorted(mbs),
-                    tp_degrees=(1, 2),
-                    precision=precision,
-                    optimizer=optimizer,
-                    processes=procs,
-                    repeats=repeats,
-                    passes=1,
-                )  # fmt: skip
-            )
-    for (model, *_), rs in runs.items():
-        combine(rs).store(get_spec(model, seq_len=SEQ), cost.profile)
-    print("  profiling gloo collectives on loopback", flush=True)
-    # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
-    profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
-    return time.perf_counter() - t0
+ProfileKey = tuple[str, int, str, str]  # (model, processes, precision, optimizer)
 
 
-def measure(plan: Plan, steps: int, workdir: Path, launches: int = 1) -> float:
-    """Median over ``launches`` fresh launches of each launch's median step time: on a shared 2-core host a
-    slow spell or one launch's placement of its ranks moves a launch's steady state by ±10 %."""
+def profile_needs(plans: list[Case]) -> list[ProfileKey]:
+    """Every (model, processes, precision, optimizer) the cases use."""
+    return sorted(
+        {(c.plan.model, c.plan.world_size, c.plan.precision.value, c.plan.optimizer.value) for c in plans}
+    )
+
+
+def profile_round(key: ProfileKey, repeats: int) -> ProfileRun:
+    """One profile of one model for one process count (micro-batches 1–8, TP 1 and 2)."""
+    model, procs, precision, optimizer = key
+    print(f"  profiling {model} for {procs} process(es), {precision}, {optimizer}", flush=True)
+    return profile_layers(
+        get_spec(model, seq_len=SEQ), micro_batches=(1, 2, 4, 8), tp_degrees=(1, 2), precision=precision,
+        optimizer=optimizer, processes=procs, repeats=repeats, passes=1,
+    )  # fmt: skip
+
+
+def launch_once(plan: Plan, steps: int, workdir: Path) -> float:
+    """One fresh launch's median step time (after 3 warm-up steps)."""
     from tessera.runtime import RunOptions, launch
 
-    times = []
-    for _ in range(max(1, launches)):
-        tel = workdir / f"telemetry-{time.monotonic_ns()}.jsonl"
-        launch(plan, RunOptions(steps=steps, telemetry_path=str(tel), pg_timeout_s=120, watchdog_s=300))
-        times.append(read_telemetry(tel, warmup=3).iteration_time_s)
-    return statistics.median(times)
+    tel = workdir / f"telemetry-{time.monotonic_ns()}.jsonl"
+    launch(plan, RunOptions(steps=steps, telemetry_path=str(tel), pg_timeout_s=120, watchdog_s=300))
+    return read_telemetry(tel, warmup=3).iteration_time_s
+
+
+def run_rounds(
+    plans: list[Case], rounds: int, repeats: int, steps: int, workdir: Path
+) -> tuple[CostModel, list[list[float]], float]:
+    """``rounds`` times over: profile every model once, then launch every plan once. Returns the cost model
+    (each profiled figure the median of its rounds), each plan's launch times and the seconds spent profiling.
+
+    This shared 2-core VM has slow spells of tens of seconds to minutes (one plan measured 242–304 ms in
+    back-to-back bench runs): spread over rounds, a spell moves one round's profile and launches, and the
+    medians over rounds — on both sides — step over it instead of carrying it into one plan's figures."""
+    profiles: dict[ProfileKey, list[ProfileRun]] = {k: [] for k in profile_needs(plans)}
+    times: list[list[float]] = [[] for _ in plans]
+    profile_s = 0.0
+    for r in range(rounds):
+        print(f"round {r + 1} of {rounds}", flush=True)
+        t0 = time.perf_counter()
+        for key, runs in profiles.items():
+            runs.append(profile_round(key, repeats))
+        profile_s += time.perf_counter() - t0
+        for c, ts in zip(plans, times, strict=True):
+            ts.append(launch_once(c.plan, steps, workdir))
+            print(f"  {c.label:<52} {ts[-1] * 1e3:8.2f} ms", flush=True)
+    cost = CostModel()
+    for (model, *_), runs in profiles.items():
+        combine(runs).store(get_spec(model, seq_len=SEQ), cost.profile)
+    print("profiling gloo collectives on loopback", flush=True)
+    t0 = time.perf_counter()
+    # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
+    profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
+    return cost, times, profile_s + time.perf_counter() - t0
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -179,33 +189,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="steps per run (the first 3 are warm-up)")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats per profiled figure and round")
-    ap.add_argument("--rounds", type=int, default=3, help="profiling rounds over all models (median kept)")
-    ap.add_argument("--launches", type=int, default=3, help="fresh launches per plan (median)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of (profile every model, launch every plan); medians kept",
+    )
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
     args = ap.parse_args(argv)
     all_cases = [c for c in cases() if not args.only or args.only in c.label]
-    cost = CostModel()
-    print(f"profiling ({len(all_cases)} plans to run)", flush=True)
-    profile_s = profile(cost, all_cases, args.repeats, args.rounds)
-    rows = []
+    print(f"{args.rounds} rounds over {len(all_cases)} plans", flush=True)
     with tempfile.TemporaryDirectory(prefix="tessera-est-") as tmp:
-        for c in all_cases:
-            spec = get_spec(c.plan.model, seq_len=SEQ)
-            est = estimate_plan(c.plan, spec, Topology(), cost=cost)
-            measured = measure(c.plan, args.steps, Path(tmp), args.launches)
-            acc = 1.0 - abs(est.iteration_time_s - measured) / measured
-            rows.append(
-                {
-                    "label": c.label, "kind": c.kind, "model": c.plan.model, "processes": c.plan.world_size,
-                    "estimated_s": est.iteration_time_s, "measured_s": measured, "accuracy": acc,
-                    "plan": json.loads(c.plan.to_json()),
-                }
-            )  # fmt: skip
-            print(
-                f"  {c.label:<52} est {est.iteration_time_s * 1e3:8.2f} ms  measured {measured * 1e3:8.2f} ms"
-                f"  accuracy {acc:.3f}",
-                flush=True,
-            )
+        cost, times, profile_s = run_rounds(all_cases, args.rounds, args.repeats, args.steps, Path(tmp))
+    rows = []
+    for c, ts in zip(all_cases, times, strict=True):
+        est = estimate_plan(c.plan, get_spec(c.plan.model, seq_len=SEQ), Topology(), cost=cost)
+        measured = statistics.median(ts)
+        acc = 1.0 - abs(est.iteration_time_s - measured) / measured
+        rows.append(
+            {
+                "label": c.label, "kind": c.kind, "model": c.plan.model, "processes": c.plan.world_size,
+                "estimated_s": est.iteration_time_s, "measured_s": measured, "accuracy": acc,
+                "launches_s": ts, "plan": json.loads(c.plan.to_json()),
+            }
+        )  # fmt: skip
+        print(
+            f"  {c.label:<52} est {est.iteration_time_s * 1e3:8.2f} ms  measured {measured * 1e3:8.2f} ms"
+            f"  accuracy {acc:.3f}",
+            flush=True,
+        )
     accs = [r["accuracy"] for r in rows]
     out = {
         "plans": len(rows),
@@ -218,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "profile_s": profile_s,
         "steps_per_launch": args.steps,
-        "launches_per_plan": args.launches,
+        "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "rows": rows,
     }
