@@ -104,10 +104,19 @@ def test_profile_overrides_roofline_and_round_trips(tmp_path):
     p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.030, bwd_s=0.025)
     t = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", ratio=0.25, profile=p)
     assert (t.fwd_s, t.bwd_s) == (pytest.approx(0.005), pytest.approx(0.0125))
+    # selective recompute: the block timed with it wins over the attention-core FLOP share
+    assert layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", recompute="selective",
+                      attention_core_fraction=0.1, profile=p).bwd_s == pytest.approx(0.025 + 0.001)  # fmt: skip
+    p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.031, recompute="selective")
+    sel = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", recompute="selective", profile=p)
+    assert (sel.fwd_s, sel.bwd_s, sel.source) == (0.010, 0.031, "profile")
+    with pytest.raises(ValueError, match="recompute"):
+        p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.031, recompute="full")
     path = tmp_path / "profile.json"
     p.save(path)
     q = Profile.load(path)
     assert q.get(BIG, "A100-40GB", 2, 4, "bf16") == (0.010, 0.025)
+    assert q.get(BIG, "A100-40GB", 2, 4, "bf16", recompute="selective") == (0.010, 0.031)
     # the signature ignores the layer's name: block 7 shares block 0's profile
     renamed = Layer("block7", **{k: v for k, v in BIG.__dict__.items() if k != "name"})
     assert q.get(renamed, "A100-40GB", 2, 4, "bf16") == (0.010, 0.025)

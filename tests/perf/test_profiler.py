@@ -226,3 +226,25 @@ def test_combine_keeps_each_figures_median_over_runs_and_stores_them():
     assert prof.get(TINY.layers[1], "cpu@1t", 2, 2, "fp32") == (pytest.approx(0.006), pytest.approx(0.012))
     with pytest.raises(ValueError, match="combine"):
         combine([run(10.0), run(10.0, device="cpu@2t")])
+
+
+def test_selective_recompute_blocks_are_timed_and_priced_from_the_timing():
+    prof = Profile()
+    run = profile_layers(
+        TINY, micro_batches=(2,), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof,
+        recomputes=("none", "selective"),
+    )  # fmt: skip
+    sel = {(r.tp, r.impl) for r in run.rows if r.recompute == "selective"}
+    assert sel == {(1, "own"), (2, "own"), (2, "dtensor")}  # blocks only: embedding and head have no variant
+    assert len(run.rows) == count_steps(TINY, (2,), (1, 2), passes=1, recomputes=("none", "selective"))
+    block = TINY.layers[1]
+    key = profile_device("cpu", cpu_threads(1))
+    timed = prof.get(block, key, 1, 2, "fp32", recompute="selective")
+    assert timed is not None
+    from tessera.hardware import get_gpu
+    from tessera.perf.compute import layer_time
+
+    t = layer_time(block, get_gpu("cpu"), micro_batch=2, recompute="selective", profile=prof, device_type=key)
+    assert (t.fwd_s, t.bwd_s) == timed
+    with pytest.raises(ValueError, match="recompute"):
+        profile_layers(TINY, recomputes=("full",))

@@ -137,8 +137,9 @@ class LayerTime:
         return self.fwd_s + self.bwd_s
 
 
-ProfileKey = tuple[tuple, str, int, int, str, str]
+ProfileKey = tuple[tuple, str, int, int, str, str, str]
 TP_IMPLS = ("own", "dtensor")  # how a TP shard is executed: Tessera's own layers, or PyTorch DTensor
+PROFILED_RECOMPUTES = ("none", "selective")  # full recompute is priced as one more forward, selective timed
 OptimizerKey = tuple[tuple, str, int, str, str]
 
 
@@ -150,8 +151,10 @@ class Profile:
     (the block under PyTorch's ``parallelize_module``, what the runtime runs for even splits — DTensor's
     dispatch costs a small model's rank ~15 % more, so it is timed, not assumed).
 
-    Times are for an even TP shard and no recompute (what the single-device profiler measures); the cost
-    model scales them for uneven shard ratios and adds recompute itself. A layer's optimizer time is one step
+    Times are for an even TP shard (the cost model places uneven shard ratios between profiled shards) and,
+    per ``recompute``, for the layer built without recompute or with selective recompute (the attention core
+    re-run in backward: on a CPU it cost a GPT block's backward 4.7 ms at 4 samples where its FLOP share
+    predicts 1 ms, so it is timed). Full recompute is the no-recompute figures plus one more forward. A layer's optimizer time is one step
     over that layer's parameters as built alone (a tied head owns its copy of the embedding).
     """
 
@@ -160,11 +163,20 @@ class Profile:
 
     @staticmethod
     def key(
-        layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str, impl: str = "own"
+        layer: Layer,
+        device_type: str,
+        tp: int,
+        micro_batch: int,
+        precision: str,
+        impl: str = "own",
+        recompute: str = "none",
     ) -> ProfileKey:
         if impl not in TP_IMPLS:
             raise ValueError(f"impl: {impl!r} is not one of {', '.join(TP_IMPLS)}")
-        return (layer_signature(layer), device_type, int(tp), int(micro_batch), str(precision), impl)
+        if recompute not in PROFILED_RECOMPUTES:
+            raise ValueError(f"recompute: {recompute!r} is not one of {', '.join(PROFILED_RECOMPUTES)}")
+        sig = layer_signature(layer)
+        return (sig, device_type, int(tp), int(micro_batch), str(precision), impl, recompute)
 
     @staticmethod
     def optimizer_key(
@@ -183,27 +195,43 @@ class Profile:
         fwd_s: float,
         bwd_s: float,
         impl: str = "own",
+        recompute: str = "none",
     ) -> None:
         if fwd_s < 0 or bwd_s < 0:
             raise ValueError(f"profiled times must be >= 0, got fwd {fwd_s}, bwd {bwd_s}")
-        self.entries[self.key(layer, device_type, tp, micro_batch, precision, impl)] = (fwd_s, bwd_s)
+        key = self.key(layer, device_type, tp, micro_batch, precision, impl, recompute)
+        self.entries[key] = (fwd_s, bwd_s)
 
     def get(
-        self, layer: Layer, device_type: str, tp: int, micro_batch: int, precision: str, impl: str = "own"
+        self,
+        layer: Layer,
+        device_type: str,
+        tp: int,
+        micro_batch: int,
+        precision: str,
+        impl: str = "own",
+        recompute: str = "none",
     ) -> tuple[float, float] | None:
-        return self.entries.get(self.key(layer, device_type, tp, micro_batch, precision, impl))
+        return self.entries.get(self.key(layer, device_type, tp, micro_batch, precision, impl, recompute))
 
     def lookup(
-        self, layer: Layer, device_type: str, tp: int, micro_batch: float, precision: str, impl: str = "own"
+        self,
+        layer: Layer,
+        device_type: str,
+        tp: int,
+        micro_batch: float,
+        precision: str,
+        impl: str = "own",
+        recompute: str = "none",
     ) -> tuple[float, float] | None:
         """Times at ``micro_batch`` samples: the entry itself, else piecewise-linear in the micro-batch between
         (or beyond) the profiled sizes of the same layer, device, TP degree and precision — a layer's time is
         affine in its batch once past launch overhead, and uneven batch shares give fractional per-micro-batch
         sizes. A single profiled size scales proportionally. ``impl="dtensor"`` falls back to the ``own``
         figures where the DTensor variant was not timed (layers without a DTensor plan run on Tessera's own).
-        None when nothing was profiled for the key."""
+        None when nothing was profiled for the key (``recompute``: the variant built with it)."""
         if float(micro_batch).is_integer():
-            hit = self.get(layer, device_type, tp, int(micro_batch), precision, impl)
+            hit = self.get(layer, device_type, tp, int(micro_batch), precision, impl, recompute)
             if hit is not None:
                 return hit
         sig = layer_signature(layer)
@@ -215,9 +243,12 @@ class Profile:
             and k[2] == int(tp)
             and k[4] == str(precision)
             and k[5] == impl
+            and k[6] == recompute
         )
         if not pts:
-            return self.lookup(layer, device_type, tp, micro_batch, precision) if impl != "own" else None
+            if impl == "own":
+                return None
+            return self.lookup(layer, device_type, tp, micro_batch, precision, recompute=recompute)
         if len(pts) == 1:
             (b0, (f0, w0)), scale = pts[0], micro_batch / pts[0][0]
             return f0 * scale, w0 * scale
@@ -251,7 +282,7 @@ class Profile:
     def to_json(self) -> str:
         rows = [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "micro_batch": k[3], "precision": k[4],
-             "impl": k[5], "fwd_s": v[0], "bwd_s": v[1]}
+             "impl": k[5], "recompute": k[6], "fwd_s": v[0], "bwd_s": v[1]}
             for k, v in self.entries.items()
         ] + [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "precision": k[3], "optimizer": k[4],
@@ -270,7 +301,7 @@ class Profile:
                 p.optimizer[okey] = float(row["optimizer_s"])
                 continue
             key = (sig, row["device_type"], int(row["tp"]), int(row["micro_batch"]), row["precision"],
-                   row.get("impl", "own"))  # fmt: skip
+                   row.get("impl", "own"), row.get("recompute", "none"))  # fmt: skip
             p.entries[key] = (float(row["fwd_s"]), float(row["bwd_s"]))
         return p
 
@@ -370,23 +401,34 @@ def layer_time(
     """
     if micro_batch <= 0:
         return LayerTime(0.0, 0.0)
-    measured = None
-    if profile is not None:
-        for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
-            measured = profile.lookup(layer, key, tp, micro_batch, precision, impl)
-            if measured is not None:
-                break
+    keys = tuple(dict.fromkeys((device_type or gpu.name, gpu.name)))
+
+    def profiled(variant: str) -> tuple[float, float] | None:
+        """This rank's (fwd, bwd) from the profile's ``variant`` figures; an uneven share lies between the
+        even shard and the whole layer."""
+        if profile is None:
+            return None
+        found = next(
+            (m for k in keys if (m := profile.lookup(layer, k, tp, micro_batch, precision, impl, variant))),
+            None,
+        )
+        even, frac = shard_fraction(layer, tp), shard_fraction(layer, tp, ratio)
+        if found is None or frac == even:
+            return found
+        whole = next(
+            (m for k in keys if (m := profile.lookup(layer, k, 1, micro_batch, precision, "own", variant))),
+            None,
+        )
+        return (
+            _shard_time(found[0], whole[0] if whole else None, even, frac),
+            _shard_time(found[1], whole[1] if whole else None, even, frac),
+        )
+
+    if recompute == "selective" and (timed := profiled("selective")) is not None:
+        return LayerTime(timed[0], timed[1], "profile")  # the re-run attention core is in the timed backward
+    measured = profiled("none")
     if measured is not None:
         fwd, bwd = measured
-        even, frac = shard_fraction(layer, tp), shard_fraction(layer, tp, ratio)
-        if frac != even:  # profiles are for even shards: this rank's uneven share lies between two of them
-            whole = None
-            for key in dict.fromkeys((device_type or gpu.name, gpu.name)):
-                whole = profile.lookup(layer, key, 1, micro_batch, precision, "own")  # type: ignore[union-attr]
-                if whole is not None:
-                    break
-            fwd = _shard_time(measured[0], whole[0] if whole else None, even, frac)
-            bwd = _shard_time(measured[1], whole[1] if whole else None, even, frac)
         source = "profile"
     else:
         fwd = forward_roofline(

@@ -47,8 +47,8 @@ from torch import nn
 from tessera import cpu_affinity
 from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import get_gpu, gpu_catalog
-from tessera.models.spec import ModelSpec
-from tessera.perf.compute import Profile, layer_signature, profile_device, runtime_splits
+from tessera.models.spec import Layer, ModelSpec
+from tessera.perf.compute import PROFILED_RECOMPUTES, Profile, layer_signature, profile_device, runtime_splits
 from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-master")
@@ -67,6 +67,7 @@ class LayerMeasurement:
     bwd_s: float
     optimizer_s: float  # one step over this layer's (shard's) parameters
     impl: str = "own"  # TP implementation timed: Tessera's own shard layers, or PyTorch DTensor (even splits)
+    recompute: str = "none"  # the layer built without recompute, or with selective recompute
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,13 +96,13 @@ class ProfileRun:
         smallest = min((r.micro_batch for r in self.rows), default=0)
         for r in self.rows:
             layer = spec.layers[r.layer]
-            if r.impl == "own" and r.micro_batch == smallest:
+            if r.impl == "own" and r.recompute == "none" and r.micro_batch == smallest:
                 profile.put_optimizer(
                     layer, self.device_type, r.tp, self.precision, self.optimizer, time_s=r.optimizer_s
                 )
             profile.put(
                 layer, self.device_type, r.tp, r.micro_batch, self.precision, fwd_s=r.fwd_s, bwd_s=r.bwd_s,
-                impl=r.impl,
+                impl=r.impl, recompute=r.recompute,
             )  # fmt: skip
 
 
@@ -255,7 +256,7 @@ def _check_spec(spec: ModelSpec) -> None:
         raise ValueError(f"model: {spec.name!r} has no PyTorch implementation in the zoo to profile")
 
 
-def _build(spec: ModelSpec, index: int, tp: int, attention: str) -> nn.Module:
+def _build(spec: ModelSpec, index: int, tp: int, attention: str, recompute: str = "none") -> nn.Module:
     """Layer ``index`` alone as a BlockModel (rank 0's shard when ``tp > 1``), the way the runtime builds it."""
     from tessera.models.nn_common import TPShare
     from tessera.models.zoo import build_model
@@ -267,13 +268,19 @@ def _build(spec: ModelSpec, index: int, tp: int, attention: str) -> nn.Module:
         layer_range=(index, index + 1),
         tp=share,
         attention=attention,
-        recompute="none",
+        recompute=recompute,
     )
 
 
 @contextlib.contextmanager
 def _dtensor_shard(
-    spec: ModelSpec, index: int, tp: int, attention: str, device: torch.device, precision: str
+    spec: ModelSpec,
+    index: int,
+    tp: int,
+    attention: str,
+    device: torch.device,
+    precision: str,
+    recompute: str = "none",
 ):
     """Layer ``index`` as the runtime runs an even TP split: the full block under ``parallelize_module`` over a
     ``tp``-rank mesh — here a fake process group, so this rank's compute and DTensor's dispatch are timed and
@@ -284,7 +291,7 @@ def _dtensor_shard(
     if dist.is_available() and dist.is_initialized():
         yield None
         return
-    model = _build(spec, index, 1, attention).to(device)
+    model = _build(spec, index, 1, attention, recompute).to(device)
     plan = block_tp_plan(model.layers[0])  # type: ignore[index]
     if plan is None:
         yield None
@@ -465,6 +472,7 @@ def profile_layers(
     profile: Profile | None = None,
     on_step: Callable[[str], None] | None = None,
     co_run: bool = True,
+    recomputes: Sequence[str] = ("none",),
 ) -> ProfileRun:
     """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
 
@@ -473,9 +481,14 @@ def profile_layers(
     called after each measurement (progress bars). ``co_run``: on CPU with ``processes > 1``, load the host with
     the peer ranks' work while timing (see the module docstring). ``passes``: time everything that many times
     over, ``repeats / passes`` runs each, and keep the median of the passes — a host's slow spell (a second or
-    two on a shared VM) then spoils one pass of a figure, not all its consecutive repeats.
+    two on a shared VM) then spoils one pass of a figure, not all its consecutive repeats. ``recomputes``: also
+    time transformer blocks built with these recompute modes (``selective``: plans that use it are priced
+    from the timed block, not from the attention core's FLOP share).
     """
     _check_spec(spec)
+    for rc in recomputes:
+        if rc not in PROFILED_RECOMPUTES:
+            raise ValueError(f"recompute: {rc!r} is not one of {', '.join(PROFILED_RECOMPUTES)}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
     if optimizer not in OPTIMIZERS:
@@ -518,7 +531,7 @@ def profile_layers(
             rows += _profile_pass(
                 spec, start, end, tp_degrees, micro_batches, inputs, targets, device=dev, precision=precision,
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
-                on_step=on_step,
+                on_step=on_step, recomputes=recomputes,
             )  # fmt: skip
     run = ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows)))
     if profile is not None:
@@ -546,7 +559,7 @@ def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
     lucky (the peer in a light phase), and the least pass under-estimated every two-process plan by ~8 %."""
     groups: dict[tuple, list[LayerMeasurement]] = {}
     for r in rows:
-        groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl), []).append(r)
+        groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl, r.recompute), []).append(r)
     return [
         replace(
             g[0],
@@ -575,6 +588,7 @@ def _profile_pass(
     repeats: int,
     peer_batch: Any,
     on_step: Callable[[str], None] | None,
+    recomputes: Sequence[str] = ("none",),
 ) -> list[LayerMeasurement]:
     """One timing of every distinct layer in [start, end) at each TP degree and micro-batch."""
     rows: list[LayerMeasurement] = []
@@ -589,34 +603,46 @@ def _profile_pass(
         for t in sorted(set(tp_degrees)):
             if t > 1 and not runtime_splits(layer):
                 continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
-            model = _build(spec, i, t, attention).to(device)
-            if precision == "bf16-master":
-                model.to(torch.bfloat16)
-            model.train()
-            opt_s = time_optimizer(
-                model, device=device, precision=precision, optimizer=optimizer, warmup=warmup, repeats=repeats
-            )
-            timing = dict(
-                device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch
-            )
-            y = targets if head else None
-            with _vocab_parallel_loss(model, t if head else 1):
-                for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
-                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s))
-                    if on_step is not None:
-                        on_step(f"{layer.name} tp{t} mb{b}")
-            del model
-            if t <= 1:
-                continue
-            # the DTensor variant of the even TP shard (none without a DTensor plan)
-            with _dtensor_shard(spec, i, t, attention, device, precision) as dt:
-                if dt is None:
+            opt_s = 0.0
+            for rc in _variants(layer, recomputes):
+                model = _build(spec, i, t, attention, rc).to(device)
+                if precision == "bf16-master":
+                    model.to(torch.bfloat16)
+                model.train()
+                if rc == "none":
+                    opt_s = time_optimizer(
+                        model, device=device, precision=precision, optimizer=optimizer, warmup=warmup,
+                        repeats=repeats,
+                    )  # fmt: skip
+                timing = dict(
+                    device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch
+                )
+                y = targets if head else None
+                tag = "" if rc == "none" else f", {rc} recompute"
+                with _vocab_parallel_loss(model, t if head else 1):
+                    for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
+                        rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, recompute=rc))
+                        if on_step is not None:
+                            on_step(f"{layer.name} tp{t} mb{b}{tag}")
+                del model
+                if t <= 1:
                     continue
-                for b, fwd, bwd in _time_micro_batches(dt, inputs[sig], y, micro_batches, **timing):
-                    rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, impl="dtensor"))
-                    if on_step is not None:
-                        on_step(f"{layer.name} tp{t} mb{b} (DTensor)")
+                # the DTensor variant of the even TP shard (none without a DTensor plan)
+                with _dtensor_shard(spec, i, t, attention, device, precision, rc) as dt:
+                    if dt is None:
+                        continue
+                    for b, fwd, bwd in _time_micro_batches(dt, inputs[sig], y, micro_batches, **timing):
+                        rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, "dtensor", rc))
+                        if on_step is not None:
+                            on_step(f"{layer.name} tp{t} mb{b} (DTensor{tag})")
     return rows
+
+
+def _variants(layer: Layer, recomputes: Sequence[str]) -> tuple[str, ...]:
+    """The recompute variants to time for ``layer``: always none; selective only where it changes the layer
+    (a transformer block's attention core)."""
+    extra = tuple(r for r in dict.fromkeys(recomputes) if r != "none")
+    return ("none", *extra) if layer.kind in ("transformer", "moe") else ("none",)
 
 
 @contextlib.contextmanager
@@ -660,6 +686,7 @@ def count_steps(
     tp_degrees: Sequence[int],
     layer_range: tuple[int, int] | None = None,
     passes: int = 3,
+    recomputes: Sequence[str] = ("none",),
 ) -> int:
     """How many measurements :func:`profile_layers` will take over its ``passes`` (for progress bars)."""
     start, end = layer_range or (0, spec.n_layers)
@@ -670,7 +697,7 @@ def count_steps(
         degrees = {t for t in tp_degrees if t == 1 or runtime_splits(layer)}
         if any(t > 1 for t in degrees) and _has_dtensor_plan(spec, i):
             degrees |= {-t for t in degrees if t > 1}  # the DTensor variant of each TP degree
-        n += len(degrees) * len(set(micro_batches))
+        n += len(degrees) * len(set(micro_batches)) * len(_variants(layer, recomputes))
     return n * passes
 
 
