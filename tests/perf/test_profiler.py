@@ -115,12 +115,14 @@ def test_profile_cli_saves_into_cost_dir_and_estimate_reads_it(tmp_path):
     r = runner.invoke(
         app,
         ["profile", "layers", "--model", "gpt-tiny", "--seq", "32", "--micro-batch", "2", "--tp", "1",
-         "--repeats", "1", "--cost-dir", str(cost_dir), "--json"],
+         "--repeats", "1", "--recompute", "none,selective", "--cost-dir", str(cost_dir), "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["saved_to"] == str(cost_dir) and len(out["rows"]) == 3
-    assert len(CostModel.load(cost_dir).profile) == 3
+    # embedding, block and head; the block once more built with selective recompute
+    assert out["saved_to"] == str(cost_dir) and len(out["rows"]) == 4
+    assert [row["recompute"] for row in out["rows"]].count("selective") == 1
+    assert len(CostModel.load(cost_dir).profile) == 4
     r = runner.invoke(
         app,
         [
@@ -141,6 +143,7 @@ def test_profile_cli_saves_into_cost_dir_and_estimate_reads_it(tmp_path):
     for bad in (
         ["profile", "layers", "--model", "gpt-tiny", "--tp", "two"],
         ["profile", "layers", "--model", "no-such-model"],
+        ["profile", "layers", "--model", "gpt-tiny", "--recompute", "full"],
         ["profile", "comm", "--procs", "1"],
     ):
         r = runner.invoke(app, bad)

@@ -63,6 +63,9 @@ def layers(
     passes: int = typer.Option(
         3, "--passes", help="times everything is timed over; each figure keeps the median of its passes"
     ),
+    recompute: str = typer.Option(
+        "none", "--recompute", help="block variants to time, comma-separated: none, selective (none always)"
+    ),
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="CostModel directory (default $TESSERA_HOME/perf)"
     ),
@@ -70,8 +73,8 @@ def layers(
 ) -> None:
     """Time every distinct layer's per-device shard (DP-only and TP-only) on this device (Crius §5.1)."""
     _clean(_layers)(
-        model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, cost_dir,
-        as_json,
+        model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, recompute,
+        cost_dir, as_json,
     )  # fmt: skip
 
 
@@ -86,6 +89,7 @@ def _layers(
     processes: int,
     repeats: int,
     passes: int,
+    recompute: str,
     cost_dir: str | None,
     as_json: bool,
 ) -> None:
@@ -94,6 +98,7 @@ def _layers(
 
     from tessera.cli import console
     from tessera.models.resolve import resolve_spec
+    from tessera.perf.compute import PROFILED_RECOMPUTES
     from tessera.perf.costmodel import CostModel
     from tessera.perf.profiler import count_steps, profile_layers
 
@@ -103,11 +108,15 @@ def _layers(
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     if passes < 1:
         raise ValueError(f"--passes: must be >= 1, got {passes}")
+    recomputes = tuple(r.strip() for r in recompute.split(",") if r.strip()) or ("none",)
+    for r in recomputes:
+        if r not in PROFILED_RECOMPUTES:
+            raise ValueError(f"--recompute: {r!r} is not one of {', '.join(PROFILED_RECOMPUTES)}")
     spec = resolve_spec(model, seq)
     mbs, tps = _ints(micro_batch, "--micro-batch"), _ints(tp, "--tp")
     directory = _cost_dir(cost_dir)
     cost = CostModel.load(directory)
-    total = count_steps(spec, mbs, tps, passes=passes)
+    total = count_steps(spec, mbs, tps, passes=passes, recomputes=recomputes)
     with Progress(
         TextColumn("[bold]profiling"),
         BarColumn(),
@@ -129,6 +138,7 @@ def _layers(
             processes=processes,
             repeats=repeats,
             passes=passes,
+            recomputes=recomputes,
             profile=cost.profile,
             on_step=lambda label: bar.update(task, advance=1, description=label),
         )
@@ -137,12 +147,12 @@ def _layers(
         print(json.dumps({**run.to_dict(), "saved_to": str(directory)}, indent=2))
         return
     t = Table(title=f"{spec.name} on {run.device_type} ({precision}, {optimizer}): ms per micro-batch")
-    for col in ("layer", "tp", "micro-batch", "forward", "backward", "optimizer step"):
-        t.add_column(col, justify="left" if col == "layer" else "right")
+    for col in ("layer", "tp", "impl", "recompute", "micro-batch", "forward", "backward", "optimizer step"):
+        t.add_column(col, justify="left" if col in ("layer", "impl", "recompute") else "right")
     for r in run.rows:
         t.add_row(
-            r.name, str(r.tp), str(r.micro_batch), f"{r.fwd_s * 1e3:.3f}", f"{r.bwd_s * 1e3:.3f}",
-            f"{r.optimizer_s * 1e3:.3f}",
+            r.name, str(r.tp), r.impl, r.recompute, str(r.micro_batch), f"{r.fwd_s * 1e3:.3f}",
+            f"{r.bwd_s * 1e3:.3f}", f"{r.optimizer_s * 1e3:.3f}",
         )  # fmt: skip
     console.print(t)
     console.print(f"saved {len(run.rows)} measurements to {directory}", highlight=False)
