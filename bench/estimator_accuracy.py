@@ -98,17 +98,17 @@ def cases() -> list[Case]:
     return out
 
 
-ProfileKey = tuple[str, int, str, str]  # (model, processes, precision, optimizer)
+ProfileNeed = tuple[str, int, str, str]  # (model, processes, precision, optimizer)
 
 
-def profile_needs(plans: list[Case]) -> list[ProfileKey]:
+def profile_needs(plans: list[Case]) -> list[ProfileNeed]:
     """Every (model, processes, precision, optimizer) the cases use."""
     return sorted(
         {(c.plan.model, c.plan.world_size, c.plan.precision.value, c.plan.optimizer.value) for c in plans}
     )
 
 
-def profile_round(key: ProfileKey, repeats: int) -> ProfileRun:
+def profile_round(key: ProfileNeed, repeats: int) -> ProfileRun:
     """One profile of one model for one process count (micro-batches 1–8, TP 1 and 2, blocks also with
     selective recompute)."""
     model, procs, precision, optimizer = key
@@ -137,7 +137,7 @@ def run_rounds(
     This shared 2-core VM has slow spells of tens of seconds to minutes (one plan measured 242–304 ms in
     back-to-back bench runs): spread over rounds, a spell moves one round's profile and launches, and the
     medians over rounds — on both sides — step over it instead of carrying it into one plan's figures."""
-    profiles: dict[ProfileKey, list[ProfileRun]] = {k: [] for k in profile_needs(plans)}
+    profiles: dict[ProfileNeed, list[ProfileRun]] = {k: [] for k in profile_needs(plans)}
     times: list[list[float]] = [[] for _ in plans]
     profile_s = 0.0
     for r in range(rounds):

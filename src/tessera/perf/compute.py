@@ -153,8 +153,8 @@ class Profile:
 
     Times are for an even TP shard (the cost model places uneven shard ratios between profiled shards) and,
     per ``recompute``, for the layer built without recompute or with selective recompute (the attention core
-    re-run in backward: on a CPU it cost a GPT block's backward 4.7 ms at 4 samples where its FLOP share
-    predicts 1 ms, so it is timed). Full recompute is the no-recompute figures plus one more forward. A layer's optimizer time is one step
+    re-run in backward costs far more than its FLOP share on a small model, so it is timed). Full recompute
+    is the no-recompute figures plus one more forward. A layer's optimizer time is one step
     over that layer's parameters as built alone (a tied head owns its copy of the embedding).
     """
 
@@ -230,21 +230,13 @@ class Profile:
         sizes. A single profiled size scales proportionally. ``impl="dtensor"`` falls back to the ``own``
         figures where the DTensor variant was not timed (layers without a DTensor plan run on Tessera's own).
         None when nothing was profiled for the key (``recompute``: the variant built with it)."""
+        want = self.key(layer, device_type, tp, 0, precision, impl, recompute)
         if float(micro_batch).is_integer():
-            hit = self.get(layer, device_type, tp, int(micro_batch), precision, impl, recompute)
+            hit = self.entries.get(want[:3] + (int(micro_batch),) + want[4:])
             if hit is not None:
                 return hit
-        sig = layer_signature(layer)
-        pts = sorted(
-            (k[3], v)
-            for k, v in self.entries.items()
-            if k[0] == sig
-            and k[1] == device_type
-            and k[2] == int(tp)
-            and k[4] == str(precision)
-            and k[5] == impl
-            and k[6] == recompute
-        )
+        rest = want[:3] + want[4:]  # every coordinate but the micro-batch
+        pts = sorted((k[3], v) for k, v in self.entries.items() if k[:3] + k[4:] == rest)
         if not pts:
             if impl == "own":
                 return None
@@ -403,22 +395,21 @@ def layer_time(
         return LayerTime(0.0, 0.0)
     keys = tuple(dict.fromkeys((device_type or gpu.name, gpu.name)))
 
+    def first(t: int, how: str, variant: str) -> tuple[float, float] | None:
+        """The profile's figures under the first device key that has them."""
+        found = (profile.lookup(layer, k, t, micro_batch, precision, how, variant) for k in keys)  # type: ignore[union-attr]
+        return next((m for m in found if m is not None), None)
+
     def profiled(variant: str) -> tuple[float, float] | None:
         """This rank's (fwd, bwd) from the profile's ``variant`` figures; an uneven share lies between the
         even shard and the whole layer."""
         if profile is None:
             return None
-        found = next(
-            (m for k in keys if (m := profile.lookup(layer, k, tp, micro_batch, precision, impl, variant))),
-            None,
-        )
+        found = first(tp, impl, variant)
         even, frac = shard_fraction(layer, tp), shard_fraction(layer, tp, ratio)
         if found is None or frac == even:
             return found
-        whole = next(
-            (m for k in keys if (m := profile.lookup(layer, k, 1, micro_batch, precision, "own", variant))),
-            None,
-        )
+        whole = first(1, "own", variant)
         return (
             _shard_time(found[0], whole[0] if whole else None, even, frac),
             _shard_time(found[1], whole[1] if whole else None, even, frac),

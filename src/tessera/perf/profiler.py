@@ -556,7 +556,7 @@ def combine(runs: Sequence[ProfileRun]) -> ProfileRun:
 def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
     """One row per (layer, TP degree, micro-batch, impl): the median of each figure over the passes (each
     pass's own figure is a median over its repeats). Not the least: beside a co-runner a pass can also be
-    lucky (the peer in a light phase), and the least pass under-estimated every two-process plan by ~8 %."""
+    lucky (the peer in a light phase): with the least pass every two-process plan came out under-estimated."""
     groups: dict[tuple, list[LayerMeasurement]] = {}
     for r in rows:
         groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl, r.recompute), []).append(r)
@@ -593,18 +593,32 @@ def _profile_pass(
     """One timing of every distinct layer in [start, end) at each TP degree and micro-batch."""
     rows: list[LayerMeasurement] = []
     seen: set[tuple] = set()
+    timing = dict(device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch)
+
+    def timed(model: nn.Module, x: torch.Tensor, y: torch.Tensor | None, what: LayerMeasurement) -> None:
+        """Time ``model`` at every micro-batch into ``rows``; ``what`` says what it is (figures filled in)."""
+        tag = (
+            ""
+            if (what.impl, what.recompute) == ("own", "none")
+            else f" ({what.impl}, {what.recompute} recompute)"
+        )
+        for b, fwd, bwd in _time_micro_batches(model, x, y, micro_batches, **timing):
+            rows.append(replace(what, micro_batch=b, fwd_s=fwd, bwd_s=bwd))
+            if on_step is not None:
+                on_step(f"{what.name} tp{what.tp} mb{b}{tag}")
+
     for i in range(start, end):
         layer = spec.layers[i]
         sig = layer_signature(layer)
         if sig in seen:
             continue
         seen.add(sig)
-        head = i == spec.n_layers - 1
+        y = targets if i == spec.n_layers - 1 else None
         for t in sorted(set(tp_degrees)):
             if t > 1 and not runtime_splits(layer):
                 continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
             opt_s = 0.0
-            for rc in _variants(layer, recomputes):
+            for rc in _variants(layer, recomputes):  # "none" first: it times the optimizer step
                 model = _build(spec, i, t, attention, rc).to(device)
                 if precision == "bf16-master":
                     model.to(torch.bfloat16)
@@ -614,27 +628,14 @@ def _profile_pass(
                         model, device=device, precision=precision, optimizer=optimizer, warmup=warmup,
                         repeats=repeats,
                     )  # fmt: skip
-                timing = dict(
-                    device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch
-                )
-                y = targets if head else None
-                tag = "" if rc == "none" else f", {rc} recompute"
-                with _vocab_parallel_loss(model, t if head else 1):
-                    for b, fwd, bwd in _time_micro_batches(model, inputs[sig], y, micro_batches, **timing):
-                        rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, recompute=rc))
-                        if on_step is not None:
-                            on_step(f"{layer.name} tp{t} mb{b}{tag}")
+                what = LayerMeasurement(i, layer.name, t, 0, 0.0, 0.0, opt_s, "own", rc)
+                with _vocab_parallel_loss(model, t if y is not None else 1):
+                    timed(model, inputs[sig], y, what)
                 del model
-                if t <= 1:
-                    continue
-                # the DTensor variant of the even TP shard (none without a DTensor plan)
-                with _dtensor_shard(spec, i, t, attention, device, precision, rc) as dt:
-                    if dt is None:
-                        continue
-                    for b, fwd, bwd in _time_micro_batches(dt, inputs[sig], y, micro_batches, **timing):
-                        rows.append(LayerMeasurement(i, layer.name, t, b, fwd, bwd, opt_s, "dtensor", rc))
-                        if on_step is not None:
-                            on_step(f"{layer.name} tp{t} mb{b} (DTensor{tag})")
+                if t > 1:  # the DTensor variant of the even TP shard (none without a DTensor plan)
+                    with _dtensor_shard(spec, i, t, attention, device, precision, rc) as dt:
+                        if dt is not None:
+                            timed(dt, inputs[sig], y, replace(what, impl="dtensor"))
     return rows
 
 
