@@ -152,3 +152,20 @@ def test_tp_splits_the_head_of_a_last_stage(gpt2):
         est = estimate_plan(Plan(gpt2.name, 16, gpt2.seq_len, stages, micro_batches=4), gpt2)
         head_only[tp] = est.stage_times_s[1]
     assert 0.4 < head_only[2] / head_only[1] < 0.75
+
+
+def test_dp_sync_prices_the_bucket_and_its_copies():
+    """Plain DP: the measured all-reduce of the gradient bucket plus the flatten / copy-back around it (4 × the
+    bytes at the device's memory bandwidth) — the runtime's GradSync does both."""
+    from tessera.hardware import get_gpu
+
+    spec = get_spec("gpt-small-cpu", seq_len=128)
+    grad_bytes = 4.0 * sum(layer.params for layer in spec.layers)
+    cost = CostModel()
+    for nbytes in (2**20, 2**26):  # grad_bytes lies between: one bucket, interpolated to the flat 5 ms
+        cost.comm_table.add("all_reduce", "loopback", 2, nbytes, 0.005)
+    plan = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=8, seq_len=128, dp=2, micro_batches=1)
+    e = estimate_plan(plan, spec, cost=cost)
+    copies = 4.0 * grad_bytes / get_gpu("cpu").memory_bandwidth_Bps
+    assert grad_bytes < 25 * 2**20 and copies > 0.001
+    assert e.comm_s == pytest.approx(0.005 + copies)

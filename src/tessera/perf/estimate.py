@@ -348,11 +348,18 @@ def _tied_params(spec: ModelSpec) -> int:
     return arch.vocab * arch.hidden if isinstance(arch, TransformerArch) else 0
 
 
-def _bucketed_s(cost: CostModel, collective: Collective, nbytes: float, n: int, link: Link) -> float:
-    """The runtime's gradient buckets, issued back to back on one group (they run one after another)."""
+def _bucketed_s(
+    cost: CostModel, collective: Collective, nbytes: float, group: tuple[Device, ...], topo: Topology
+) -> float:
+    """The runtime's gradient buckets, issued back to back on one group (they run one after another), plus
+    the copies around them: each bucket is flattened from the gradients and copied back after the collective
+    (read + write twice, at the slowest member's memory bandwidth: on CPU, where the loopback all-reduce runs
+    at memory speed too, the copies are a sizeable share of the sync)."""
+    link, n = topo.link(group), len(group)
     full, rest = divmod(nbytes, GRAD_BUCKET_BYTES)
     t = full * _comm(cost, collective, GRAD_BUCKET_BYTES, n, link) if full else 0.0
-    return t + (_comm(cost, collective, rest, n, link) if rest else 0.0)
+    t += _comm(cost, collective, rest, n, link) if rest else 0.0
+    return t + 4.0 * nbytes / min(topo.gpu(d).memory_bandwidth_Bps for d in group)
 
 
 def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
@@ -380,14 +387,10 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
             tp = _runs_at(tp_degree, splits)
             grad_bytes += 4.0 * layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
-        link = topo.link(group)
-        n = stage.dp_degree
-        if plan.zero >= 2:
-            t = _bucketed_s(cost, Collective.REDUCE_SCATTER, grad_bytes, n, link)
-        else:
-            t = _bucketed_s(cost, Collective.ALL_REDUCE, grad_bytes, n, link)
+        reduce = Collective.REDUCE_SCATTER if plan.zero >= 2 else Collective.ALL_REDUCE
+        t = _bucketed_s(cost, reduce, grad_bytes, group, topo)
         if plan.zero >= 1:  # the owners' updated fp32 parameters, broadcast back
-            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, n, link)
+            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, group, topo)
         worst = max(worst, t + tied_sync)
     return worst
 
