@@ -5,8 +5,11 @@ shards, one device) and the gloo collectives on loopback (``tessera profile comm
 with the real runtime — data, tensor and pipeline parallel, hybrids, uneven batch shares and shard ratios,
 ZeRO, recompute; one or two processes — and compares each plan's estimate with its measured iteration time
 (median over fresh launches of each launch's median step). Accuracy = 1 − |estimate − measured| / measured.
-The work runs in rounds — profile every model, then launch every plan — and both sides keep medians over the
-rounds: a shared host's slow spells last seconds to minutes and should move one round, not one plan.
+The work runs in rounds; in each, the collectives are profiled, then every layer profile the plans read (a
+model at a process count) is taken and its plans launched right after it, and each plan's estimate is made
+from that round's profiles. A plan's figures
+are the medians over rounds of its estimates and of its launches: a shared host's slow spells last seconds to
+minutes and should move one round of both sides, not one side of one plan.
 
 Nothing is calibrated from the runs: the estimate uses only the profiles (calibration would fit the answer).
 
@@ -33,7 +36,7 @@ from tessera.perf.calibrate import read_telemetry  # noqa: E402
 from tessera.perf.comm_profile import profile_comm  # noqa: E402
 from tessera.perf.costmodel import CostModel  # noqa: E402
 from tessera.perf.estimate import Topology, estimate_plan  # noqa: E402
-from tessera.perf.profiler import ProfileRun, combine, profile_layers  # noqa: E402
+from tessera.perf.profiler import ProfileRun, profile_layers  # noqa: E402
 from tessera.plan import Plan, simple_plan  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -101,11 +104,14 @@ def cases() -> list[Case]:
 ProfileNeed = tuple[str, int, str, str]  # (model, processes, precision, optimizer)
 
 
+def plan_need(plan: Plan) -> ProfileNeed:
+    """The profile a plan's estimate reads."""
+    return plan.model, plan.world_size, plan.precision.value, plan.optimizer.value
+
+
 def profile_needs(plans: list[Case]) -> list[ProfileNeed]:
     """Every (model, processes, precision, optimizer) the cases use."""
-    return sorted(
-        {(c.plan.model, c.plan.world_size, c.plan.precision.value, c.plan.optimizer.value) for c in plans}
-    )
+    return sorted({plan_need(c.plan) for c in plans})
 
 
 def profile_round(key: ProfileNeed, repeats: int) -> ProfileRun:
@@ -130,33 +136,34 @@ def launch_once(plan: Plan, steps: int, workdir: Path) -> float:
 
 def run_rounds(
     plans: list[Case], rounds: int, repeats: int, steps: int, workdir: Path
-) -> tuple[CostModel, list[list[float]], float]:
-    """``rounds`` times over: profile every model once, then launch every plan once. Returns the cost model
-    (each profiled figure the median of its rounds), each plan's launch times and the seconds spent profiling.
+) -> tuple[list[CostModel], list[list[float]], float]:
+    """``rounds`` times over: profile the gloo collectives, then for each layer profile the plans need, take it
+    and launch its plans once each. Returns each round's cost model (that round's profiles and table), each
+    plan's launch times and the seconds spent profiling.
 
     This shared 2-core VM has slow spells of tens of seconds to minutes (one plan measured 242–304 ms in
-    back-to-back bench runs): spread over rounds, a spell moves one round's profile and launches, and the
-    medians over rounds — on both sides — step over it instead of carrying it into one plan's figures."""
-    profiles: dict[ProfileNeed, list[ProfileRun]] = {k: [] for k in profile_needs(plans)}
+    back-to-back bench runs), and gloo's latency on loopback shifts between runs too. A plan's launch follows
+    its profiles within a minute or two, so a spell tends to move both sides of one round together; medians
+    over rounds then step over what it moved."""
+    needs = profile_needs(plans)
+    costs = [CostModel() for _ in range(rounds)]
     times: list[list[float]] = [[] for _ in plans]
     profile_s = 0.0
-    for r in range(rounds):
-        print(f"round {r + 1} of {rounds}", flush=True)
+    for r, cost in enumerate(costs):
+        print(f"round {r + 1} of {rounds}: profiling gloo collectives on loopback", flush=True)
         t0 = time.perf_counter()
-        for key, runs in profiles.items():
-            runs.append(profile_round(key, repeats))
+        # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
+        profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
         profile_s += time.perf_counter() - t0
-        for c, ts in zip(plans, times, strict=True):
-            ts.append(launch_once(c.plan, steps, workdir))
-            print(f"  {c.label:<52} {ts[-1] * 1e3:8.2f} ms", flush=True)
-    cost = CostModel()
-    for (model, *_), runs in profiles.items():
-        combine(runs).store(get_spec(model, seq_len=SEQ), cost.profile)
-    print("profiling gloo collectives on loopback", flush=True)
-    t0 = time.perf_counter()
-    # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
-    profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
-    return cost, times, profile_s + time.perf_counter() - t0
+        for need in needs:
+            t0 = time.perf_counter()
+            profile_round(need, repeats).store(get_spec(need[0], seq_len=SEQ), cost.profile)
+            profile_s += time.perf_counter() - t0
+            for c, ts in zip(plans, times, strict=True):
+                if plan_need(c.plan) == need:
+                    ts.append(launch_once(c.plan, steps, workdir))
+                    print(f"  {c.label:<52} {ts[-1] * 1e3:8.2f} ms", flush=True)
+    return costs, times, profile_s
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -194,29 +201,29 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds",
         type=int,
         default=3,
-        help="rounds of (profile every model, launch every plan); medians kept",
+        help="rounds of (profile the collectives; per layer profile: take it, launch its plans); medians kept",
     )
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
     args = ap.parse_args(argv)
     all_cases = [c for c in cases() if not args.only or args.only in c.label]
     print(f"{args.rounds} rounds over {len(all_cases)} plans", flush=True)
     with tempfile.TemporaryDirectory(prefix="tessera-est-") as tmp:
-        cost, times, profile_s = run_rounds(all_cases, args.rounds, args.repeats, args.steps, Path(tmp))
+        costs, times, profile_s = run_rounds(all_cases, args.rounds, args.repeats, args.steps, Path(tmp))
     rows = []
     for c, ts in zip(all_cases, times, strict=True):
-        est = estimate_plan(c.plan, get_spec(c.plan.model, seq_len=SEQ), Topology(), cost=cost)
-        measured = statistics.median(ts)
-        acc = 1.0 - abs(est.iteration_time_s - measured) / measured
+        spec = get_spec(c.plan.model, seq_len=SEQ)
+        ests = [estimate_plan(c.plan, spec, Topology(), cost=cost).iteration_time_s for cost in costs]
+        est, measured = statistics.median(ests), statistics.median(ts)
+        acc = 1.0 - abs(est - measured) / measured
         rows.append(
             {
                 "label": c.label, "kind": c.kind, "model": c.plan.model, "processes": c.plan.world_size,
-                "estimated_s": est.iteration_time_s, "measured_s": measured, "accuracy": acc,
-                "launches_s": ts, "plan": json.loads(c.plan.to_json()),
+                "estimated_s": est, "measured_s": measured, "accuracy": acc,
+                "estimates_s": ests, "launches_s": ts, "plan": json.loads(c.plan.to_json()),
             }
         )  # fmt: skip
         print(
-            f"  {c.label:<52} est {est.iteration_time_s * 1e3:8.2f} ms  measured {measured * 1e3:8.2f} ms"
-            f"  accuracy {acc:.3f}",
+            f"  {c.label:<52} est {est * 1e3:8.2f} ms  measured {measured * 1e3:8.2f} ms  accuracy {acc:.3f}",
             flush=True,
         )
     accs = [r["accuracy"] for r in rows]
