@@ -7,9 +7,9 @@ ZeRO, recompute; one or two processes — and compares each plan's estimate with
 (median over fresh launches of each launch's median step). Accuracy = 1 − |estimate − measured| / measured.
 The work runs in rounds; in each, the collectives are profiled, then every layer profile the plans read (a
 model at a process count) is taken and its plans launched right after it, and each plan's estimate is made
-from that round's profiles. A plan's figures
-are the medians over rounds of its estimates and of its launches: a shared host's slow spells last seconds to
-minutes and should move one round of both sides, not one side of one plan.
+from that round's profiles. A plan's figures are the medians over rounds of its estimates and of its
+launches: a shared host's slow spells last seconds to minutes and should move one round of both sides, not
+one side of one plan.
 
 Nothing is calibrated from the runs: the estimate uses only the profiles (calibration would fit the answer).
 
@@ -141,8 +141,8 @@ def run_rounds(
     and launch its plans once each. Returns each round's cost model (that round's profiles and table), each
     plan's launch times and the seconds spent profiling.
 
-    This shared 2-core VM has slow spells of tens of seconds to minutes (one plan measured 242–304 ms in
-    back-to-back bench runs), and gloo's latency on loopback shifts between runs too. A plan's launch follows
+    This shared 2-core VM has slow spells of tens of seconds to minutes (the launches of one plan spread by up
+    to a fifth within a run: ``launches_s`` in the JSON), and gloo's latency on loopback shifts too. A plan's launch follows
     its profiles within a minute or two, so a spell tends to move both sides of one round together; medians
     over rounds then step over what it moved."""
     needs = profile_needs(plans)

@@ -1,10 +1,10 @@
 """One core per rank when several CPU ranks share a host (the runtime's workers, the profiler and its co-runners,
 the gloo collective profiler).
 
-Unpinned, the OS migrates a rank's compute thread and gloo's I/O threads between cores: on a 2-core host one
-2-rank plan's launch-to-launch times came out bimodal; pinned they agreed (compare the per-launch times that
-``bench/estimator_accuracy.py`` records). Pinning only applies where it cannot crowd ranks together: more than one rank and no more ranks
-than cores this process may use. ``TESSERA_PIN_CPUS=0`` turns it off.
+Unpinned, the OS migrates a rank's compute thread and gloo's I/O threads between cores, so two ranks' share of
+the host varies from launch to launch; pinned, each rank (and the profiler standing in for one) keeps its core.
+Pinning only applies where it cannot crowd ranks together: more than one rank and no more ranks than cores this
+process may use. ``TESSERA_PIN_CPUS=0`` turns it off.
 
 Torch-free and beside ``plan.py`` so the runtime (which imports only the plan and torch) and ``perf`` share it.
 """

@@ -21,7 +21,6 @@ from tessera.perf.estimate import Topology, estimate_plan
 from tessera.perf.profiler import (
     LayerMeasurement,
     ProfileRun,
-    combine,
     count_steps,
     cpu_threads,
     profile_layers,
@@ -211,24 +210,15 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_combine_keeps_each_figures_median_over_runs_and_stores_them():
-    def run(ms: float, device: str = "cpu@1t") -> ProfileRun:
-        rows = (
-            LayerMeasurement(1, "block_0", 1, 2, ms / 1e3, 2 * ms / 1e3, 0.5 / 1e3),
-            LayerMeasurement(1, "block_0", 2, 2, ms / 2e3, ms / 1e3, 0.25 / 1e3),
-        )
-        return ProfileRun("gpt-tiny", device, 1, "fp32", "adamw", 32, rows)
-
-    both = combine([run(10.0), run(30.0), run(12.0)])  # one run inside a slow spell
-    assert [(r.tp, r.fwd_s, r.bwd_s) for r in both.rows] == [
-        (1, pytest.approx(0.012), pytest.approx(0.024)),
-        (2, pytest.approx(0.006), pytest.approx(0.012)),
-    ]
+def test_store_puts_every_row_and_the_optimizer_step_under_the_runs_device_key():
+    rows = (
+        LayerMeasurement(1, "block_0", 1, 2, 0.012, 0.024, 0.5 / 1e3),
+        LayerMeasurement(1, "block_0", 2, 2, 0.006, 0.012, 0.25 / 1e3),
+    )
     prof = Profile()
-    both.store(TINY, prof)
+    ProfileRun("gpt-tiny", "cpu@1t", 1, "fp32", "adamw", 32, rows).store(TINY, prof)
     assert prof.get(TINY.layers[1], "cpu@1t", 2, 2, "fp32") == (pytest.approx(0.006), pytest.approx(0.012))
-    with pytest.raises(ValueError, match="combine"):
-        combine([run(10.0), run(10.0, device="cpu@2t")])
+    assert prof.optimizer[Profile.optimizer_key(TINY.layers[1], "cpu@1t", 2, "fp32", "adamw")] == 0.25 / 1e3
 
 
 def test_selective_recompute_blocks_are_timed_and_priced_from_the_timing():

@@ -107,9 +107,8 @@ def _layers(
         raise ValueError(f"--repeats: must be >= 1, got {repeats}")
     if passes < 1:
         raise ValueError(f"--passes: must be >= 1, got {passes}")
-    recomputes = tuple(r.strip() for r in recompute.split(",") if r.strip()) or (
-        "none",
-    )  # checked by profile_layers
+    # the names are checked by profile_layers
+    recomputes = tuple(r.strip() for r in recompute.split(",") if r.strip()) or ("none",)
     spec = resolve_spec(model, seq)
     mbs, tps = _ints(micro_batch, "--micro-batch"), _ints(tp, "--tp")
     directory = _cost_dir(cost_dir)

@@ -26,7 +26,7 @@ What is timed mirrors what the runtime runs on a rank:
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
-untimed ones (:func:`combine` combines whole runs the same way). CPU ranks are pinned one per core as the
+untimed ones. CPU ranks are pinned one per core as the
 runtime pins them (:mod:`tessera.cpu_affinity`): this process takes rank 0's core, the co-runners the next.
 """
 
@@ -537,20 +537,6 @@ def profile_layers(
     if profile is not None:
         run.store(spec, profile)
     return run
-
-
-def combine(runs: Sequence[ProfileRun]) -> ProfileRun:
-    """Several runs of one profile (same model, device key, precision, optimizer) as one, each figure the
-    median over the runs: runs spread over minutes outlast a host's slow spell that one run's passes sit in."""
-    first = runs[0]
-    for r in runs[1:]:
-        if (r.model, r.device_type, r.precision, r.optimizer) != (
-            first.model, first.device_type, first.precision, first.optimizer
-        ):  # fmt: skip
-            raise ValueError(
-                f"profile: can not combine a run of {r.model} on {r.device_type} with {first.model}"
-            )
-    return replace(first, rows=tuple(_median_rows([row for r in runs for row in r.rows])))
 
 
 def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
