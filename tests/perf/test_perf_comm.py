@@ -8,6 +8,7 @@ import pytest
 
 from tessera.hardware import get_gpu
 from tessera.perf.comm import (
+    Arrival,
     Collective,
     CommTable,
     Link,
@@ -69,3 +70,24 @@ def test_table_round_trip(tmp_path):
     assert CommTable.load(path).points == t.points
     with pytest.raises(ValueError):
         t.add("send_recv", "nvlink3", 2, 0, 1.0)
+
+
+def test_late_arrival_points_are_their_own_and_fall_back_to_together(tmp_path):
+    t = CommTable()
+    t.add_many("all_reduce", "loopback", 2, [(1e3, 3e-3), (1e6, 4e-3)])
+    # nothing measured for a late rank: it reads the together points
+    assert t.lookup("all_reduce", "loopback", 2, 1e3, Arrival.LAST) == pytest.approx(3e-3)
+    t.add_many("all_reduce", "loopback", 2, [(1e3, 2e-3), (1e6, 2.5e-3)], Arrival.LAST)
+    assert t.lookup("all_reduce", "loopback", 2, 1e3, "last") == pytest.approx(2e-3)
+    assert t.lookup("all_reduce", "loopback", 2, 1e3) == pytest.approx(3e-3)
+    assert t.time("all_reduce", 1e6, 2, Link("loopback", 1e9, 1e-5), Arrival.LAST) == pytest.approx(2.5e-3)
+    path = tmp_path / "comm.json"
+    t.save(path)
+    assert CommTable.load(path).points == t.points
+    # a table saved before arrivals were measured: its rows were taken together
+    old = '[{"collective": "all_reduce", "link": "loopback", "n": 2, "points": [[1000.0, 0.003]]}]'
+    assert CommTable.from_json(old).lookup("all_reduce", "loopback", 2, 1e3, "together") == pytest.approx(
+        3e-3
+    )
+    with pytest.raises(ValueError):
+        t.add("all_reduce", "loopback", 2, 1e3, 1e-3, "early")

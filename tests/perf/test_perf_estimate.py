@@ -8,9 +8,10 @@ import pytest
 
 from tessera.hardware import get_cluster
 from tessera.models.zoo import get_spec
+from tessera.perf.comm import Arrival
 from tessera.perf.compute import Profile, layer_time, optimizer_time
 from tessera.perf.costmodel import CostModel
-from tessera.perf.estimate import Estimate, estimate_plan, tp_allreduces
+from tessera.perf.estimate import Estimate, Topology, _arrival, estimate_plan, stage_cost, tp_allreduces
 from tessera.plan import Device, Plan, Stage, simple_plan
 
 
@@ -95,7 +96,7 @@ def test_tp_adds_allreduces_and_dp_sync_depends_on_the_link(gpt2):
 
 
 def test_profile_overrides_the_roofline(gpt2):
-    plan = _plan(gpt2, gpu_type="A100-40GB", micro_batches=2, precision="bf16")
+    plan = _plan(gpt2, gpu_type="A100-40GB", global_batch=8, micro_batches=1, precision="bf16")
     prof = Profile()
     for layer in gpt2.layers:
         prof.put(layer, "A100-40GB", 1, 8, "bf16", fwd_s=0.01, bwd_s=0.02)
@@ -103,7 +104,7 @@ def test_profile_overrides_the_roofline(gpt2):
     e = estimate_plan(plan, gpt2, cost=CostModel(profile=prof))
     # a tied head's profiled step holds its copy of the embedding, which a stage with both counts once
     assert e.optimizer_s < gpt2.n_layers * 0.001
-    assert e.iteration_time_s == pytest.approx(2 * gpt2.n_layers * 0.03 + e.optimizer_s)
+    assert e.iteration_time_s == pytest.approx(gpt2.n_layers * 0.03 + e.optimizer_s)
     assert e.optimizer_s > (gpt2.n_layers - 1) * 0.001
 
 
@@ -169,3 +170,58 @@ def test_dp_sync_prices_the_bucket_and_its_copies():
     copies = 4.0 * grad_bytes / get_gpu("cpu").memory_bandwidth_Bps
     assert grad_bytes < 25 * 2**20 and copies > 0.001
     assert e.comm_s == pytest.approx(0.005 + copies)
+
+
+def test_the_slow_rank_of_an_uneven_tp_group_pays_the_late_arrival_all_reduce():
+    """Uneven TP shards: the rank with the bigger shard arrives last at every all-reduce and pays the table's
+    ``last`` time; an even split pays ``together``. Without a ``last`` measurement both read ``together``."""
+    spec = get_spec("llama-small-cpu", seq_len=128)
+    even = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=8, seq_len=128, tp=2, micro_batches=1)
+    uneven = dataclasses.replace(even, stages=(dataclasses.replace(even.stages[0], tp_ratios=(0.75, 0.25)),))
+    together = CostModel()
+    together.comm_table.add_many("all_reduce", "loopback", 2, [(1.0, 0.005), (2.0**30, 0.005)])
+    both = CostModel()
+    both.comm_table.points = dict(together.comm_table.points)
+    both.comm_table.add_many("all_reduce", "loopback", 2, [(1.0, 0.002), (2.0**30, 0.002)], Arrival.LAST)
+    topo = Topology()
+    tp_s = {
+        (name, c): stage_cost(plan, spec, 0, topo, cost).tp_comm_s
+        for name, plan in (("even", even), ("uneven", uneven))
+        for c, cost in (("together", together), ("both", both))
+    }
+    ops = tp_s[("even", "together")] / 0.005
+    assert ops == pytest.approx(round(ops)) and ops > 10  # a whole number of all-reduces at 5 ms
+    assert tp_s[("even", "both")] == pytest.approx(tp_s[("even", "together")])
+    assert tp_s[("uneven", "together")] == pytest.approx(tp_s[("even", "together")])
+    assert tp_s[("uneven", "both")] == pytest.approx(ops * 0.002)
+
+
+def test_who_arrives_last():
+    assert _arrival([3.0, 1.0]) == Arrival.LAST
+    assert _arrival([1.0, 1.05]) == Arrival.TOGETHER  # within the 10 % a rank's jitter covers
+    assert _arrival([3.0, 3.0, 1.0]) == Arrival.TOGETHER  # two slowest ranks meet each other
+    assert _arrival([2.0]) == Arrival.TOGETHER
+
+
+def test_micro_batches_after_the_first_add_their_gradients_into_the_parameters():
+    """Gradient accumulation: each micro-batch after the first reads both gradients and writes one (3 × the
+    parameter bytes at the device's memory bandwidth), averaged into the per-micro-batch backward."""
+    from tessera.hardware import get_gpu
+
+    spec = get_spec("gpt-small-cpu", seq_len=128)
+    one = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=2, seq_len=128, micro_batches=1)
+    four = dataclasses.replace(one, global_batch=8, micro_batches=4)  # the same micro-batch of 2
+    topo = Topology()
+    extra = stage_cost(four, spec, 0, topo).bwd_s - stage_cost(one, spec, 0, topo).bwd_s
+    per_pass = 3.0 * 4.0 * sum(layer.params for layer in spec.layers) / get_gpu("cpu").memory_bandwidth_Bps
+    assert extra == pytest.approx(per_pass * 3 / 4)
+    half = dataclasses.replace(four, precision="bf16-master")
+    bf16_one = dataclasses.replace(one, precision="bf16-master")
+    extra_bf16 = stage_cost(half, spec, 0, topo).bwd_s - stage_cost(bf16_one, spec, 0, topo).bwd_s
+    assert extra_bf16 == pytest.approx(extra / 2)  # bf16 parameters accumulate bf16 gradients
+    # DP2: a replica computes only the micro-batches holding its samples (4 of 8, 8 of 16; the same half
+    # sample per micro-batch on average), so it accumulates 3 times over 8 micro-batches, 7 over 16
+    dp8 = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=8, seq_len=128, dp=2, micro_batches=8)
+    dp16 = dataclasses.replace(dp8, global_batch=16, micro_batches=16)
+    gap = stage_cost(dp16, spec, 0, topo).bwd_s - stage_cost(dp8, spec, 0, topo).bwd_s
+    assert gap == pytest.approx(per_pass * (7 / 16 - 3 / 8))

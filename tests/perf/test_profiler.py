@@ -71,15 +71,18 @@ def test_comm_profile_fills_a_monotone_table():
         2, sizes=(4096, 65536, 1 << 20), repeats=3, warmup=1, timeout_s=60, table=cost.comm_table
     )
     assert run.backend == "gloo" and run.link_kind == "loopback"
-    by_coll: dict[str, list[tuple[int, float]]] = {}
+    by_coll: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for p in run.points:
         assert p.time_s > 0
-        by_coll.setdefault(p.collective, []).append((p.nbytes, p.time_s))
-    assert set(by_coll) == {str(c) for c in Collective}
+        by_coll.setdefault((p.collective, p.arrival), []).append((p.nbytes, p.time_s))
+    # every collective with the ranks together; the all-reduce also with the last rank late
+    assert set(by_coll) == {(str(c), "together") for c in Collective} | {("all_reduce", "last")}
     for pts in by_coll.values():
+        assert [nb for nb, _ in sorted(pts)] == [4096, 65536, 1 << 20]
         times = [t for _, t in sorted(pts)]
         assert times == sorted(times)  # a bigger message never takes less time
-    assert cost.comm_table.points[(str(Collective.ALL_REDUCE), "loopback", 2)]
+    for arrival in ("together", "last"):
+        assert len(cost.comm_table.points[(str(Collective.ALL_REDUCE), "loopback", 2, arrival)]) == 3
 
 
 @pytest.mark.timeout(240)

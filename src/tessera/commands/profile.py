@@ -202,11 +202,16 @@ def _comm(
         print(json.dumps({**run.to_dict(), "saved_to": str(directory)}, indent=2))
         return
     t = Table(title=f"{run.backend} on {run.link_kind}, {procs} processes")
-    for col in ("collective", "n", "bytes", "ms", "GB/s"):
-        t.add_column(col, justify="left" if col == "collective" else "right")
+    for col in ("collective", "arrival", "n", "bytes", "ms", "GB/s"):
+        t.add_column(col, justify="left" if col in ("collective", "arrival") else "right")
     for p in run.points:
         t.add_row(
-            p.collective, str(p.n), f"{p.nbytes:,}", f"{p.time_s * 1e3:.3f}", f"{p.bandwidth_Bps / 1e9:.2f}"
+            p.collective,
+            p.arrival,
+            str(p.n),
+            f"{p.nbytes:,}",
+            f"{p.time_s * 1e3:.3f}",
+            f"{p.bandwidth_Bps / 1e9:.2f}",
         )
     console.print(t)
     console.print(f"saved {len(run.points)} points to {directory}", highlight=False)

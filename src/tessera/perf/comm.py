@@ -10,6 +10,12 @@ Ring volumes for ``n`` ranks and a message of ``bytes`` (the full tensor):
 * all-reduce: ``2(n−1)`` steps moving ``2(n−1)/n · bytes`` per rank;
 * all-gather / reduce-scatter: ``n−1`` steps moving ``(n−1)/n · bytes`` (bytes = the gathered tensor);
 * send/recv: one step moving ``bytes``.
+
+A table point is the time from the last rank's arrival to the collective's end, measured under one of two
+:class:`Arrival` patterns: every rank arriving together (what balanced ranks see), or one rank arriving late
+while the others wait (what the slowest rank of an uneven group sees at every collective — Whale's uneven
+shards, a TP group mixing GPU types). On gloo the two differ: waiting ranks have already posted their side of
+the exchange, so the late rank's part is shorter.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class Collective(StrEnum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     SEND_RECV = "send_recv"
+
+
+class Arrival(StrEnum):
+    """How the ranks reach a collective: ``together``, or the timed rank ``last`` while the others wait."""
+
+    TOGETHER = "together"
+    LAST = "last"
 
 
 @dataclass(frozen=True)
@@ -97,36 +110,66 @@ def alpha_beta(collective: Collective | str, nbytes: float, n: int, link: Link) 
     return steps * link.latency_s + volume / link.bandwidth_Bps
 
 
-TableKey = tuple[str, str, int]
+TableKey = tuple[str, str, int, str]  # (collective, link kind, group size, arrival)
 
 
 @dataclass
 class CommTable:
-    """Measured (message bytes → seconds) points per (collective, link kind, group size).
+    """Measured (message bytes → seconds) points per (collective, link kind, group size, arrival).
 
     Lookup interpolates linearly in log(bytes)–log(seconds) between the two nearest measured sizes; outside
-    the measured range (or without a table for that key) it falls back to :func:`alpha_beta`.
+    the measured range (or without a table for that key) it falls back to :func:`alpha_beta`. A ``last``
+    arrival the table never measured reads the ``together`` points.
     """
 
     points: dict[TableKey, list[tuple[float, float]]] = field(default_factory=dict)
 
-    def add(self, collective: Collective | str, link_kind: str, n: int, nbytes: float, time_s: float) -> None:
+    def add(
+        self,
+        collective: Collective | str,
+        link_kind: str,
+        n: int,
+        nbytes: float,
+        time_s: float,
+        arrival: Arrival | str = Arrival.TOGETHER,
+    ) -> None:
         if nbytes <= 0 or time_s <= 0:
             raise ValueError(f"table points need bytes > 0 and seconds > 0, got {nbytes}, {time_s}")
-        key = (str(Collective(collective)), link_kind, int(n))
+        key = (str(Collective(collective)), link_kind, int(n), str(Arrival(arrival)))
         pts = [p for p in self.points.get(key, []) if p[0] != nbytes]
         pts.append((float(nbytes), float(time_s)))
         self.points[key] = sorted(pts)
 
     def add_many(
-        self, collective: Collective | str, link_kind: str, n: int, rows: Iterable[tuple[float, float]]
+        self,
+        collective: Collective | str,
+        link_kind: str,
+        n: int,
+        rows: Iterable[tuple[float, float]],
+        arrival: Arrival | str = Arrival.TOGETHER,
     ) -> None:
         for nbytes, t in rows:
-            self.add(collective, link_kind, n, nbytes, t)
+            self.add(collective, link_kind, n, nbytes, t, arrival)
 
-    def lookup(self, collective: Collective | str, link_kind: str, n: int, nbytes: float) -> float | None:
+    def measured(
+        self, collective: Collective | str, link_kind: str, n: int, arrival: Arrival | str = Arrival.TOGETHER
+    ) -> list[tuple[float, float]]:
+        """The sorted (bytes, seconds) points for the key; a ``last`` arrival never measured reads
+        ``together``'s, the nearest measurement there is."""
+        key = (str(Collective(collective)), link_kind, int(n))
+        pts = self.points.get((*key, str(Arrival(arrival))))
+        return pts if pts else self.points.get((*key, str(Arrival.TOGETHER)), [])
+
+    def lookup(
+        self,
+        collective: Collective | str,
+        link_kind: str,
+        n: int,
+        nbytes: float,
+        arrival: Arrival | str = Arrival.TOGETHER,
+    ) -> float | None:
         """Interpolated seconds, or None outside the measured range."""
-        pts = self.points.get((str(Collective(collective)), link_kind, int(n)))
+        pts = self.measured(collective, link_kind, n, arrival)
         if not pts or nbytes < pts[0][0] or nbytes > pts[-1][0]:
             return None
         for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
@@ -135,21 +178,33 @@ class CommTable:
                 return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
         return pts[0][1]  # a single point, hit exactly
 
-    def time(self, collective: Collective | str, nbytes: float, n: int, link: Link) -> float:
+    def time(
+        self,
+        collective: Collective | str,
+        nbytes: float,
+        n: int,
+        link: Link,
+        arrival: Arrival | str = Arrival.TOGETHER,
+    ) -> float:
         if nbytes <= 0 or (n <= 1 and Collective(collective) != Collective.SEND_RECV):
             return 0.0
-        measured = self.lookup(collective, link.kind, n, nbytes)
+        measured = self.lookup(collective, link.kind, n, nbytes, arrival)
         return measured if measured is not None else alpha_beta(collective, nbytes, n, link)
 
     def to_json(self) -> str:
-        rows = [{"collective": k[0], "link": k[1], "n": k[2], "points": v} for k, v in self.points.items()]
+        rows = [
+            {"collective": k[0], "link": k[1], "n": k[2], "arrival": k[3], "points": v}
+            for k, v in self.points.items()
+        ]
         return json.dumps(rows, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> CommTable:
+        """Rows written before arrivals were measured carry no ``arrival``: they were taken together."""
         t = cls()
         for row in json.loads(text):
-            t.add_many(row["collective"], row["link"], row["n"], [tuple(p) for p in row["points"]])
+            arrival = row.get("arrival", Arrival.TOGETHER)
+            t.add_many(row["collective"], row["link"], row["n"], [tuple(p) for p in row["points"]], arrival)
         return t
 
     def save(self, path: str | Path) -> None:
@@ -161,9 +216,14 @@ class CommTable:
 
 
 def comm_time(
-    collective: Collective | str, nbytes: float, n: int, link: Link, table: CommTable | None = None
+    collective: Collective | str,
+    nbytes: float,
+    n: int,
+    link: Link,
+    table: CommTable | None = None,
+    arrival: Arrival | str = Arrival.TOGETHER,
 ) -> float:
     """Seconds of one collective: the measured table where it covers the size, else alpha-beta."""
     if table is not None:
-        return table.time(collective, nbytes, n, link)
+        return table.time(collective, nbytes, n, link, arrival)
     return alpha_beta(collective, nbytes, n, link)

@@ -16,12 +16,22 @@ I/O threads have gone to sleep and the ranks arrive a little apart. Timing colle
 a hot path the runtime never sees (on 2 cores, 1 MiB all-reduces took 0.7 ms hot and 2.2 ms after compute).
 So on gloo every timed operation comes after ``burst_s`` of matrix multiplies on each rank (default
 :data:`GLOO_BURST_S`); on NCCL the kernels queue on a stream and no burst is needed.
+
+The ranks of an uneven group (Whale's uneven TP shards, a group mixing GPU types) do not arrive together: the
+slowest arrives last at every collective and the others wait for it. Its part is then shorter (on gloo the
+waiting ranks have already posted their side of the exchange), so the all-reduce is also timed with
+:attr:`~tessera.perf.comm.Arrival.LAST`: :data:`LATE_OPS` operations back to back, as in a training loop, each
+after the last rank computed a random :data:`LATE_GAP_S` longer than the others; the point is the mean of the
+late rank's own times. The gap is random because in training it varies op to op, and on a host with a coarse
+timer tick what a wait costs depends on where in the tick it ends. The mean, not the median: these costs are
+bimodal (the waiting rank still awake, or woken from sleep), and a run pays their sum.
 """
 
 from __future__ import annotations
 
 import os
 import queue as queue_mod
+import random
 import socket
 import statistics
 import time
@@ -33,7 +43,7 @@ from typing import Any
 from scipy.optimize import isotonic_regression
 
 from tessera import cpu_affinity
-from tessera.perf.comm import Collective, CommTable
+from tessera.perf.comm import Arrival, Collective, CommTable
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -42,6 +52,9 @@ DEFAULT_MAX_BYTES = 64 * MiB
 COLLECTIVES = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.SEND_RECV)
 LARGE_BYTES = 4 * MiB  # above this, fewer repeats: each one takes long and varies little
 GLOO_BURST_S = 0.005  # compute before each timed gloo collective, as a layer's work precedes it in training
+LATE_GAP_S = (0.0005, 0.004)  # the late rank's extra compute: uniform over one 250 Hz timer tick
+LATE_OPS = 160  # late-arrival ops per size: their cost is bimodal (the waiting rank awake or not), so a mean
+LATE_COLLECTIVES = (Collective.ALL_REDUCE,)  # what uneven groups run (TP's activations and gradients)
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,8 @@ class CommPoint:
     collective: str
     n: int  # ranks in the group
     nbytes: int
-    time_s: float  # median over repeats of the slowest rank
+    time_s: float  # median over repeats of the slowest rank; arrival "last": mean of the late rank's ops
+    arrival: str = str(Arrival.TOGETHER)
 
     @property
     def bandwidth_Bps(self) -> float:
@@ -72,7 +86,7 @@ class CommProfileRun:
     def fill(self, table: CommTable) -> None:
         """Add every measured point to ``table`` under this run's link kind."""
         for p in self.points:
-            table.add(p.collective, self.link_kind, p.n, p.nbytes, p.time_s)
+            table.add(p.collective, self.link_kind, p.n, p.nbytes, p.time_s, p.arrival)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -124,6 +138,7 @@ class _Args:
     timeout_s: float
     threads: int
     burst_s: float = 0.0
+    late: tuple[str, ...] = ()  # collectives also timed with the last rank arriving late
 
 
 def _burst(torch: Any, seconds: float) -> None:
@@ -162,21 +177,30 @@ def _worker(args: _Args, q: Any) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
-        results: dict[tuple[str, int], list[float]] = {}
+        results: dict[tuple[str, int, str], list[float]] = {}
         n = args.world
-        for coll in args.collectives:
+        gaps = random.Random(args.rank)  # the same gaps on every run
+        passes = [(c, str(Arrival.TOGETHER)) for c in args.collectives]
+        passes += [(c, str(Arrival.LAST)) for c in args.late]
+        for coll, arrival in passes:
+            late = arrival == Arrival.LAST and args.rank == n - 1
             for nbytes in args.sizes:
                 numel = max(n, nbytes // 4)
                 numel -= numel % n  # gathered / scattered tensors split evenly
                 full = torch.ones(numel, device=device)
                 part = torch.ones(numel // n, device=device)
                 fn = _operation(dist, coll, full, part, args.rank)
-                reps = args.repeats if nbytes <= LARGE_BYTES else max(3, args.repeats // 2)
+                if arrival == Arrival.LAST:
+                    reps = LATE_OPS if nbytes <= LARGE_BYTES else LATE_OPS // 4
+                else:
+                    reps = args.repeats if nbytes <= LARGE_BYTES else max(3, args.repeats // 2)
                 times = []
+                dist.barrier()
                 for k in range(args.warmup + reps):
-                    dist.barrier()
+                    if arrival == Arrival.TOGETHER:
+                        dist.barrier()  # a late rank's ops run back to back, as a training loop's do
                     sync()
-                    _burst(torch, args.burst_s)
+                    _burst(torch, args.burst_s + (gaps.uniform(*LATE_GAP_S) if late else 0.0))
                     t0 = time.perf_counter()
                     fn()
                     sync()
@@ -185,7 +209,7 @@ def _worker(args: _Args, q: Any) -> None:
                         dt /= 2  # one way of the round trip
                     if k >= args.warmup:
                         times.append(dt)
-                results[(str(coll), int(numel * 4))] = times
+                results[(str(coll), int(numel * 4), arrival)] = times
         dist.barrier()
         dist.destroy_process_group()
         q.put(("ok", args.rank, results))
@@ -229,9 +253,13 @@ def profile_comm(
     timeout_s: float = 120.0,
     table: CommTable | None = None,
     burst_s: float | None = None,
+    late_collectives: Sequence[Collective | str] = LATE_COLLECTIVES,
 ) -> CommProfileRun:
     """Spawn ``procs`` local processes, time the collectives over ``sizes`` (default: powers of 4 from 1 KiB to
     ``max_bytes``) and return the points; with ``table``, also add them to it.
+
+    ``late_collectives`` are timed a second time with the last rank arriving late (see the module's note); only
+    those also in ``collectives``, and never send/recv, whose two sides are not symmetric.
 
     ``backend``: "gloo" or "nccl" (default: NCCL when this machine has at least ``procs`` GPUs). Every rank
     runs under a process-group ``timeout_s``, and the whole measurement under a wall-clock limit derived from
@@ -243,6 +271,9 @@ def profile_comm(
     if procs < 2:
         raise ValueError(f"procs: collectives need at least 2 processes, got {procs}")
     colls = tuple(str(Collective(c)) for c in collectives)
+    late = tuple(
+        c for c in (str(Collective(x)) for x in late_collectives) if c in colls and c != Collective.SEND_RECV
+    )
     sizes = tuple(int(s) for s in (sizes if sizes is not None else message_sizes(max_bytes)))
     if not sizes or any(s < 4 for s in sizes):
         raise ValueError(f"max-bytes: message sizes must be >= 4 bytes, got {list(sizes)}")
@@ -258,12 +289,14 @@ def profile_comm(
     port = _free_port()
     workers = []
     for rank in range(procs):
-        a = _Args(rank, procs, port, backend, sizes, colls, warmup, repeats, timeout_s, threads, burst_s)
+        a = _Args(
+            rank, procs, port, backend, sizes, colls, warmup, repeats, timeout_s, threads, burst_s, late
+        )
         p = ctx.Process(target=_worker, args=(a, q), daemon=True, name=f"tessera-comm{rank}")
         p.start()
         workers.append(p)
     got: dict[int, dict[tuple[str, int], list[float]]] = {}
-    deadline = time.monotonic() + timeout_s + 60.0 + 2.0 * len(sizes) * len(colls)
+    deadline = time.monotonic() + timeout_s + 60.0 + 2.0 * len(sizes) * (len(colls) + len(late))
     try:
         while len(got) < procs:
             try:
@@ -286,20 +319,25 @@ def profile_comm(
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-    medians: dict[str, list[tuple[int, float]]] = {}
+    medians: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for key in got[0]:
-        coll, nbytes = key
-        per_rank = [got[r][key] for r in range(procs)]
-        slowest = [max(ts) for ts in zip(*per_rank, strict=True)]
-        medians.setdefault(coll, []).append((nbytes, statistics.median(slowest)))
+        coll, nbytes, arrival = key
+        if arrival == Arrival.LAST:
+            # the late rank's own time (the others' includes waiting for it), averaged: what a run sums
+            t = statistics.fmean(got[procs - 1][key])
+        else:
+            t = statistics.median(max(ts) for ts in zip(*(got[r][key] for r in range(procs)), strict=True))
+        medians.setdefault((coll, arrival), []).append((nbytes, t))
     points = []
-    for coll, pts in medians.items():
+    for (coll, arrival), pts in medians.items():
         pts.sort()
         n = 2 if coll == Collective.SEND_RECV else procs
         # A bigger message never takes less time: the least-squares non-decreasing fit removes the noise of
         # single points (a scheduler hiccup at one size) without biasing the curve up or down.
         fitted = isotonic_regression([t for _, t in pts], increasing=True).x
-        points.extend(CommPoint(coll, n, nb, float(t)) for (nb, _), t in zip(pts, fitted, strict=True))
+        points.extend(
+            CommPoint(coll, n, nb, float(t), arrival) for (nb, _), t in zip(pts, fitted, strict=True)
+        )
     run = CommProfileRun(
         backend, link_kind_for(backend), procs, threads if backend == "gloo" else None, tuple(points)
     )

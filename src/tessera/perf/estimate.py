@@ -46,6 +46,7 @@ from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import Layer, ModelSpec, TransformerArch, per_spec
 from tessera.perf.comm import (
+    Arrival,
     Collective,
     Link,
     comm_time,
@@ -147,7 +148,14 @@ def _attention_core_fraction(spec: ModelSpec, layer: Layer) -> float:
     return min(1.0, core / layer.fwd_flops_per_sample)
 
 
-def _comm(cost: CostModel, collective: Collective, nbytes: float, n: int, link: Link) -> float:
+def _comm(
+    cost: CostModel,
+    collective: Collective,
+    nbytes: float,
+    n: int,
+    link: Link,
+    arrival: Arrival = Arrival.TOGETHER,
+) -> float:
     """Seconds of one collective: the measured table, clamped to its measured range, else alpha-beta.
 
     Below the smallest measured message the time is the smallest one's (latency-bound: gloo and NCCL pay a
@@ -155,14 +163,26 @@ def _comm(cost: CostModel, collective: Collective, nbytes: float, n: int, link: 
     own interpolation covers everything between."""
     if nbytes <= 0 or (n <= 1 and collective != Collective.SEND_RECV):
         return 0.0
-    pts = cost.comm_table.points.get((str(collective), link.kind, int(n)))
+    pts = cost.comm_table.measured(collective, link.kind, n, arrival)
     if pts and nbytes < pts[0][0]:
         t = pts[0][1]
     elif pts and nbytes > pts[-1][0]:
         t = pts[-1][1] * nbytes / pts[-1][0]
     else:
-        t = comm_time(collective, nbytes, n, link, cost.comm_table)
+        t = comm_time(collective, nbytes, n, link, cost.comm_table, arrival)
     return t * cost.comm_factor(link.kind)
+
+
+UNEVEN_GAP = 0.1  # a TP rank computing this share more than every other arrives last at each collective
+
+
+def _arrival(totals: list[float]) -> Arrival:
+    """How the slowest rank of a TP group reaches its collectives, from each rank's compute per micro-batch:
+    last (the others wait for it) when it computes clearly more than the next slowest, else together."""
+    if len(totals) < 2:
+        return Arrival.TOGETHER
+    top, second = sorted(totals)[-2:][::-1]
+    return Arrival.LAST if top - second >= UNEVEN_GAP * top else Arrival.TOGETHER
 
 
 def _host_cpus() -> int:
@@ -284,10 +304,11 @@ def _stage_time(
             gpu = topo.gpu(d)
             per_dev.append((gpu, device_key(plan, d, topo), ratios[k]))
         fwd = bwd = 0.0
+        totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
         for layer, sig, splits, acf, _ in rows:
             tp = _runs_at(tp_degree, splits)
             lf = lb = 0.0
-            for gpu, dkey, rk in per_dev:
+            for k, (gpu, dkey, rk) in enumerate(per_dev):
                 ratio = rk if tp > 1 else None
                 key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
                 hit = cache.get(key)
@@ -300,21 +321,23 @@ def _stage_time(
                     f = cost.compute_factor(gpu.name)
                     hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
                 lf, lb = max(lf, hit[0]), max(lb, hit[1])
+                totals[k] += hit[0] + hit[1]
             fwd += lf
             bwd += lb
         tp_comm = 0.0
         if tp_degree > 1:
             link = topo.link(devices)
+            arrival = _arrival(totals)
             for _, _, _, _, ar in rows:
                 if not ar:
                     continue
                 passes = ar.bwd + ar.fwd * (2 if recompute == "full" else 1)
                 if passes:
                     nbytes = ar.act_bytes_per_sample * mb * elem
-                    tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
+                    tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
                 if ar.loss:
                     nbytes = ar.loss_bytes_per_sample * mb
-                    tp_comm += ar.loss * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link)
+                    tp_comm += ar.loss * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
@@ -362,6 +385,35 @@ def _bucketed_s(
     return t + 4.0 * nbytes / min(topo.gpu(d).memory_bandwidth_Bps for d in group)
 
 
+def _rank_params(spec: ModelSpec, stage: Stage, k: int) -> float:
+    """Parameters TP rank ``k`` of the stage holds: its shard of each split layer, all of a replicated one."""
+    ratios = stage.ratios()
+    total = 0.0
+    for layer, _, splits, _, _ in _layer_rows(spec)[stage.layer_start : stage.layer_end]:
+        tp = _runs_at(stage.tp_degree, splits)
+        total += layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
+    return total
+
+
+def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> float:
+    """Gradient accumulation per micro-batch, averaged over the iteration: every micro-batch after the first
+    that a replica computes adds its gradients into the parameters' (read both, write one, in the parameters'
+    dtype) — a pass the layer profiles, timed from cleared gradients, leave out. A replica computes at most
+    its share of samples' worth of micro-batches (the runtime deals each micro-batch's samples over the
+    replicas). The slowest TP rank."""
+    m = plan.micro_batches
+    passes = max(min(m, share) for share in stage.shares(plan.global_batch)) - 1
+    if passes <= 0:
+        return 0.0
+    elem = 2.0 if plan.precision.value == "bf16-master" else 4.0
+    owned = stage.dp_degree if _uses_fsdp(plan, stage) else 1  # FSDP keeps only its gradient shard
+    nbytes = [3.0 * elem * _rank_params(spec, stage, k) / owned for k in range(stage.tp_degree)]
+    slowest = max(
+        nbytes[j % stage.tp_degree] / topo.gpu(d).memory_bandwidth_Bps for j, d in enumerate(stage.devices)
+    )
+    return slowest * passes / m
+
+
 def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
     """Gradient sync of the stage after its last backward, per TP rank; the slowest rank.
 
@@ -377,15 +429,9 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
         worst = _comm(cost, Collective.ALL_REDUCE, 4.0 * _tied_params(spec), len(group), topo.link(group))
     if stage.dp_degree <= 1 or _uses_fsdp(plan, stage):
         return worst
-    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
-    ratios = stage.ratios()
     tied_sync = worst
-    tp_degree = stage.tp_degree
-    for k in range(tp_degree):
-        grad_bytes = 0.0
-        for layer, _, splits, _, _ in rows:
-            tp = _runs_at(tp_degree, splits)
-            grad_bytes += 4.0 * layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
+    for k in range(stage.tp_degree):
+        grad_bytes = 4.0 * _rank_params(spec, stage, k)
         group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
         reduce = Collective.REDUCE_SCATTER if plan.zero >= 2 else Collective.ALL_REDUCE
         t = _bucketed_s(cost, reduce, grad_bytes, group, topo)
@@ -592,6 +638,7 @@ def stage_cost(
     cost = cost or CostModel()
     st = plan.stages[index]
     fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
+    bwd += _accumulate_s(plan, spec, st, topo)
     tp_comm += _fsdp_s(plan, spec, st, topo, cost)
     peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
