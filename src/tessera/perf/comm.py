@@ -156,9 +156,9 @@ class CommTable:
     ) -> list[tuple[float, float]]:
         """The sorted (bytes, seconds) points for the key; a ``last`` arrival never measured reads
         ``together``'s, the nearest measurement there is."""
-        key = (str(Collective(collective)), link_kind, int(n))
-        pts = self.points.get((*key, str(Arrival(arrival))))
-        return pts if pts else self.points.get((*key, str(Arrival.TOGETHER)), [])
+        c = str(collective)  # plain strings: estimates look tables up thousands of times per Cell
+        pts = self.points.get((c, link_kind, n, str(arrival)))
+        return pts if pts else self.points.get((c, link_kind, n, Arrival.TOGETHER.value), [])
 
     def lookup(
         self,

@@ -44,7 +44,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.spec import Layer, ModelSpec, TransformerArch, per_spec
+from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
 from tessera.perf.comm import (
     Arrival,
     Collective,
@@ -271,6 +271,26 @@ def _layer_rows(spec: ModelSpec) -> tuple[tuple, ...]:
 _LAYER_ROWS: dict[int, tuple[Any, tuple[tuple, ...]]] = {}
 
 
+def _layer_runs(spec: ModelSpec, start: int, end: int) -> tuple[tuple, ...]:
+    """Layers ``start``..``end`` of the spec as runs of identical rows — (layer, signature, splits, attention
+    core fraction, TP all-reduces, count) — kept per spec and range: a stage's blocks cost the same, so a
+    stage is priced per run, not per layer."""
+    memo: dict[tuple[int, int], tuple[tuple, ...]] = per_spec(_LAYER_RUNS, spec, dict)
+    hit = memo.get((start, end))
+    if hit is None:
+        runs: list[list] = []
+        for row in _layer_rows(spec)[start:end]:
+            if runs and runs[-1][1:5] == list(row[1:]) and runs[-1][0].params == row[0].params:
+                runs[-1][5] += 1
+            else:
+                runs.append([*row, 1])
+        hit = memo[(start, end)] = tuple(tuple(r) for r in runs)
+    return hit
+
+
+_LAYER_RUNS: dict[int, tuple[Any, dict[tuple[int, int], tuple[tuple, ...]]]] = {}
+
+
 def _stage_time(
     plan: Plan,
     spec: ModelSpec,
@@ -284,7 +304,7 @@ def _stage_time(
     ``memo``: layer times kept across calls (one spec, topology and cost model per memo)."""
     precision = plan.precision.value
     recompute = plan.recompute.value
-    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
+    runs = _layer_runs(spec, stage.layer_start, stage.layer_end)
     ratios = stage.ratios()
     tp_degree = stage.tp_degree
     impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
@@ -305,7 +325,7 @@ def _stage_time(
             per_dev.append((gpu, device_key(plan, d, topo), ratios[k]))
         fwd = bwd = 0.0
         totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
-        for layer, sig, splits, acf, _ in rows:
+        for layer, sig, splits, acf, _, count in runs:
             tp = _runs_at(tp_degree, splits)
             lf = lb = 0.0
             for k, (gpu, dkey, rk) in enumerate(per_dev):
@@ -321,23 +341,28 @@ def _stage_time(
                     f = cost.compute_factor(gpu.name)
                     hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
                 lf, lb = max(lf, hit[0]), max(lb, hit[1])
-                totals[k] += hit[0] + hit[1]
-            fwd += lf
-            bwd += lb
+                totals[k] += (hit[0] + hit[1]) * count
+            fwd += lf * count
+            bwd += lb * count
         tp_comm = 0.0
         if tp_degree > 1:
             link = topo.link(devices)
             arrival = _arrival(totals)
-            for _, _, _, _, ar in rows:
+            counts: dict[float, int] = {}  # all-reduces by size: most layers move the same activation
+            for _, _, _, _, ar, count in runs:
                 if not ar:
                     continue
                 passes = ar.bwd + ar.fwd * (2 if recompute == "full" else 1)
                 if passes:
                     nbytes = ar.act_bytes_per_sample * mb * elem
-                    tp_comm += passes * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
+                    counts[nbytes] = counts.get(nbytes, 0) + passes * count
                 if ar.loss:
                     nbytes = ar.loss_bytes_per_sample * mb
-                    tp_comm += ar.loss * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
+                    counts[nbytes] = counts.get(nbytes, 0) + ar.loss * count
+            tp_comm = sum(
+                c * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
+                for nbytes, c in counts.items()
+            )
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
@@ -385,14 +410,32 @@ def _bucketed_s(
     return t + 4.0 * nbytes / min(topo.gpu(d).memory_bandwidth_Bps for d in group)
 
 
+def _param_sums(spec: ModelSpec) -> tuple[list[float], list[float]]:
+    """Running totals over the spec's layers of all parameters and of those a TP group splits, so any
+    stage's per-rank parameter count is two subtractions (Cells ask for thousands of stages)."""
+
+    def make() -> tuple[list[float], list[float]]:
+        every, split = [0.0], [0.0]
+        for layer, _, splits, _, _ in _layer_rows(spec):
+            every.append(every[-1] + layer.params)
+            sharded = splits and layer.tp_shard != TPShard.REPLICATED
+            split.append(split[-1] + (layer.params if sharded else 0.0))
+        return every, split
+
+    return per_spec(_PARAM_SUMS, spec, make)
+
+
+_PARAM_SUMS: dict[int, tuple[Any, tuple[list[float], list[float]]]] = {}
+
+
 def _rank_params(spec: ModelSpec, stage: Stage, k: int) -> float:
     """Parameters TP rank ``k`` of the stage holds: its shard of each split layer, all of a replicated one."""
-    ratios = stage.ratios()
-    total = 0.0
-    for layer, _, splits, _, _ in _layer_rows(spec)[stage.layer_start : stage.layer_end]:
-        tp = _runs_at(stage.tp_degree, splits)
-        total += layer.params * shard_fraction(layer, tp, ratios[k] if tp > 1 else None)
-    return total
+    every, split = _param_sums(spec)
+    a, b = stage.layer_start, stage.layer_end
+    total = every[b] - every[a]
+    if stage.tp_degree <= 1:
+        return total
+    return total - (split[b] - split[a]) * (1.0 - stage.ratios()[k])
 
 
 def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> float:
@@ -470,7 +513,7 @@ def _optimizer_s(
     replica updates only the parameters it owns (~1/dp of them). ``memo``: per-layer optimizer times kept
     across calls (one spec, topology and cost model per memo)."""
     precision, opt = plan.precision.value, plan.optimizer.value
-    rows = _layer_rows(spec)[stage.layer_start : stage.layer_end]
+    runs = _layer_runs(spec, stage.layer_start, stage.layer_end)
     tp_degree = stage.tp_degree
     tied = _tied_params(spec)
     holds_embedding = stage.layer_start == 0
@@ -488,7 +531,7 @@ def _optimizer_s(
             continue  # replicas of one device type update the same parameters
         done.add((dkey, k))
         total = 0.0
-        for layer, lsig, splits, _, _ in rows:
+        for layer, lsig, splits, _, _, count in runs:
             tp = _runs_at(tp_degree, splits)
             ratio = ratios[k] if tp > 1 else None
             sig = ("o", lsig, gpu.name, dkey, tp, ratio, precision, opt)
@@ -505,7 +548,7 @@ def _optimizer_s(
                     t *= layer.params / (own + tied)
                 elif source == "roofline" and split_tie and not holds_embedding:
                     t *= (own + tied) / own
-            total += t
+            total += t * count
         total *= cost.compute_factor(gpu.name)
         if plan.zero >= 1 and stage.dp_degree > 1:
             total /= stage.dp_degree
