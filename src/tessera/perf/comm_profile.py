@@ -197,8 +197,9 @@ def _worker(args: _Args, q: Any) -> None:
                 times = []
                 dist.barrier()
                 for k in range(args.warmup + reps):
+                    # together: each op from a barrier; a late rank's ops back to back, as in training
                     if arrival == Arrival.TOGETHER:
-                        dist.barrier()  # a late rank's ops run back to back, as a training loop's do
+                        dist.barrier()
                     sync()
                     _burst(torch, args.burst_s + (gaps.uniform(*LATE_GAP_S) if late else 0.0))
                     t0 = time.perf_counter()
@@ -258,8 +259,9 @@ def profile_comm(
     """Spawn ``procs`` local processes, time the collectives over ``sizes`` (default: powers of 4 from 1 KiB to
     ``max_bytes``) and return the points; with ``table``, also add them to it.
 
-    ``late_collectives`` are timed a second time with the last rank arriving late (see the module's note); only
-    those also in ``collectives``, and never send/recv, whose two sides are not symmetric.
+    ``late_collectives`` are timed a second time with the last rank arriving late (see the module's note), over
+    :data:`LATE_OPS` operations whatever ``repeats`` says (a mean of bimodal costs needs many); only those also
+    in ``collectives``, and never send/recv, whose two sides are not symmetric.
 
     ``backend``: "gloo" or "nccl" (default: NCCL when this machine has at least ``procs`` GPUs). Every rank
     runs under a process-group ``timeout_s``, and the whole measurement under a wall-clock limit derived from
