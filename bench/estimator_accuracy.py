@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rounds",
         type=int,
-        default=3,
+        default=5,
         help="rounds of (profile the collectives; per layer profile: take it, launch its plans); medians kept",
     )
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
