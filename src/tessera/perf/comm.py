@@ -110,6 +110,16 @@ def alpha_beta(collective: Collective | str, nbytes: float, n: int, link: Link) 
     return steps * link.latency_s + volume / link.bandwidth_Bps
 
 
+def interpolate(pts: list[tuple[float, float]], nbytes: float) -> float:
+    """Seconds at ``nbytes`` on sorted (bytes, seconds) points that cover it: linear in log–log between the two
+    nearest, a point's own time where it is hit exactly."""
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x0 <= nbytes <= x1:
+            w = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    return pts[0][1]  # a single point, hit exactly
+
+
 TableKey = tuple[str, str, int, str]  # (collective, link kind, group size, arrival)
 
 
@@ -172,11 +182,7 @@ class CommTable:
         pts = self.measured(collective, link_kind, n, arrival)
         if not pts or nbytes < pts[0][0] or nbytes > pts[-1][0]:
             return None
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
-            if x0 <= nbytes <= x1:
-                w = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
-                return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
-        return pts[0][1]  # a single point, hit exactly
+        return interpolate(pts, nbytes)
 
     def time(
         self,
@@ -216,14 +222,9 @@ class CommTable:
 
 
 def comm_time(
-    collective: Collective | str,
-    nbytes: float,
-    n: int,
-    link: Link,
-    table: CommTable | None = None,
-    arrival: Arrival | str = Arrival.TOGETHER,
+    collective: Collective | str, nbytes: float, n: int, link: Link, table: CommTable | None = None
 ) -> float:
     """Seconds of one collective: the measured table where it covers the size, else alpha-beta."""
     if table is not None:
-        return table.time(collective, nbytes, n, link, arrival)
+        return table.time(collective, nbytes, n, link)
     return alpha_beta(collective, nbytes, n, link)

@@ -33,6 +33,7 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
@@ -49,8 +50,9 @@ from tessera.perf.comm import (
     Arrival,
     Collective,
     Link,
-    comm_time,
+    alpha_beta,
     inter_node_link,
+    interpolate,
     intra_node_link,
 )
 from tessera.perf.compute import (
@@ -64,7 +66,7 @@ from tessera.perf.compute import (
 )
 from tessera.perf.costmodel import CostModel
 from tessera.perf.pipeline import pipeline_time
-from tessera.plan import Device, Plan, Stage
+from tessera.plan import Device, Plan, Precision, Stage
 
 DEFAULT_INTER_NODE_BPS = 12.5e9  # ClusterSpec's default: 100 Gb/s InfiniBand / RoCE
 GRAD_BUCKET_BYTES = (
@@ -164,12 +166,14 @@ def _comm(
     if nbytes <= 0 or (n <= 1 and collective != Collective.SEND_RECV):
         return 0.0
     pts = cost.comm_table.measured(collective, link.kind, n, arrival)
-    if pts and nbytes < pts[0][0]:
+    if not pts:
+        t = alpha_beta(collective, nbytes, n, link)
+    elif nbytes < pts[0][0]:
         t = pts[0][1]
-    elif pts and nbytes > pts[-1][0]:
+    elif nbytes > pts[-1][0]:
         t = pts[-1][1] * nbytes / pts[-1][0]
     else:
-        t = comm_time(collective, nbytes, n, link, cost.comm_table, arrival)
+        t = interpolate(pts, nbytes)
     return t * cost.comm_factor(link.kind)
 
 
@@ -278,13 +282,8 @@ def _layer_runs(spec: ModelSpec, start: int, end: int) -> tuple[tuple, ...]:
     memo: dict[tuple[int, int], tuple[tuple, ...]] = per_spec(_LAYER_RUNS, spec, dict)
     hit = memo.get((start, end))
     if hit is None:
-        runs: list[list] = []
-        for row in _layer_rows(spec)[start:end]:
-            if runs and runs[-1][1:5] == list(row[1:]) and runs[-1][0].params == row[0].params:
-                runs[-1][5] += 1
-            else:
-                runs.append([*row, 1])
-        hit = memo[(start, end)] = tuple(tuple(r) for r in runs)
+        same = itertools.groupby(_layer_rows(spec)[start:end], key=lambda row: (row[0].params, *row[1:]))
+        hit = memo[(start, end)] = tuple((*first, 1 + len(rest)) for _, (first, *rest) in same)
     return hit
 
 
@@ -448,7 +447,7 @@ def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> 
     passes = max(min(m, share) for share in stage.shares(plan.global_batch)) - 1
     if passes <= 0:
         return 0.0
-    elem = 2.0 if plan.precision.value == "bf16-master" else 4.0
+    elem = 2.0 if plan.precision == Precision.BF16_MASTER else 4.0
     owned = stage.dp_degree if _uses_fsdp(plan, stage) else 1  # FSDP keeps only its gradient shard
     nbytes = [3.0 * elem * _rank_params(spec, stage, k) / owned for k in range(stage.tp_degree)]
     slowest = max(
