@@ -225,3 +225,18 @@ def test_micro_batches_after_the_first_add_their_gradients_into_the_parameters()
     dp16 = dataclasses.replace(dp8, global_batch=16, micro_batches=16)
     gap = stage_cost(dp16, spec, 0, topo).bwd_s - stage_cost(dp8, spec, 0, topo).bwd_s
     assert gap == pytest.approx(per_pass * (7 / 16 - 3 / 8))
+
+
+def test_a_replica_with_fewer_samples_than_micro_batches_computes_whole_samples():
+    """DP4 over 8 samples: with 8 micro-batches or with 2, each replica computes two micro-batches of one
+    sample (it skips those holding none of its samples), so the stage's compute per iteration is the same —
+    not 8 passes of a quarter sample."""
+    spec = get_spec("gpt-small-cpu", seq_len=128)
+    two = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=8, seq_len=128, dp=4, micro_batches=2)
+    eight = dataclasses.replace(two, micro_batches=8)
+    topo = Topology()
+    a, b = stage_cost(two, spec, 0, topo), stage_cost(eight, spec, 0, topo)
+    assert 8 * b.fwd_s == pytest.approx(2 * a.fwd_s)
+    one_sample = layer_time(spec.layers[1], topo.gpu(two.devices[0]), tp=1, micro_batch=1, precision="fp32")
+    quarter = layer_time(spec.layers[1], topo.gpu(two.devices[0]), tp=1, micro_batch=0.25, precision="fp32")
+    assert 4 * quarter.fwd_s != pytest.approx(one_sample.fwd_s)  # the fractional pricing would differ

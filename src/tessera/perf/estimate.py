@@ -312,9 +312,13 @@ def _stage_time(
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
     for r, share in enumerate(stage.shares(plan.global_batch)):
-        mb = share / plan.micro_batches
+        # the runtime deals each micro-batch's samples over the replicas, and a replica skips micro-batches
+        # that hold none of its samples: with fewer samples than micro-batches it computes ``share`` of them,
+        # one sample each — priced so, averaged over the B micro-batches (not B passes of a fractional sample)
+        active = min(plan.micro_batches, share)
+        mb, weight = share / active, active / plan.micro_batches
         devices = stage.replica(r)
-        what = (mb, tuple(d.gpu_type for d in devices))
+        what = (mb, weight, tuple(d.gpu_type for d in devices))
         if what in seen and tp_degree == 1:
             continue  # an identical replica costs the same (TP replicas may differ in their links)
         seen.add(what)
@@ -341,8 +345,8 @@ def _stage_time(
                     hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
                 lf, lb = max(lf, hit[0]), max(lb, hit[1])
                 totals[k] += (hit[0] + hit[1]) * count
-            fwd += lf * count
-            bwd += lb * count
+            fwd += lf * count * weight
+            bwd += lb * count * weight
         tp_comm = 0.0
         if tp_degree > 1:
             link = topo.link(devices)
@@ -358,7 +362,7 @@ def _stage_time(
                 if ar.loss:
                     nbytes = ar.loss_bytes_per_sample * mb
                     counts[nbytes] = counts.get(nbytes, 0) + ar.loss * count
-            tp_comm = sum(
+            tp_comm = weight * sum(
                 c * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
                 for nbytes, c in counts.items()
             )
