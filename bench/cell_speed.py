@@ -9,6 +9,12 @@
   over jobs. The smallest fitting count N per GPU type comes from the memory module first; its time is
   reported apart as ``smallest_count_ms_p50``.
 
+Each job's timed region starts from a full garbage collection (as pyperf does): the process holds ~300k
+objects after torch's lazy imports, so a full collection costs ~0.1–0.2 s here, and where one would otherwise
+fall depends on the allocations before it — one job's figure swung from 96 to 268 ms with an unrelated
+change. One-Cell timings do not (a median over 200 steps over a stray collection, and a collection just
+before a 5 ms region leaves the CPU caches cold: it read 5.1 ms that way, 4.0 ms without).
+
 Writes ``bench/results/cell_speed.json``.
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import random
 import statistics
@@ -70,11 +77,13 @@ def main() -> None:
     job_ms, count_ms, n_cells = [], [], []
     for model, batch in JOBS:
         spec, settings = _settings(model, batch)
+        gc.collect()
         t0 = time.perf_counter()
         base = {t: smallest_count(spec, settings, get_gpu(t), max_gpus=available[t]) for t in TYPES}
         count_ms.append((time.perf_counter() - t0) * 1e3)
         base = {t: n for t, n in base.items() if n is not None}
         spec, settings = _settings(model, batch)  # cold caches again for the Cells themselves
+        gc.collect()
         t0 = time.perf_counter()
         est = CellEstimator(spec, settings, cluster)
         cells = est.estimate_many(job_shapes(spec, settings, available, base_count=base))
