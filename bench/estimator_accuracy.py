@@ -6,10 +6,11 @@ with the real runtime — data, tensor and pipeline parallel, hybrids, uneven ba
 ZeRO, recompute; one or two processes — and compares each plan's estimate with its measured iteration time
 (median over fresh launches of each launch's median step). Accuracy = 1 − |estimate − measured| / measured.
 The work runs in rounds; in each, the collectives are profiled, then every layer profile the plans read (a
-model at a process count) is taken and its plans launched right after it, and each plan's estimate is made
-from that round's profiles. A plan's figures are the medians over rounds of its estimates and of its
-launches: a shared host's slow spells last seconds to minutes and should move one round of both sides, not
-one side of one plan.
+model at a process count) is taken, its plans launched, and the profile taken again: a plan's estimate in
+the round is the mean of its estimates from the profiles before and after its launch, so the host's drift
+over the minute its plans run cancels to first order and one disturbed profile counts half. A plan's
+figures are the medians over rounds of its estimates and of its launches: a shared host's slow spells last
+seconds to minutes and should move one round of both sides, not one side of one plan.
 
 Nothing is calibrated from the runs: the estimate uses only the profiles (calibration would fit the answer).
 
@@ -136,33 +137,42 @@ def launch_once(plan: Plan, steps: int, workdir: Path) -> float:
 
 def run_rounds(
     plans: list[Case], rounds: int, repeats: int, steps: int, workdir: Path
-) -> tuple[list[CostModel], list[list[float]], float]:
-    """``rounds`` times over: profile the gloo collectives, then for each layer profile the plans need, take it
-    and launch its plans once each. Returns each round's cost model (that round's profiles and table), each
-    plan's launch times and the seconds spent profiling.
+) -> tuple[list[tuple[CostModel, CostModel]], list[list[float]], float]:
+    """``rounds`` times over: profile the gloo collectives, then for each layer profile the plans need, take it,
+    launch its plans once each and take it again. Returns each round's cost models (the profiles before and
+    after the launches, with that round's table), each plan's launch times and the seconds spent profiling.
 
     This shared 2-core VM has slow spells of tens of seconds to minutes (the launches of one plan spread by up
     to a fifth within a run: ``launches_s`` in the JSON), and gloo's latency on loopback shifts too. A plan's launch follows
     its profiles within a minute or two, so a spell tends to move both sides of one round together; medians
     over rounds then step over what it moved."""
     needs = profile_needs(plans)
-    costs = [CostModel() for _ in range(rounds)]
+    costs: list[tuple[CostModel, CostModel]] = []
     times: list[list[float]] = [[] for _ in plans]
     profile_s = 0.0
-    for r, cost in enumerate(costs):
+
+    def profile(need: ProfileNeed, cost: CostModel) -> None:
+        nonlocal profile_s
+        t0 = time.perf_counter()
+        profile_round(need, repeats).store(get_spec(need[0], seq_len=SEQ), cost.profile)
+        profile_s += time.perf_counter() - t0
+
+    for r in range(rounds):
         print(f"round {r + 1} of {rounds}: profiling gloo collectives on loopback", flush=True)
+        before = CostModel()
         t0 = time.perf_counter()
         # gloo's latency after compute varies ±30 % between single timings: 21 repeats pin the median
-        profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=cost.comm_table)
+        profile_comm(2, max_bytes=16 * 2**20, repeats=21, table=before.comm_table)
         profile_s += time.perf_counter() - t0
+        after = CostModel(comm_table=before.comm_table)
+        costs.append((before, after))
         for need in needs:
-            t0 = time.perf_counter()
-            profile_round(need, repeats).store(get_spec(need[0], seq_len=SEQ), cost.profile)
-            profile_s += time.perf_counter() - t0
+            profile(need, before)
             for c, ts in zip(plans, times, strict=True):
                 if plan_need(c.plan) == need:
                     ts.append(launch_once(c.plan, steps, workdir))
                     print(f"  {c.label:<52} {ts[-1] * 1e3:8.2f} ms", flush=True)
+            profile(need, after)
     return costs, times, profile_s
 
 
@@ -196,7 +206,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="steps per run (the first 3 are warm-up)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed repeats per profiled figure and round")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per profiled figure and round")
     ap.add_argument(
         "--rounds",
         type=int,
@@ -212,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for c, ts in zip(all_cases, times, strict=True):
         spec = get_spec(c.plan.model, seq_len=SEQ)
-        ests = [estimate_plan(c.plan, spec, Topology(), cost=cost).iteration_time_s for cost in costs]
+        ests = [
+            statistics.fmean(
+                estimate_plan(c.plan, spec, Topology(), cost=cost).iteration_time_s for cost in pair
+            )
+            for pair in costs
+        ]
         est, measured = statistics.median(ests), statistics.median(ts)
         acc = 1.0 - abs(est - measured) / measured
         rows.append(
