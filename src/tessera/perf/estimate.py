@@ -4,8 +4,9 @@ Composition (Crius §5.1: computation and communication are estimated apart and 
 Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gradient sync → optimizer step):
 
 * **stage compute** — every layer's forward/backward on every device of the stage at that device's batch
-  share (replica ``r`` runs ``batch_shares[r] / micro_batches`` samples per micro-batch) and shard ratio. TP
-  ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
+  share (replica ``r`` runs ``batch_shares[r] / micro_batches`` samples per micro-batch; with fewer samples
+  than micro-batches, one sample in ``batch_shares[r]`` of them, as the runtime skips the rest) and shard
+  ratio. TP ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
   replica bounds the stage (DP replicas meet at the gradient sync). Embeddings and heads split along the
   vocabulary; layers the runtime keeps replicated in a TP group (MoE, conv:
   :func:`~tessera.perf.compute.runtime_splits`) cost their full time on every TP rank. Profiles are looked
