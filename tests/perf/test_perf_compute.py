@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tessera.hardware import get_gpu
@@ -64,6 +66,11 @@ def test_backward_is_twice_forward_and_recompute_adds_a_forward():
     assert sel.bwd_s == pytest.approx(2.1 * base.fwd_s)
     with pytest.raises(ValueError, match="recompute"):
         layer_time(BIG, A100, recompute="sometimes")
+    # the runtime checkpoints blocks only: a head (or embedding) runs its forward once under full recompute
+    head = dataclasses.replace(BIG, name="head", kind="head")
+    assert layer_time(head, A100, micro_batch=2, precision="bf16", recompute="full") == layer_time(
+        head, A100, micro_batch=2, precision="bf16"
+    )
 
 
 def test_tp_shards_the_work_and_uneven_ratio_scales_it():

@@ -139,6 +139,17 @@ def test_tp_allreduces_of_blocks_vocab_embedding_and_head(gpt2):
     assert head.act_bytes_per_sample == hidden_bytes and head.loss_bytes_per_sample == gpt2.seq_len * 4
 
 
+def test_full_recompute_repeats_the_forward_all_reduces_of_blocks_only(gpt2):
+    """The runtime checkpoints blocks, not the embedding: under full recompute a block's 2 forward all-reduces
+    run again in backward (8 instead of 6 per micro-batch), the vocab-parallel embedding's stays 1."""
+    plan = _plan(gpt2, tp=2, pp=3, layer_cuts=(1, 2), gpu_type="A100-40GB", micro_batches=4)
+    full = dataclasses.replace(plan, recompute="full")
+    emb_none, emb_full = (stage_cost(p, gpt2, 0, Topology()).tp_comm_s for p in (plan, full))
+    assert emb_full == pytest.approx(emb_none) and emb_none > 0
+    block_none, block_full = (stage_cost(p, gpt2, 1, Topology()).tp_comm_s for p in (plan, full))
+    assert block_full == pytest.approx(block_none * 8 / 6)
+
+
 def test_tp_splits_the_head_of_a_last_stage(gpt2):
     """The runtime's head is vocab-parallel: a last stage holding only the head computes half of it at TP 2."""
     head_only = {}

@@ -40,6 +40,11 @@ class Layer:
     tp_units: int = 1  # indivisible units along the TP dimension (heads, columns, vocab rows)
 
 
+# Layer kinds the zoo builds with activation checkpointing under full recompute (their forward runs again in
+# backward); embeddings, stems and heads run once whatever the plan's recompute.
+RECOMPUTED_KINDS = frozenset({"transformer", "moe", "conv"})
+
+
 @dataclass(frozen=True)
 class TransformerArch:
     """Shape of a transformer, enough for the closed-form memory and compute models."""

@@ -9,7 +9,8 @@ Measured truth beats the model: a :class:`Profile` entry for the same layer sign
 micro-batch and precision replaces the roofline (Crius §5.1's single-device profiles land here).
 
 Backward = 2 × forward FLOPs (gradients w.r.t. inputs and weights); full recompute adds one more forward to the
-backward, selective recompute adds only the attention core's forward.
+backward of the layers the runtime checkpoints (blocks: ``RECOMPUTED_KINDS``; embeddings and heads run once),
+selective recompute adds only the attention core's forward.
 
 The optimizer step is a third cost per layer (:func:`optimizer_time`): once per iteration, not per micro-batch, a
 memory-bound pass over parameters, gradients and optimizer state (``OPTIMIZER_BYTES_PER_PARAM``), or its
@@ -28,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tessera.hardware import GPUSpec
-from tessera.models.spec import Layer, TPShard
+from tessera.models.spec import RECOMPUTED_KINDS, Layer, TPShard
 
 HALF_PRECISIONS = ("bf16", "fp16", "bf16-master")
 
@@ -428,7 +429,8 @@ def layer_time(
         bwd = 2.0 * fwd  # backward = 2 × forward FLOPs (and roughly 2 × the traffic)
         source = "roofline"
     if recompute == "full":
-        bwd += fwd
+        if layer.kind in RECOMPUTED_KINDS:
+            bwd += fwd
     elif recompute == "selective":
         bwd += fwd * attention_core_fraction
     elif recompute != "none":

@@ -15,7 +15,7 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
 * **TP all-reduces** — inside the stage's critical path, never overlapped. The runtime's column-parallel
   Linears (q, k, v and fc_in | gate, up) each all-reduce their input gradient in backward, the row-parallel
   ones (proj, fc_out | down) their output in forward: 2 forward and 4 (GELU) or 5 (SwiGLU) backward all-reduces
-  of a block's b·s·h activation (in the autocast dtype); full recompute repeats the forward ones. A
+  of a block's b·s·h activation (in the autocast dtype); full recompute repeats a block's forward ones. A
   vocab-parallel embedding all-reduces its output, a head its input gradient plus the parallel
   cross-entropy's three fp32 values per token (:func:`tp_allreduces`).
 * **pipeline** — :func:`tessera.perf.pipeline.pipeline_time` over the stage times, with the boundary send/recv
@@ -46,7 +46,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
+from tessera.models.spec import RECOMPUTED_KINDS, Layer, ModelSpec, TPShard, TransformerArch, per_spec
 from tessera.perf.comm import (
     Arrival,
     Collective,
@@ -353,10 +353,11 @@ def _stage_time(
             link = topo.link(devices)
             arrival = _arrival(totals)
             counts: dict[float, int] = {}  # all-reduces by size: most layers move the same activation
-            for _, _, _, _, ar, count in runs:
+            for layer, _, _, _, ar, count in runs:
                 if not ar:
                     continue
-                passes = ar.bwd + ar.fwd * (2 if recompute == "full" else 1)
+                again = recompute == "full" and layer.kind in RECOMPUTED_KINDS  # its forward runs twice
+                passes = ar.bwd + ar.fwd * (2 if again else 1)
                 if passes:
                     nbytes = ar.act_bytes_per_sample * mb * elem
                     counts[nbytes] = counts.get(nbytes, 0) + passes * count
