@@ -117,12 +117,12 @@ def profile_needs(plans: list[Case]) -> list[ProfileNeed]:
 
 def profile_round(key: ProfileNeed, repeats: int) -> ProfileRun:
     """One profile of one model for one process count (micro-batches 1–8, TP 1 and 2, blocks also with
-    selective recompute)."""
+    selective and full recompute)."""
     model, procs, precision, optimizer = key
     print(f"  profiling {model} for {procs} process(es), {precision}, {optimizer}", flush=True)
     return profile_layers(
         get_spec(model, seq_len=SEQ), micro_batches=(1, 2, 4, 8), tp_degrees=(1, 2), precision=precision,
-        optimizer=optimizer, processes=procs, repeats=repeats, passes=1, recomputes=("none", "selective"),
+        optimizer=optimizer, processes=procs, repeats=repeats, passes=1, recomputes=("none", "selective", "full"),
     )  # fmt: skip
 
 

@@ -117,8 +117,15 @@ def test_profile_overrides_roofline_and_round_trips(tmp_path):
     p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.031, recompute="selective")
     sel = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", recompute="selective", profile=p)
     assert (sel.fwd_s, sel.bwd_s, sel.source) == (0.010, 0.031, "profile")
+    # full recompute likewise: the checkpointed block's timing wins over forward + forward + backward
+    assert layer_time(
+        BIG, A100, tp=2, micro_batch=4, precision="bf16", recompute="full", profile=p
+    ).bwd_s == (pytest.approx(0.025 + 0.010))
+    p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.011, bwd_s=0.037, recompute="full")
+    full = layer_time(BIG, A100, tp=2, micro_batch=4, precision="bf16", recompute="full", profile=p)
+    assert (full.fwd_s, full.bwd_s, full.source) == (0.011, 0.037, "profile")
     with pytest.raises(ValueError, match="recompute"):
-        p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.031, recompute="full")
+        p.put(BIG, "A100-40GB", 2, 4, "bf16", fwd_s=0.010, bwd_s=0.031, recompute="sometimes")
     path = tmp_path / "profile.json"
     p.save(path)
     q = Profile.load(path)

@@ -145,7 +145,7 @@ def test_profile_cli_saves_into_cost_dir_and_estimate_reads_it(tmp_path):
     for bad in (
         ["profile", "layers", "--model", "gpt-tiny", "--tp", "two"],
         ["profile", "layers", "--model", "no-such-model"],
-        ["profile", "layers", "--model", "gpt-tiny", "--recompute", "full"],
+        ["profile", "layers", "--model", "gpt-tiny", "--recompute", "sometimes"],
         ["profile", "comm", "--procs", "1"],
     ):
         r = runner.invoke(app, bad)
@@ -224,23 +224,27 @@ def test_store_puts_every_row_and_the_optimizer_step_under_the_runs_device_key()
     assert prof.optimizer[Profile.optimizer_key(TINY.layers[1], "cpu@1t", 2, "fp32", "adamw")] == 0.25 / 1e3
 
 
-def test_selective_recompute_blocks_are_timed_and_priced_from_the_timing():
+def test_recompute_blocks_are_timed_and_priced_from_the_timing():
     prof = Profile()
+    modes = ("none", "selective", "full")
     run = profile_layers(
-        TINY, micro_batches=(2,), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof,
-        recomputes=("none", "selective"),
-    )  # fmt: skip
-    sel = {(r.tp, r.impl) for r in run.rows if r.recompute == "selective"}
-    assert sel == {(1, "own"), (2, "own"), (2, "dtensor")}  # blocks only: embedding and head have no variant
-    assert len(run.rows) == count_steps(TINY, (2,), (1, 2), passes=1, recomputes=("none", "selective"))
+        TINY, micro_batches=(2,), tp_degrees=(1, 2), repeats=1, warmup=1, profile=prof, recomputes=modes
+    )
+    for mode in modes[1:]:
+        timed_rows = {(r.tp, r.impl) for r in run.rows if r.recompute == mode}
+        assert timed_rows == {(1, "own"), (2, "own"), (2, "dtensor")}  # blocks only: not embedding and head
+    assert len(run.rows) == count_steps(TINY, (2,), (1, 2), passes=1, recomputes=modes)
     block = TINY.layers[1]
     key = profile_device("cpu", cpu_threads(1))
-    timed = prof.get(block, key, 1, 2, "fp32", recompute="selective")
-    assert timed is not None
     from tessera.hardware import get_gpu
     from tessera.perf.compute import layer_time
 
-    t = layer_time(block, get_gpu("cpu"), micro_batch=2, recompute="selective", profile=prof, device_type=key)
-    assert (t.fwd_s, t.bwd_s) == timed
+    for mode in modes[1:]:
+        timed = prof.get(block, key, 1, 2, "fp32", recompute=mode)
+        assert timed is not None
+        t = layer_time(block, get_gpu("cpu"), micro_batch=2, recompute=mode, profile=prof, device_type=key)
+        assert (t.fwd_s, t.bwd_s) == timed
+    # a full-recompute block's backward holds its re-run forward: more than the plain block's backward
+    assert prof.get(block, key, 1, 2, "fp32", recompute="full")[1] > prof.get(block, key, 1, 2, "fp32")[1]
     with pytest.raises(ValueError, match="recompute"):
-        profile_layers(TINY, recomputes=("full",))
+        profile_layers(TINY, recomputes=("sometimes",))

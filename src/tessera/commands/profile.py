@@ -64,7 +64,9 @@ def layers(
         3, "--passes", help="times everything is timed over; each figure keeps the median of its passes"
     ),
     recompute: str = typer.Option(
-        "none", "--recompute", help="block variants to time, comma-separated: none, selective (none always)"
+        "none",
+        "--recompute",
+        help="block variants to time, comma-separated: none, selective, full (none always)",
     ),
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="CostModel directory (default $TESSERA_HOME/perf)"

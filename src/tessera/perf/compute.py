@@ -10,7 +10,7 @@ micro-batch and precision replaces the roofline (Crius §5.1's single-device pro
 
 Backward = 2 × forward FLOPs (gradients w.r.t. inputs and weights); full recompute adds one more forward to the
 backward of the layers the runtime checkpoints (blocks: ``RECOMPUTED_KINDS``; embeddings and heads run once),
-selective recompute adds only the attention core's forward.
+selective recompute adds only the attention core's forward — where no profiled variant of the block was timed.
 
 The optimizer step is a third cost per layer (:func:`optimizer_time`): once per iteration, not per micro-batch, a
 memory-bound pass over parameters, gradients and optimizer state (``OPTIMIZER_BYTES_PER_PARAM``), or its
@@ -140,7 +140,9 @@ class LayerTime:
 
 ProfileKey = tuple[tuple, str, int, int, str, str, str]
 TP_IMPLS = ("own", "dtensor")  # how a TP shard is executed: Tessera's own layers, or PyTorch DTensor
-PROFILED_RECOMPUTES = ("none", "selective")  # full recompute is priced as one more forward, selective timed
+# block variants the profiler times: a checkpointed block's first forward runs under saved-tensor hooks and its
+# backward re-runs the forward, 3–6 % more than forward + forward + backward of the plain block on this CPU
+PROFILED_RECOMPUTES = ("none", "selective", "full")
 OptimizerKey = tuple[tuple, str, int, str, str]
 
 
@@ -416,8 +418,10 @@ def layer_time(
             _shard_time(found[1], whole[1] if whole else None, even, frac),
         )
 
-    if recompute == "selective" and (timed := profiled("selective")) is not None:
-        return LayerTime(timed[0], timed[1], "profile")  # the re-run attention core is in the timed backward
+    if recompute in ("selective", "full") and (timed := profiled(recompute)) is not None:
+        return LayerTime(
+            timed[0], timed[1], "profile"
+        )  # the re-run forward (or core) is in the timed backward
     measured = profiled("none")
     if measured is not None:
         fwd, bwd = measured

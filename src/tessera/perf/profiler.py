@@ -626,8 +626,8 @@ def _profile_pass(
 
 
 def _variants(layer: Layer, recomputes: Sequence[str]) -> tuple[str, ...]:
-    """The recompute variants to time for ``layer``: always none; selective only where it changes the layer
-    (a transformer block's attention core)."""
+    """The recompute variants to time for ``layer``: always none; selective and full only where they change
+    the layer (a transformer block: its attention core, or the whole block checkpointed)."""
     extra = tuple(r for r in dict.fromkeys(recomputes) if r != "none")
     return ("none", *extra) if layer.kind in ("transformer", "moe") else ("none",)
 
