@@ -96,6 +96,12 @@ def profile_device(gpu_name: str, threads: int | None = None) -> str:
     return f"{gpu_name}@{int(threads)}t" if threads else gpu_name
 
 
+def reruns_forward(layer: Layer, recompute: str) -> bool:
+    """Whether the runtime runs ``layer``'s forward again in backward: under full recompute, the layers it
+    checkpoints (blocks; embeddings, stems and heads run once)."""
+    return recompute == "full" and layer.kind in RECOMPUTED_KINDS
+
+
 def runtime_splits(layer: Layer) -> bool:
     """Whether Tessera's runtime actually splits ``layer`` across a TP group.
 
@@ -419,9 +425,8 @@ def layer_time(
         )
 
     if recompute in ("selective", "full") and (timed := profiled(recompute)) is not None:
-        return LayerTime(
-            timed[0], timed[1], "profile"
-        )  # the re-run forward (or core) is in the timed backward
+        # the re-run forward (or attention core) is in the timed backward
+        return LayerTime(timed[0], timed[1], "profile")
     measured = profiled("none")
     if measured is not None:
         fwd, bwd = measured
@@ -432,12 +437,11 @@ def layer_time(
         ).time_s
         bwd = 2.0 * fwd  # backward = 2 × forward FLOPs (and roughly 2 × the traffic)
         source = "roofline"
-    if recompute == "full":
-        if layer.kind in RECOMPUTED_KINDS:
-            bwd += fwd
+    if reruns_forward(layer, recompute):
+        bwd += fwd
     elif recompute == "selective":
         bwd += fwd * attention_core_fraction
-    elif recompute != "none":
+    elif recompute not in ("none", "full"):
         raise ValueError(f"recompute: {recompute!r} is not one of none, selective, full")
     return LayerTime(fwd, bwd, source)
 

@@ -6,8 +6,8 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
 * **stage compute** — every layer's forward/backward on every device of the stage at that device's batch
   share (replica ``r`` runs ``batch_shares[r] / micro_batches`` samples per micro-batch; with fewer samples
   than micro-batches, one sample in ``batch_shares[r]`` of them, as the runtime skips the rest) and shard
-  ratio. TP ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the slowest
-  replica bounds the stage (DP replicas meet at the gradient sync). Embeddings and heads split along the
+  ratio. TP ranks synchronize at every layer, so a replica's time is Σ over layers of the slowest rank; the
+  slowest replica bounds the stage (DP replicas meet at the gradient sync). Embeddings and heads split along the
   vocabulary; layers the runtime keeps replicated in a TP group (MoE, conv:
   :func:`~tessera.perf.compute.runtime_splits`) cost their full time on every TP rank. Profiles are looked
   up under the device's profile key: the GPU type, or on the CPU stand-in the thread count the runtime gives
@@ -46,7 +46,7 @@ from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
-from tessera.models.spec import RECOMPUTED_KINDS, Layer, ModelSpec, TPShard, TransformerArch, per_spec
+from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
 from tessera.perf.comm import (
     Arrival,
     Collective,
@@ -62,6 +62,7 @@ from tessera.perf.compute import (
     layer_time,
     optimizer_time,
     profile_device,
+    reruns_forward,
     runtime_splits,
     shard_fraction,
 )
@@ -291,6 +292,13 @@ def _layer_runs(spec: ModelSpec, start: int, end: int) -> tuple[tuple, ...]:
 _LAYER_RUNS: dict[int, tuple[Any, dict[tuple[int, int], tuple[tuple, ...]]]] = {}
 
 
+def _active_micro_batches(plan: Plan, share: int) -> int:
+    """Micro-batches a replica of ``share`` samples computes: the runtime deals each micro-batch's samples over
+    the replicas and a replica skips those holding none of its samples, so with fewer samples than
+    micro-batches it computes ``share`` of them, one sample each."""
+    return min(plan.micro_batches, share)
+
+
 def _stage_time(
     plan: Plan,
     spec: ModelSpec,
@@ -313,10 +321,8 @@ def _stage_time(
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
     for r, share in enumerate(stage.shares(plan.global_batch)):
-        # the runtime deals each micro-batch's samples over the replicas, and a replica skips micro-batches
-        # that hold none of its samples: with fewer samples than micro-batches it computes ``share`` of them,
-        # one sample each — priced so, averaged over the B micro-batches (not B passes of a fractional sample)
-        active = min(plan.micro_batches, share)
+        # averaged over the B micro-batches: not B passes of a fractional sample
+        active = _active_micro_batches(plan, share)
         mb, weight = share / active, active / plan.micro_batches
         devices = stage.replica(r)
         what = (mb, weight, tuple(d.gpu_type for d in devices))
@@ -356,8 +362,7 @@ def _stage_time(
             for layer, _, _, _, ar, count in runs:
                 if not ar:
                     continue
-                again = recompute == "full" and layer.kind in RECOMPUTED_KINDS  # its forward runs twice
-                passes = ar.bwd + ar.fwd * (2 if again else 1)
+                passes = ar.bwd + ar.fwd * (2 if reruns_forward(layer, recompute) else 1)
                 if passes:
                     nbytes = ar.act_bytes_per_sample * mb * elem
                     counts[nbytes] = counts.get(nbytes, 0) + passes * count
@@ -446,11 +451,10 @@ def _rank_params(spec: ModelSpec, stage: Stage, k: int) -> float:
 def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> float:
     """Gradient accumulation per micro-batch, averaged over the iteration: every micro-batch after the first
     that a replica computes adds its gradients into the parameters' (read both, write one, in the parameters'
-    dtype) — a pass the layer profiles, timed from cleared gradients, leave out. A replica computes at most
-    its share of samples' worth of micro-batches (the runtime deals each micro-batch's samples over the
-    replicas). The slowest TP rank."""
+    dtype) — a pass the layer profiles, timed from cleared gradients, leave out; over the micro-batches each
+    replica computes (:func:`_active_micro_batches`). The slowest TP rank."""
     m = plan.micro_batches
-    passes = max(min(m, share) for share in stage.shares(plan.global_batch)) - 1
+    passes = max(_active_micro_batches(plan, share) for share in stage.shares(plan.global_batch)) - 1
     if passes <= 0:
         return 0.0
     elem = 2.0 if plan.precision == Precision.BF16_MASTER else 4.0
