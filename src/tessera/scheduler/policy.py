@@ -279,6 +279,11 @@ class PhasedPolicy(Policy):
         """A job found no place: True goes on with the next job (backfilling), False ends the round."""
         return True
 
+    def reserve(self, ctx: SchedulingContext, js: JobState, cand: Candidate) -> Allocation | None:
+        """Reserve phase: give the job the candidate's GPUs. Default: HAS best-fit type by type; a policy that
+        places by something else (Frenzy's memory sizes) overrides it."""
+        return ctx.reserve(js.job_id, cand.gpus, cand.n_stages)
+
     def schedule(self, ctx: SchedulingContext) -> Decision | None:
         self.prepare(ctx)
         for js in list(self.order(ctx)):
@@ -289,7 +294,7 @@ class PhasedPolicy(Policy):
             if cands:
                 scored = sorted(enumerate(cands), key=lambda ic: (-self.score(ctx, js, ic[1]), ic[0]))
                 for _, c in scored:
-                    if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
+                    if self.reserve(ctx, js, c) is not None:
                         placed = True
                         break
             if not placed and not self.on_unplaced(ctx, js):
