@@ -163,10 +163,11 @@ class Scheduler:
             jobs=ActiveJobs(self.running, self.pending),
         )
 
-    def tick(self, now_s: float) -> RoundResult:
-        """A round boundary: decide (when due), validate, bind."""
+    def tick(self, now_s: float, *, force: bool = False) -> RoundResult:
+        """A round boundary: decide (when due), validate, bind. ``force`` asks the policy even when no event
+        happened (the live service's periodic round: a job out of backoff, or measured speeds that moved)."""
         ev = self.events()
-        due = (ev.any or self.policy.every_round) and bool(self.pending or self.running)
+        due = (force or ev.any or self.policy.every_round) and bool(self.pending or self.running)
         self._clear_events()
         if not due:
             return RoundResult((), False, 0.0)
