@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.scheduler.placement import best_fit, first_satisfiable, place, place_by_memory
+from tessera.scheduler.placement import best_fit, first_satisfiable, has, place, place_by_memory
 from tessera.scheduler.state import ClusterState, NodeInfo
 
 GB = 10**9
@@ -23,6 +23,27 @@ def test_has_prefers_tightest_node_job_2x32_on_3x40_not_6x80():
     # Frenzy §IV-B: Job(2, 32) goes to Node(3, 40) rather than Node(6, 80)
     cs = _cluster([(6, 80), (3, 40)])
     assert place_by_memory(cs, 2, 32 * GB) == ((1, 2),)
+
+
+def test_has_restricts_to_smallest_adequate_size_before_tightest_node():
+    # Frenzy Algorithm 1 lines 14-15: a free 40 GB node before an 80 GB one, even when the 80 GB node is the
+    # tighter fit (exactly 2 free); a plain tightest-node rule would take node 0
+    cs = _cluster([(2, 80), (4, 40)])
+    assert place_by_memory(cs, 2, 32 * GB) == ((1, 2),)
+    # 24 GB GPUs are not adequate; with the 40 GB node busy the job goes to the 80 GB node
+    cs = _cluster([(2, 80), (4, 40), (8, 24)], free=[2, 1, 8])
+    assert place_by_memory(cs, 2, 32 * GB) == ((0, 2),)
+
+
+def test_has_spills_to_the_next_size_when_the_smallest_runs_out():
+    # 3 GPUs >= 32 GB, only 1 + 1 free at 40 GB: both 40 GB GPUs (most-free first, lowest index on ties),
+    # then the rest at 80 GB (lines 13-36 repeat with the size recomputed)
+    cs = _cluster([(4, 40), (4, 40), (4, 80)], free=[1, 1, 4])
+    assert place_by_memory(cs, 3, 32 * GB, keep_in_node=False) == ((0, 1), (1, 1), (2, 1))
+    # topology awareness: it fits one node, so one node of the smallest size that can hold it whole
+    assert place_by_memory(cs, 3, 32 * GB) == ((2, 3),)
+    cs.free[2] = 2
+    assert place_by_memory(cs, 3, 32 * GB) is None
 
 
 def test_has_keeps_job_4x35_on_one_node_not_four():
@@ -76,3 +97,24 @@ def test_first_satisfiable_walks_plans_in_order():
     assert first_satisfiable(cs, plans) == 2
     cs.free[0] = 2
     assert first_satisfiable(cs, plans) == 1
+
+
+def test_has_retrieves_the_first_satisfiable_plan_then_places_it_by_memory():
+    cs = _cluster([(2, 80), (4, 40), (8, 24)], free=[2, 4, 8])
+    # plan 0 wants 4 x >= 45 GB (only 2 such free); plan 1 wants 2 x >= 32 GB: the 40 GB node
+    plans = [(4, 45 * GB), (2, 32 * GB), (8, 20 * GB)]
+    assert has(cs, plans) == (1, ((1, 2),))
+    cs.free[:] = [2, 0, 8]
+    assert has(cs, plans) == (1, ((0, 2),))
+    cs.free[:] = [0, 1, 8]
+    assert has(cs, plans) == (2, ((2, 8),))
+    cs.free[:] = [0, 1, 7]
+    assert has(cs, plans) is None
+
+
+def test_has_passes_a_plan_topology_awareness_will_not_split():
+    cs = _cluster([(4, 40), (4, 40), (8, 24)], free=[2, 2, 8])
+    plans = [(4, 32 * GB), (8, 20 * GB)]
+    # 4 x 40 GB are free, but only split over two nodes: the next plan is taken
+    assert has(cs, plans) == (1, ((2, 8),))
+    assert has(cs, plans, keep_in_node=False) == (0, ((0, 2), (1, 2)))

@@ -1,17 +1,18 @@
 """Placement: Frenzy's HAS (heterogeneity-aware scheduler, Frenzy §IV-B Algorithm 1) with topology awareness.
 
-HAS has two steps. *Plan retrieval* walks a job's resource plans (GPU count, minimum GPU memory), best first,
-and takes the first the cluster can satisfy now (:func:`first_satisfiable`). *Best-fit placement* then puts
-the chosen plan on nodes: the single node whose free GPUs fit the job most tightly (fewest idle GPUs that
-still suffice); when no single node can hold it, the node with the most free GPUs is taken whole and the rest
-is placed again the same way (:func:`best_fit`). So Job(2, ≥32 GB) lands on Node(3 × 40 GB) rather than
+HAS has two steps (:func:`has`). *Plan retrieval* walks a job's resource plans (GPU count, minimum GPU
+memory), best first, and takes the first the cluster can satisfy now (:func:`first_satisfiable`).
+*Placement* (:func:`place_by_memory`) then first restricts to the smallest adequate GPU memory size among
+the free GPUs and puts the plan on the node of that size whose free GPUs fit it most tightly; when no single
+node can hold it, the node of that size with the most free GPUs is taken whole and the rest is placed again
+the same way. So Job(2, ≥32 GB) lands on a 40 GB node before an 80 GB one, Node(3 × 40 GB) rather than
 Node(6 × 80 GB), and Job(4, 35 GB) on one Node(4 × 40 GB) rather than four Node(1 × 40 GB).
 
 Topology awareness (``keep_in_node``): a job small enough for one node of its kind never spreads over
 several — it waits for a node to free up instead, since cross-node links would slow it down (Frenzy §IV-B).
 
-Tessera's Cells name GPU types, so :func:`place` runs best-fit per type of a Cell; :func:`place_by_memory` is
-Frenzy's memory-size form (any node whose GPUs are large enough).
+Tessera's Cells name GPU types, so :func:`place` runs the same best-fit per type of a Cell (:func:`best_fit`;
+within one type there is one memory size). The ``frenzy`` policy places by memory size (:func:`has`).
 """
 
 from __future__ import annotations
@@ -85,16 +86,75 @@ def place(cluster: ClusterState, gpus: GPUs, *, keep_in_node: bool = True) -> Pl
 def place_by_memory(
     cluster: ClusterState, n_gpus: int, min_memory_bytes: float, *, keep_in_node: bool = True
 ) -> Placement | None:
-    """Frenzy's Job(n, s): ``n_gpus`` GPUs of at least ``min_memory_bytes`` each, on any type, best-fit."""
-    idx = np.flatnonzero(cluster.up & (cluster.memory >= min_memory_bytes))
-    return best_fit(cluster.free, cluster.capacity, idx, n_gpus, keep_in_node=keep_in_node)
+    """Frenzy's HAS placement of Job(n, s) (Algorithm 1 lines 11–36): ``n_gpus`` GPUs of at least
+    ``min_memory_bytes`` each, on nodes that are up. ``cluster`` is not modified.
+
+    Each step restricts to the *smallest adequate GPU memory size* among the free GPUs (line 14; the paper's
+    line 15 reads ``gpusize > fitSz``, which would exclude the size just chosen — we read it as ``==``), then
+    takes the tightest node of that size that holds the rest (lines 16–26), else the node of that size with
+    the most free GPUs whole (lines 29–33), and repeats — so a job may spill to the next size up. Job(2, ≥32
+    GB) goes to a free 40 GB node before an 80 GB one, even one with exactly 2 free.
+
+    With ``keep_in_node`` (Tessera's topology awareness) a job no larger than some adequate node is never
+    split: it gets the tightest node of the smallest adequate size among nodes that can hold it whole, or
+    None (it waits).
+    """
+    if n_gpus <= 0:
+        return ()
+    adequate = cluster.up & (cluster.memory >= min_memory_bytes)
+    f = np.where(adequate, cluster.free, 0).astype(np.int64)
+    if int(f.sum()) < n_gpus:
+        return None
+    if keep_in_node and n_gpus <= int(cluster.capacity[adequate].max(initial=0)):
+        holds = np.flatnonzero(f >= n_gpus)
+        if len(holds) == 0:
+            return None
+        fit_sz = cluster.memory[holds].min()
+        same = holds[cluster.memory[holds] == fit_sz]
+        j = same[np.argmin(f[same])]  # tightest; argmin takes the lowest index among ties
+        return ((int(j), n_gpus),)
+    out: list[tuple[int, int]] = []
+    need = n_gpus
+    while need > 0:
+        avail = np.flatnonzero(f > 0)
+        fit_sz = cluster.memory[avail].min()  # line 14: the smallest adequate size still free
+        nlst = avail[cluster.memory[avail] == fit_sz]  # line 15: its nodes only
+        ok = nlst[f[nlst] >= need]
+        if len(ok):  # lines 18–26: the tightest single node that holds the rest
+            j = int(ok[np.argmin(f[ok])])
+            out.append((j, need))
+            break
+        j = int(nlst[np.argmax(f[nlst])])  # lines 29–33: the most free GPUs of that size, whole
+        out.append((j, int(f[j])))
+        need -= int(f[j])
+        f[j] = 0
+    return tuple(sorted(out))
 
 
-def first_satisfiable(cluster: ClusterState, plans: Sequence[tuple[int, float]]) -> int | None:
-    """HAS plan retrieval: the index of the first (GPU count, minimum GPU memory) plan whose count of free GPUs
-    with enough memory suffices, or None."""
+def first_satisfiable(
+    cluster: ClusterState, plans: Sequence[tuple[int, float]], start: int = 0
+) -> int | None:
+    """HAS plan retrieval (Algorithm 1 lines 1–10): the index of the first (GPU count, minimum GPU memory)
+    plan, from ``start`` on, whose count of free GPUs with enough memory suffices, or None."""
     avail = cluster.free * cluster.up
-    for k, (n, mem) in enumerate(plans):
+    for k in range(start, len(plans)):
+        n, mem = plans[k]
         if int(avail[cluster.memory >= mem].sum()) >= n:
             return k
+    return None
+
+
+def has(
+    cluster: ClusterState, plans: Sequence[tuple[int, float]], *, keep_in_node: bool = True
+) -> tuple[int, Placement] | None:
+    """Frenzy's HAS (Algorithm 1) end to end: the first plan the cluster can satisfy now, placed by
+    :func:`place_by_memory`; (plan index, placement), or None. A plan whose count is free but which topology
+    awareness will not split gives way to the next plan (the paper has no such rule: it always places)."""
+    k = first_satisfiable(cluster, plans)
+    while k is not None:
+        n, mem = plans[k]
+        p = place_by_memory(cluster, n, mem, keep_in_node=keep_in_node)
+        if p is not None:
+            return k, p
+        k = first_satisfiable(cluster, plans, k + 1)
     return None
