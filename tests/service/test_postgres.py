@@ -251,7 +251,8 @@ def test_state_transitions_and_rescale_history_persist(db_url, tmp_path):
     s.close_allocation(rec.id, "finished", 10, 0.4)
     s.update(rec.id, state=JobState.SUCCEEDED, finished_at=200.0, log="succeeded")
     other, _ = s.submit(SPEC)
-    s.update(other.id, state=JobState.RUNNING, attempt=1)
+    s.update(other.id, state=JobState.STARTING, attempt=1)  # the lifecycle's order (states.TRANSITIONS)
+    s.update(other.id, state=JobState.RUNNING)
     assert s.request_cancel(other.id).cancel_requested  # a running job: marked, not cancelled yet
     before = {j.id: j for j in s.list_jobs()}
     s.close()

@@ -97,3 +97,117 @@ def test_schema_compiles_for_postgresql():
 def test_bad_database_url_is_one_clear_error():
     with pytest.raises(StoreError, match="--db"):
         Store("not a url")
+
+
+def _step(step: int, loss: float) -> dict:
+    return {
+        "step": step,
+        "loss": loss,
+        "iter_time_s": 0.1,
+        "samples_per_s": 80.0,
+        "peak_memory_bytes": {"0": 5},
+    }
+
+
+def test_nonfinite_loss_is_stored_json_safe(tmp_path):
+    """A NaN or infinite loss used to fail the insert (NOT NULL): it is stored, and read back JSON-safe."""
+    import json
+
+    s = Store(sqlite_url(tmp_path / "t.db"))
+    rec, _ = s.submit(SPEC)
+    s.add_steps(rec.id, 0, [_step(0, 4.0), _step(1, float("nan")), _step(2, float("inf"))], log_every=1)
+    s.add_steps(rec.id, 0, [_step(3, float("-inf"))])
+    rows = s.steps(rec.id)
+    assert [(r["step"], r["loss"], r["loss_nonfinite"]) for r in rows] == [
+        (0, 4.0, None), (1, None, "NaN"), (2, None, "inf"), (3, None, "-inf"),
+    ]  # fmt: skip
+    json.dumps(rows, allow_nan=False)  # what the API serializes: no NaN token anywhere
+    job = s.get(rec.id)
+    assert job.steps_done == 4 and job.first_loss == 4.0 and job.last_loss is None
+    json.dumps(job.to_dict(), allow_nan=False)
+    assert "loss nan" in s.logs(rec.id)[2][2]
+    assert (
+        json.loads(s.step_records(rec.id, 0)[1])["loss"] != json.loads(s.step_records(rec.id, 0)[1])["loss"]
+    )
+
+
+def test_relaunch_supersedes_redone_steps(tmp_path):
+    """Attempt 1 ran steps 0-5, checkpointed at 3; attempt 2 resumes from 3: the counting curve is steps 0-2 of
+    attempt 1 then 3.. of attempt 2 (it never backtracks), and the abandoned steps stay stored, marked."""
+    s = Store(sqlite_url(tmp_path / "t.db"))
+    rec, _ = s.submit(SPEC)
+    s.update(rec.id, state=JobState.STARTING, attempt=1)
+    s.open_allocation(rec.id, 1, "start", [], "c", "{}", 0.1, 0)
+    s.add_steps(rec.id, 1, [_step(i, 5.0 - i * 0.1) for i in range(6)])
+    s.update(rec.id, state=JobState.RECOVERING, attempt=2, steps_done=3)
+    s.open_allocation(rec.id, 2, "recover", [], "c", "{}", 0.1, 3, note="worker failure")
+    s.add_steps(rec.id, 2, [_step(3, 4.65), _step(4, 4.55)])
+    s.add_steps(rec.id, 1, [_step(6, 4.4)])  # a late record of the abandoned attempt: stored, never counted
+    counted = s.steps(rec.id)
+    assert [(r["step"], r["attempt"]) for r in counted] == [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2)]
+    every = s.steps(rec.id, include_superseded=True)
+    assert sorted((r["step"], r["attempt"]) for r in every if r["superseded"]) == [
+        (3, 1),
+        (4, 1),
+        (5, 1),
+        (6, 1),
+    ]
+    job = s.get(rec.id)
+    assert job.steps_done == 5 and job.last_loss == 4.55
+    assert s.allocations(rec.id)[-1]["note"] == "worker failure"
+
+
+def test_illegal_transition_is_refused(tmp_path):
+    from tessera.service.states import IllegalTransition
+
+    s = Store(sqlite_url(tmp_path / "t.db"))
+    rec, _ = s.submit(SPEC)
+    with pytest.raises(IllegalTransition, match=rf"job {rec.id}: state PENDING → RUNNING is not allowed"):
+        s.update(rec.id, state=JobState.RUNNING)
+    s.update(rec.id, state=JobState.STARTING)
+    s.update(rec.id, state=JobState.FAILED, reason="loss diverged (NaN) at step 2")
+    with pytest.raises(IllegalTransition, match="terminal"):
+        s.update(rec.id, state=JobState.RECOVERING)
+    assert s.get(rec.id).state == JobState.FAILED  # the refused change left nothing behind
+    s.update(rec.id, error="x")  # fields without a state change are fine on a finished job
+
+
+def test_v2_database_migrates_to_v3_keeping_telemetry(tmp_path):
+    """A v2 SQLite file (telemetry.loss NOT NULL, no superseded column) opens as v3 with its rows intact."""
+    db = tmp_path / "t.db"
+    con = sqlite3.connect(db)
+    con.executescript(
+        """
+        CREATE TABLE schema_meta (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO schema_meta VALUES ('schema_version', '2');
+        CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, submission_key VARCHAR(128) NOT NULL UNIQUE,
+          name VARCHAR(128) NOT NULL, spec_json TEXT NOT NULL, state VARCHAR(16) NOT NULL, reason TEXT,
+          priority INTEGER NOT NULL, submitted_at FLOAT NOT NULL, started_at FLOAT, finished_at FLOAT,
+          updated_at FLOAT NOT NULL, total_steps BIGINT NOT NULL, steps_done BIGINT NOT NULL, checkpoint_step BIGINT,
+          first_loss FLOAT, last_loss FLOAT, attempt INTEGER NOT NULL, restarts INTEGER NOT NULL,
+          rescales INTEGER NOT NULL, allocation_json TEXT, estimate_json TEXT, measured_iter_s FLOAT,
+          cancel_requested BOOLEAN NOT NULL, error TEXT);
+        CREATE TABLE allocations (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL REFERENCES jobs(id),
+          attempt INTEGER NOT NULL, kind VARCHAR(16) NOT NULL, gpus_json TEXT NOT NULL, cell VARCHAR(128) NOT NULL,
+          plan_json TEXT NOT NULL, estimate_iter_s FLOAT, measured_iter_s FLOAT, started_at FLOAT NOT NULL,
+          ended_at FLOAT, end_reason TEXT, from_step BIGINT NOT NULL, to_step BIGINT);
+        CREATE TABLE telemetry (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL REFERENCES jobs(id),
+          attempt INTEGER NOT NULL, step BIGINT NOT NULL, ts FLOAT NOT NULL, loss FLOAT NOT NULL,
+          iter_time_s FLOAT NOT NULL, samples_per_s FLOAT NOT NULL, peak_memory_bytes BIGINT NOT NULL,
+          record_json TEXT NOT NULL);
+        CREATE INDEX ix_tel_job_step ON telemetry (job_id, step);
+        CREATE TABLE logs (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL REFERENCES jobs(id),
+          ts FLOAT NOT NULL, line TEXT NOT NULL);
+        INSERT INTO jobs VALUES (1, 'k', 'j', '{}', 'RUNNING', NULL, 0, 1.0, 1.0, NULL, 1.0, 10, 1, NULL, 4.0,
+          4.0, 1, 0, 0, NULL, NULL, NULL, 0, NULL);
+        INSERT INTO telemetry VALUES (7, 1, 1, 0, 1.0, 4.0, 0.1, 80.0, 5, '{}');
+        """
+    )
+    con.commit()
+    con.close()
+    s = Store(sqlite_url(db))
+    assert s.schema_version() == SCHEMA_VERSION == 3
+    assert [(r["step"], r["loss"], r["superseded"]) for r in s.steps(1)] == [(0, 4.0, False)]
+    s.add_steps(1, 1, [_step(1, float("nan"))])
+    assert s.steps(1)[-1]["loss_nonfinite"] == "NaN"
+    assert s.allocations(1) == []

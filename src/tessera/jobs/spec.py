@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -41,6 +42,12 @@ class JobSpecError(ValueError):
     """One line: the source, the field and the reason."""
 
 
+# Numbers are strict (a JSON ``"10"`` or ``true`` is not a step count) and finite (``NaN``, ``Infinity`` and
+# ``1e309``, which JSON parsers read as inf, are refused naming the field): pydantic's lax mode would coerce them.
+_INT = {"strict": True}
+_FLOAT = {"strict": True, "allow_inf_nan": False}
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -58,30 +65,48 @@ class JobSpec(BaseModel):
         min_length=1,
         description="zoo model name, or a path to a Hugging Face config.json; with `entrypoint`: any name",
     )
-    global_batch: int = Field(ge=1, description="samples per optimizer step")
-    seq_len: int | None = Field(default=None, ge=1, description="tokens per sample; default: the model's")
-    steps: int | None = Field(default=None, ge=1)
-    samples: int | None = Field(default=None, ge=1)
+    global_batch: int = Field(ge=1, description="samples per optimizer step", **_INT)
+    seq_len: int | None = Field(
+        default=None, ge=1, description="tokens per sample; default: the model's", **_INT
+    )
+    steps: int | None = Field(default=None, ge=1, **_INT)
+    samples: int | None = Field(default=None, ge=1, **_INT)
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
     precision: Literal["fp32", "bf16", "fp16", "bf16-master"] = "bf16"
     recompute: Literal["auto", "none", "selective", "full"] = "auto"
-    learning_rate: float = Field(default=3e-4, gt=0)
-    deadline_s: float | None = Field(default=None, gt=0, description="seconds after submission")
-    priority: int = Field(default=0, ge=-100, le=100)
+    learning_rate: float = Field(default=3e-4, gt=0, **_FLOAT)
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="seconds after submission", **_FLOAT
+    )
+    priority: int = Field(default=0, ge=-100, le=100, **_INT)
     gpu_types: tuple[str, ...] = Field(default=(), description="preferred GPU types, best first")
     exclude_gpu_types: tuple[str, ...] = ()
-    max_gpus: int | None = Field(default=None, ge=1)
-    seed: int = 0
+    max_gpus: int | None = Field(default=None, ge=1, **_INT)
+    seed: int = Field(default=0, **_INT)
     checkpoint_every_steps: int | None = Field(
-        default=None, ge=1, description="steps between checkpoints (default: the service picks ~10 per job)"
+        default=None,
+        ge=1,
+        description="steps between checkpoints (default: the service picks ~10 per job)",
+        **_INT,
     )
     max_restarts: int = Field(
-        default=3, ge=0, le=100, description="relaunches from the last checkpoint after a failure"
+        default=3, ge=0, le=100, description="relaunches from the last checkpoint after a failure", **_INT
+    )
+    wait_for_resources: bool = Field(
+        default=False,
+        strict=True,
+        description="queue the job even when no Cell of the cluster can run it now (it waits for larger "
+        "or more GPUs); by default such a job is refused at submission with the planner's reason",
     )
     data: str | None = Field(
         default=None,
         min_length=1,
         description="a local text file read as byte-level tokens (default: seeded synthetic tokens)",
+    )
+    on_nonfinite_loss: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="a NaN or infinite loss: `fail` ends the job FAILED at that step (no relaunch); `skip` "
+        "skips that step's optimizer update and goes on",
     )
 
     @model_validator(mode="before")
@@ -91,6 +116,11 @@ class JobSpec(BaseModel):
             for key, why in _FORBIDDEN.items():
                 if key in data:
                     raise ValueError(f"field {key!r} is not allowed: {why}")
+            for key in data:  # a typo gets the nearest field; anything else pydantic's "extra" error
+                if isinstance(key, str) and key not in cls.model_fields:
+                    near = difflib.get_close_matches(key, list(cls.model_fields), n=1, cutoff=0.75)
+                    if near:
+                        raise ValueError(f"unknown field {key!r}; did you mean {near[0]!r}?")
         return data
 
     @field_validator("entrypoint")
@@ -156,6 +186,25 @@ class JobSpec(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=False), sort_keys=False)
 
 
+class _YAMLLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``3e-4`` is a number, not the string PyYAML 1.1 makes of
+    it (the strict spec no longer turns strings into numbers)."""
+
+
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
 def parse_job(data: Any, source: str = "job spec") -> JobSpec:
     if not isinstance(data, dict):
         raise JobSpecError(f"{source}: expected a mapping of fields, got {type(data).__name__}")
@@ -173,7 +222,7 @@ def load_job(path: str | Path) -> JobSpec:
     except OSError as e:
         raise JobSpecError(f"{path}: cannot read: {e.strerror}") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_YAMLLoader)  # noqa: S506
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         raise JobSpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from None
     if isinstance(data, dict):

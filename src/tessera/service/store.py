@@ -10,6 +10,12 @@ INTEGER always was, on PostgreSQL they are BIGINT since schema 2. The schema is 
 an older database is migrated forward on open, a newer one is refused with a clear message, never silently
 misread.
 
+Telemetry is exact in the record: a non-finite loss (a diverging job) is stored as NULL with its kind in
+``loss_nonfinite`` ("NaN", "inf", "-inf"), so reads are JSON-safe and nothing is lost; a relaunch from a
+checkpoint marks the steps its predecessors ran past that checkpoint ``superseded`` (they were redone), and
+:meth:`Store.steps` returns by default only the steps that count — one per step, the latest attempt's — so
+loss curves never backtrack.
+
 Exactly-once submission: every job row carries a unique ``submission_key`` (the client's ``Idempotency-Key``
 or a fresh UUID); a retried submission hits the unique index and gets the job stored the first time.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 import uuid
@@ -44,6 +51,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -52,9 +60,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import QueuePool
 
 from tessera.jobs import JobSpec, parse_job
-from tessera.service.states import TERMINAL, JobState, Reason
+from tessera.service.states import TERMINAL, JobState, Reason, check_transition
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Row ids: 64-bit everywhere (BIGSERIAL on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the 64-bit rowid).
 ID = BigInteger().with_variant(Integer, "sqlite")
@@ -117,6 +125,7 @@ allocations = Table(
     Column("end_reason", Text, nullable=True),
     Column("from_step", BigInteger, nullable=False),
     Column("to_step", BigInteger, nullable=True),
+    Column("note", Text, nullable=True),  # why it was opened: the scheduler's reason with its figures (v3)
 )
 Index("ix_alloc_job", allocations.c.job_id)
 
@@ -128,11 +137,14 @@ telemetry = Table(
     Column("attempt", Integer, nullable=False),
     Column("step", BigInteger, nullable=False),
     Column("ts", Float, nullable=False),
-    Column("loss", Float, nullable=False),
+    Column("loss", Float, nullable=True),  # NULL: not a finite number (see loss_nonfinite) — v3
+    Column("loss_nonfinite", String(8), nullable=True),  # "NaN" | "inf" | "-inf" when loss is NULL (v3)
     Column("iter_time_s", Float, nullable=False),
     Column("samples_per_s", Float, nullable=False),
     Column("peak_memory_bytes", BigInteger, nullable=False),
     Column("record_json", Text, nullable=False),  # the runtime's StepRecord, for calibration
+    # a later attempt resumed from a checkpoint before this step and ran it again: this row does not count (v3)
+    Column("superseded", Boolean, nullable=False, default=False),
 )
 Index("ix_tel_job_step", telemetry.c.job_id, telemetry.c.step)
 
@@ -442,6 +454,10 @@ class Store:
         now = time.time()
         values["updated_at"] = now
         with self._write() as conn:
+            if "state" in values:  # the lifecycle's transition table (states.TRANSITIONS) is enforced here
+                row = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id).with_for_update()).first()
+                if row is not None:
+                    check_transition(JobState(row[0]), JobState(values["state"]), job_id)
             conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
             if log:
                 conn.execute(insert(logs).values(job_id=job_id, ts=now, line=log))
@@ -457,6 +473,7 @@ class Store:
             if state in TERMINAL:
                 pass
             elif state == JobState.PENDING:
+                check_transition(state, JobState.CANCELLED, job_id)
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.id == job_id)
@@ -495,63 +512,100 @@ class Store:
     def add_steps(
         self, job_id: int, attempt: int, records: Sequence[dict[str, Any]], *, log_every: int = 0
     ) -> None:
-        """Store per-step records (the runtime's merged StepRecord as a dict) and advance the job's progress."""
+        """Store per-step records (the runtime's merged StepRecord as a dict) and advance the job's progress.
+
+        A non-finite loss is stored as NULL plus its kind (never an error: a diverging job keeps its record).
+        Records of an attempt older than the job's current one (late arrivals) are stored, marked superseded
+        where the current attempt redoes them, and never move the job's progress."""
         if not records:
             return
         now = time.time()
-        rows = [
-            {
-                "job_id": job_id,
-                "attempt": attempt,
-                "step": r["step"],
-                "ts": now,
-                "loss": float(r["loss"]),
-                "iter_time_s": float(r["iter_time_s"]),
-                "samples_per_s": float(r["samples_per_s"]),
-                "peak_memory_bytes": int(max(r.get("peak_memory_bytes", {0: 0}).values() or [0])),
-                "record_json": json.dumps(r),
-            }
-            for r in records
-        ]
-        last = max(records, key=lambda r: r["step"])
+        ordered = sorted(records, key=lambda r: r["step"])
         with self._write() as conn:
-            conn.execute(insert(telemetry), rows)
             cur = conn.execute(
-                select(jobs.c.first_loss, jobs.c.steps_done).where(jobs.c.id == job_id).with_for_update()
+                select(jobs.c.first_loss, jobs.c.steps_done, jobs.c.attempt)
+                .where(jobs.c.id == job_id)
+                .with_for_update()
             ).first()
-            values: dict[str, Any] = {"last_loss": float(last["loss"]), "updated_at": now}
+            redo_from: int | None = None  # steps from here on are redone by the job's current attempt
+            if cur is not None and attempt < (cur[2] or 0):
+                row = conn.execute(
+                    select(allocations.c.from_step).where(
+                        allocations.c.job_id == job_id, allocations.c.attempt == cur[2]
+                    )
+                ).first()
+                redo_from = int(row[0]) if row is not None else 0
+            rows = [
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "step": r["step"],
+                    "ts": now,
+                    "loss": finite_or_none(r["loss"]),
+                    "loss_nonfinite": nonfinite_kind(r["loss"]),
+                    "iter_time_s": float(r["iter_time_s"]),
+                    "samples_per_s": float(r["samples_per_s"]),
+                    "peak_memory_bytes": int(max(r.get("peak_memory_bytes", {0: 0}).values() or [0])),
+                    "record_json": json.dumps(r),
+                    "superseded": redo_from is not None and r["step"] >= redo_from,
+                }
+                for r in ordered
+            ]
+            conn.execute(insert(telemetry), rows)
+            if redo_from is not None:
+                return
+            last = ordered[-1]
+            values: dict[str, Any] = {"last_loss": finite_or_none(last["loss"]), "updated_at": now}
             if cur is not None and cur[0] is None:
-                values["first_loss"] = float(min(records, key=lambda r: r["step"])["loss"])
+                first = next((x for r in ordered if (x := finite_or_none(r["loss"])) is not None), None)
+                if first is not None:
+                    values["first_loss"] = first
             if cur is None or last["step"] + 1 > (cur[1] or 0):
                 values["steps_done"] = int(last["step"]) + 1
             conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
             if log_every:
-                for r in records:
+                for r in ordered:
                     if (r["step"] + 1) % log_every == 0:
                         conn.execute(
                             insert(logs).values(
                                 job_id=job_id,
                                 ts=now,
-                                line=f"step {r['step'] + 1} loss {r['loss']:.4f} "
+                                line=f"step {r['step'] + 1} loss {float(r['loss']):.4f} "
                                 f"iter {r['iter_time_s'] * 1e3:.1f} ms {r['samples_per_s']:.1f} samples/s",
                             )
                         )
 
-    def steps(self, job_id: int, *, attempt: int | None = None) -> list[dict[str, Any]]:
+    def steps(
+        self, job_id: int, *, attempt: int | None = None, include_superseded: bool = False
+    ) -> list[dict[str, Any]]:
+        """The job's steps in step order, JSON-safe (``loss`` None where ``loss_nonfinite`` names NaN/inf).
+
+        By default only the steps that count: each step once, from the latest attempt that ran it (steps a
+        relaunch redid from an earlier checkpoint are left out), so a loss curve never backtracks."""
         q = select(
             telemetry.c.step,
             telemetry.c.attempt,
             telemetry.c.ts,
             telemetry.c.loss,
+            telemetry.c.loss_nonfinite,
             telemetry.c.iter_time_s,
             telemetry.c.samples_per_s,
             telemetry.c.peak_memory_bytes,
+            telemetry.c.superseded,
         ).where(telemetry.c.job_id == job_id)
         if attempt is not None:
             q = q.where(telemetry.c.attempt == attempt)
+        if not include_superseded:
+            q = q.where(telemetry.c.superseded.is_(False))
         with self._read() as conn:
-            rows = conn.execute(q.order_by(telemetry.c.id)).all()
-        return [dict(r._mapping) for r in rows]
+            rows = conn.execute(q.order_by(telemetry.c.step, telemetry.c.id)).all()
+        out = []
+        for r in rows:
+            d = dict(r._mapping)
+            d["superseded"] = bool(d["superseded"])
+            d["loss"] = finite_or_none(d["loss"])  # PostgreSQL can hold NaN: never hand one to a JSON encoder
+            out.append(d)
+        return out
 
     def step_records(self, job_id: int, attempt: int) -> list[str]:
         """The runtime's StepRecord JSON lines of one attempt (what calibration reads)."""
@@ -574,8 +628,21 @@ class Store:
         plan_json: str,
         estimate_iter_s: float | None,
         from_step: int,
+        note: str | None = None,
     ) -> int:
+        """Record a launch (``note``: the scheduler's reason for it). Steps earlier attempts ran from
+        ``from_step`` on are marked superseded in the same transaction: this attempt runs them again."""
         with self._write() as conn:
+            conn.execute(
+                update(telemetry)
+                .where(
+                    telemetry.c.job_id == job_id,
+                    telemetry.c.attempt < attempt,
+                    telemetry.c.step >= from_step,
+                    telemetry.c.superseded.is_(False),
+                )
+                .values(superseded=True)
+            )
             return int(
                 conn.execute(
                     insert(allocations).values(
@@ -588,6 +655,7 @@ class Store:
                         estimate_iter_s=estimate_iter_s,
                         started_at=time.time(),
                         from_step=from_step,
+                        note=note,
                     )
                 ).inserted_primary_key[0]
             )
@@ -645,4 +713,47 @@ def _widen_v2(conn: Connection) -> None:
             conn.exec_driver_sql(f"ALTER SEQUENCE {seq} AS BIGINT")
 
 
-MIGRATIONS = {1: _create_v1, 2: _widen_v2}
+def _v3_nonfinite_and_superseded(conn: Connection) -> None:
+    """telemetry.loss nullable + loss_nonfinite (a NaN loss used to fail the insert: NOT NULL), telemetry.
+    superseded (steps redone after a relaunch), allocations.note (the scheduler's reason for a launch).
+    A database created at v1 by this code already has them (v1 creates the current tables): nothing to do."""
+    tel = {c["name"] for c in inspect(conn).get_columns("telemetry")}
+    if "superseded" not in tel:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(
+                "ALTER TABLE telemetry ALTER COLUMN loss DROP NOT NULL, "
+                "ADD COLUMN loss_nonfinite VARCHAR(8), ADD COLUMN superseded BOOLEAN NOT NULL DEFAULT false"
+            )
+        else:  # SQLite cannot drop a NOT NULL: rebuild the table (ids kept)
+            old = [c.name for c in telemetry.columns if c.name not in ("loss_nonfinite", "superseded")]
+            cols = ", ".join(old)
+            conn.exec_driver_sql("DROP INDEX IF EXISTS ix_tel_job_step")
+            conn.exec_driver_sql("ALTER TABLE telemetry RENAME TO telemetry_v2")
+            metadata.create_all(conn, tables=[telemetry])
+            conn.exec_driver_sql(
+                f"INSERT INTO telemetry ({cols}, superseded) SELECT {cols}, 0 FROM telemetry_v2"
+            )
+            conn.exec_driver_sql("DROP TABLE telemetry_v2")
+    if "note" not in {c["name"] for c in inspect(conn).get_columns("allocations")}:
+        conn.exec_driver_sql("ALTER TABLE allocations ADD COLUMN note TEXT")
+
+
+def finite_or_none(x: Any) -> float | None:
+    """A float, or None where it is not a finite number (what a JSON reply can carry)."""
+    if x is None:
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def nonfinite_kind(x: Any) -> str | None:
+    """ "NaN", "inf" or "-inf" for a non-finite number, None for a finite one."""
+    f = float(x) if x is not None else 0.0
+    if math.isnan(f):
+        return "NaN"
+    if math.isinf(f):
+        return "inf" if f > 0 else "-inf"
+    return None
+
+
+MIGRATIONS = {1: _create_v1, 2: _widen_v2, 3: _v3_nonfinite_and_superseded}
