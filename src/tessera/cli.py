@@ -3,44 +3,38 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import wraps
-from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from tessera.commands.common import GiB, Typer, clean_errors, console, err_console, tessera_version
 from tessera.hardware import cluster_presets, gpu_catalog
 
-app = typer.Typer(
+app = Typer(
     name="tessera",
-    help="Train large models on heterogeneous GPU clusters: memory, Cells, scheduling, balanced plans.",
+    help="Train large models on heterogeneous GPU clusters: memory, Cells, scheduling, balanced plans.\n\n"
+    "State (measured profiles, simulator caches, the server's store) lives under $TESSERA_HOME "
+    "(default ~/.cache/tessera).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
-console = Console()
-if not console.is_terminal:  # piped or captured: wide tables instead of ellipses
-    console = Console(width=200)
-err_console = Console(stderr=True)
-
-GiB = 2**30
+__all__ = ["GiB", "app", "console", "err_console"]
 
 
-def _clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn expected user errors into one red line and exit code 2, never a traceback."""
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"tessera {tessera_version()}")
+        raise typer.Exit()
 
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (KeyError, ValueError) as e:
-            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
-            raise typer.Exit(2) from None
 
-    return wrapper
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Options of `tessera` itself (the app's help text is the Typer's)."""
 
 
 def _tflops(x: float | None) -> str:
@@ -48,7 +42,7 @@ def _tflops(x: float | None) -> str:
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def gpus(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """List the GPU catalog."""
     cat = gpu_catalog()
@@ -85,7 +79,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="machine-readable ou
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def clusters(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """List the shipped cluster presets."""
     presets = cluster_presets()
@@ -102,7 +96,7 @@ def clusters(as_json: bool = typer.Option(False, "--json", help="machine-readabl
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def models(as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
     """List the model zoo."""
     from tessera.models.zoo import list_models
@@ -129,7 +123,7 @@ def _count(n: int) -> str:
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def memory(
     model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
     gpu: str = typer.Option("A100-80GB", "--gpu", help="GPU type (see `tessera gpus`)"),
@@ -175,13 +169,17 @@ def memory(
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def plan(
     job: str = typer.Argument(..., help="job spec (YAML or JSON)"),
-    cluster: str = typer.Option(
-        "local", "--cluster", help="cluster preset or YAML file (see `tessera clusters`)"
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="cluster preset or YAML file (see `tessera clusters`; default: local, or exactly --gpus when given)",
     ),
-    gpus: str | None = typer.Option(None, "--gpus", help="only these GPUs, e.g. 4xA100-40GB,4xV100-32GB"),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="only these GPUs, e.g. 4xA100-40GB,4xV100-32GB (of --cluster, when given)"
+    ),
     out: str | None = typer.Option(
         None, "--out", help="where the chosen Plan JSON goes (default runs/<job>/plan.json)"
     ),
@@ -202,7 +200,7 @@ def plan(
 
 
 @app.command()
-@_clean_errors
+@clean_errors
 def estimate(
     model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
     gpu: str = typer.Option(..., "--gpu", help="GPU type (see `tessera gpus`)"),
@@ -281,15 +279,15 @@ def _register_subcommands() -> None:
     from tessera.commands.server import server
 
     app.add_typer(profile_app, name="profile")
-    app.command()(_clean_errors(calibrate))
-    app.command()(_clean_errors(__import__("tessera.commands.simulate", fromlist=["simulate"]).simulate))
-    app.command()(_clean_errors(server))
+    app.command()(clean_errors(calibrate))
+    app.command()(clean_errors(__import__("tessera.commands.simulate", fromlist=["simulate"]).simulate))
+    app.command()(clean_errors(server))
     app.command()(submit)
     app.command(name="list")(list_jobs)
     app.command()(status)
     app.command()(logs)
     app.command()(cancel)
-    app.command()(_clean_errors(demo))
+    app.command()(clean_errors(demo))
 
 
 _register_subcommands()

@@ -1,7 +1,18 @@
 """The `tessera` command end to end (typer's runner drives the real app)."""
 
+import ast
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from tessera.cli import app
@@ -59,3 +70,154 @@ def test_memory_exact_agrees_with_the_formula_on_a_small_model():
     for s in stages:
         assert s["exact_peak_bytes"] > 0
         assert abs(s["peak_bytes"] - s["exact_peak_bytes"]) / s["exact_peak_bytes"] < 0.1
+
+
+# ------------------------------------------------------------------------------ what a new user trips on
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _all_commands(cmd, path=()):
+    """Every command path of the app (groups included), e.g. ("profile", "layers")."""
+    yield path
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _all_commands(sub, (*path, name))
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"tessera {version('tessera')}"
+
+
+def test_help_shows_boolean_flags_as_flags():
+    """Typer's rich help printed `--json <bool>` as if the flag took a value; every command's help is checked."""
+    paths = list(_all_commands(typer.main.get_command(app)))
+    assert ("profile", "layers") in paths and ("submit",) in paths
+    for path in paths:
+        r = runner.invoke(app, [*path, "--help"], terminal_width=200)
+        assert r.exit_code == 0, (path, r.output)
+        assert "<bool>" not in r.output, (path, r.output)
+    r = runner.invoke(app, ["list", "--help"], terminal_width=200)
+    assert re.search(r"--json\s+machine-readable output", r.output), r.output
+    assert "--active" in r.output  # a --x/--y pair keeps both names
+
+
+def test_shell_completion_is_enabled():
+    r = runner.invoke(app, ["--help"], terminal_width=200)
+    assert "--install-completion" in r.output and "--show-completion" in r.output
+    exe = Path(sys.executable).parent / "tessera"  # the installed console script, as a shell runs it
+    script = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True, timeout=120)
+    assert script.returncode == 0, script.stderr
+    assert "_TESSERA_COMPLETE=complete_bash" in script.stdout
+    words = subprocess.run(
+        [exe], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "_TESSERA_COMPLETE": "complete_bash", "COMP_WORDS": "tessera clu", "COMP_CWORD": "1"},
+    )  # fmt: skip
+    assert words.stdout.split() == ["clusters"], (words.stdout, words.stderr)
+
+
+def test_plan_with_gpus_and_no_cluster_plans_on_exactly_those_gpus(tmp_path):
+    """The README's `tessera plan examples/tiny-gpt.yaml --gpus 4xA100-40GB,4xV100-32GB` failed: --gpus was a
+    subset of the default 4-GPU `local` preset. Without --cluster the GPUs given are the cluster."""
+    out = tmp_path / "plan.json"
+    args = ["plan", str(ROOT / "examples" / "tiny-gpt.yaml"), "--gpus", "4xA100-40GB,4xV100-32GB", "--json",
+            "--out", str(out)]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert {"A100-40GB": 4, "V100-32GB": 4} in [c["gpus"] for c in data["cells"]]
+    assert data["plan_path"] == str(out) and out.is_file()
+    # with an explicit --cluster, --gpus still means "of that cluster", and asking too much is one line
+    r = runner.invoke(app, [*args[:4], "--cluster", "local", "--out", str(out)])
+    assert r.exit_code == 2 and "cluster local has 2 A100-40GB, asked for 4" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_state_lives_under_tessera_home(tmp_path, monkeypatch):
+    """Measured profiles, simulator caches, compiled shims and the server's store: one home directory."""
+    from tessera.memory.fakecuda import cache_dir as shim_dir
+    from tessera.perf.costmodel import default_dir as perf_dir
+    from tessera.service.config import default_state_dir
+
+    try:  # the speed source's rate-table cache (the module was renamed from cell_source)
+        from tessera.scheduler.speed import cache_dir as sim_dir
+    except ImportError:  # pragma: no cover
+        from tessera.scheduler.cell_source import cache_dir as sim_dir
+    dirs = (perf_dir, sim_dir, shim_dir, default_state_dir)
+    monkeypatch.delenv("TESSERA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TESSERA_HOME", str(tmp_path / "home"))
+    for d in dirs:
+        assert d().is_relative_to(tmp_path / "home"), (d.__module__, d())
+    monkeypatch.delenv("TESSERA_HOME")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for d in dirs:
+        assert d().is_relative_to(tmp_path / ".cache" / "tessera"), (d.__module__, d())
+
+
+def test_cli_and_commands_do_not_import_each_other():
+    """Shared helpers live in tessera.commands.common; no command module imports tessera.cli."""
+    for path in (ROOT / "src" / "tessera" / "commands").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n == "tessera.cli" or n.startswith("tessera.cli.") for n in names), path.name
+
+
+class _Server:
+    """An API-only Service on real uvicorn on loopback (no scheduler, no Ray)."""
+
+    def __init__(self, state: Path) -> None:
+        import uvicorn
+
+        from tessera.service.config import ServiceConfig
+        from tessera.service.server import Service
+
+        self.service = Service(ServiceConfig(state_dir=state, scheduler=False))
+        self.service.start()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        cfg = uvicorn.Config(self.service.app(), host="127.0.0.1", port=port, log_level="warning")
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+        self.service.stop()
+
+
+@pytest.mark.timeout(180)
+def test_status_never_prints_none_or_unrounded_floats(tmp_path):
+    srv = _Server(tmp_path / "state")
+    try:
+        r = runner.invoke(
+            app, ["submit", str(ROOT / "examples" / "tiny-gpt.yaml"), "--url", srv.url, "--json"]
+        )
+        assert r.exit_code == 0, r.output
+        jid = json.loads(r.stdout)["job"]["id"]
+        fresh = runner.invoke(app, ["status", str(jid), "--url", srv.url], terminal_width=200)
+        assert fresh.exit_code == 0, fresh.output
+        assert "None" not in fresh.output and "no loss yet" in fresh.output, fresh.output
+        srv.service.store.update(
+            jid, first_loss=5.123456789012, last_loss=2.718281828459045, measured_iter_s=0.012345678901,
+            steps_done=7, checkpoint_step=5,
+        )  # fmt: skip
+        for cmd in (["status", str(jid)], ["list"]):
+            out = runner.invoke(app, [*cmd, "--url", srv.url], terminal_width=200)
+            assert out.exit_code == 0, out.output
+            assert "None" not in out.output, out.output
+            assert not re.search(r"\d\.\d{5,}", out.output), out.output
+        assert "5.123 → 2.718" in runner.invoke(app, ["status", str(jid), "--url", srv.url]).output
+    finally:
+        srv.close()

@@ -92,7 +92,7 @@ def calibrate(
 def _render(report: CalibrationReport) -> None:
     from rich.table import Table
 
-    from tessera.cli import console
+    from tessera.commands.common import console
 
     m = report.measured
     t = Table(title=f"{report.plan_model}: estimate vs measured")

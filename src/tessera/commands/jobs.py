@@ -8,24 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from tessera.commands.common import console, fail, ms, num
 from tessera.service.client import Client, ClientError
-
-console = Console()
-if not console.is_terminal:
-    console = Console(width=200)
-err = Console(stderr=True)
 
 URL = typer.Option(None, "--url", envvar="TESSERA_URL", help="server URL (default: http://127.0.0.1:8470)")
 TOKEN = typer.Option(None, "--token", envvar="TESSERA_TOKEN", help="the server's token, if it has one")
 JSON = typer.Option(False, "--json", help="machine-readable output")
-
-
-def _fail(msg: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
-    return typer.Exit(code)
 
 
 def _client(url: str | None, token: str | None) -> Client:
@@ -81,7 +71,7 @@ def submit(
     try:
         spec = load_job(job)
     except JobSpecError as e:
-        raise _fail(str(e), 2) from None
+        raise fail(str(e), 2) from None
     body = spec.model_dump(mode="json")
     if dry_run:
         _dry_run(body, spec, cluster, url, token, as_json)
@@ -90,7 +80,7 @@ def submit(
         with _client(url, token) as c:
             out = c.submit(body, key=key)
     except ClientError as e:
-        raise _fail(str(e), 2 if e.status == 422 else 1) from None
+        raise fail(str(e), 2 if e.status == 422 else 1) from None
     if as_json:
         print(json.dumps(out, indent=2))
         return
@@ -109,7 +99,7 @@ def _dry_run(
             where = f"server {c.url}"
     except ClientError as e:
         if e.status is not None:
-            raise _fail(str(e), 2 if e.status == 422 else 1) from None
+            raise fail(str(e), 2 if e.status == 422 else 1) from None
         out, where = _local_dry_run(spec, cluster), f"cluster {cluster!r} (no server reachable)"
     if as_json:
         print(json.dumps(out, indent=2))
@@ -156,7 +146,7 @@ def _local_dry_run(spec: Any, cluster: str) -> dict[str, Any]:
         adapter = SchedulingAdapter(LiveCluster.from_spec(emulated_spec(cluster)), CostModel.load())
         return adapter.dry_run(spec).to_dict()
     except ModelSourceError as e:
-        raise _fail(str(e), 2) from None
+        raise fail(str(e), 2) from None
 
 
 # --------------------------------------------------------------------------------------------- list / status
@@ -171,7 +161,7 @@ def list_jobs(
         with _client(url, token) as c:
             out = c.jobs(all_jobs=all_jobs)
     except ClientError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if as_json:
         print(json.dumps(out, indent=2))
         return
@@ -188,7 +178,7 @@ def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         end = j["finished_at"] or now
         t.add_row(
             str(j["id"]), j["name"], j["state"], j["reason"] or "", gpus_text(j["gpus"]), j["cell"] or "-",
-            f"{j['steps_done']}/{j['total_steps']}", f"{j['last_loss']:.3f}" if j["last_loss"] is not None else "-",
+            f"{j['steps_done']}/{j['total_steps']}", num(j["last_loss"], ".3f"),
             str(j["rescales"]), duration(end - start),
         )  # fmt: skip
     return t
@@ -205,7 +195,7 @@ def status(
         with _client(url, token) as c:
             j = c.job(job)
     except ClientError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if as_json:
         print(json.dumps(j, indent=2))
         return
@@ -213,8 +203,9 @@ def status(
     console.print(
         f"[bold]job {j['id']}[/] {j['name']} ({j['model']}): [bold]{j['state']}[/]{reason}", highlight=False
     )
-    console.print(f"progress: {j['steps_done']}/{j['total_steps']} steps, loss {j['first_loss']} → {j['last_loss']}, "
-                  f"checkpoint at step {j['checkpoint_step']}", highlight=False)  # fmt: skip
+    loss = "no loss yet" if j["last_loss"] is None else f"loss {num(j['first_loss'])} → {num(j['last_loss'])}"
+    ck = "no checkpoint yet" if j["checkpoint_step"] is None else f"checkpoint at step {j['checkpoint_step']}"
+    console.print(f"progress: {j['steps_done']}/{j['total_steps']} steps, {loss}, {ck}", highlight=False)
     if j["allocation"]:
         a = j["allocation"]
         console.print(
@@ -225,8 +216,7 @@ def status(
         )
     est, meas = j["estimate_iter_s"], j["measured_iter_s"]
     if est or meas:
-        console.print(f"iteration: estimated {est * 1e3 if est else 0:.2f} ms, measured "
-                      f"{meas * 1e3 if meas else 0:.2f} ms", highlight=False)  # fmt: skip
+        console.print(f"iteration: estimated {ms(est)}, measured {ms(meas)}", highlight=False)
     if j["error"]:
         console.print(f"[red]last error:[/] {j['error']}", highlight=False)
     if j["history"]:
@@ -237,8 +227,7 @@ def status(
             t.add_row(
                 str(h["attempt"]), h["kind"], h["cell"], plan_text(h["stages"]),
                 f"{h['from_step']}→{h['to_step'] if h['to_step'] is not None else '…'}",
-                f"{h['estimate_iter_s'] * 1e3:.2f}" if h["estimate_iter_s"] else "-",
-                f"{h['measured_iter_s'] * 1e3:.2f}" if h["measured_iter_s"] else "-", h["end_reason"] or "running",
+                ms(h["estimate_iter_s"], unit=""), ms(h["measured_iter_s"], unit=""), h["end_reason"] or "running",
             )  # fmt: skip
         console.print(t)
 
@@ -264,7 +253,7 @@ def logs(
                     return
                 time.sleep(1.0)
     except ClientError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     except KeyboardInterrupt:
         return
 
@@ -279,6 +268,6 @@ def cancel(
         with _client(url, token) as c:
             j = c.cancel(job)
     except ClientError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     what = "cancelled" if j["state"] == "CANCELLED" else f"cancel requested ({j['state']})"
     console.print(f"job {j['id']} {j['name']}: {what}", highlight=False)

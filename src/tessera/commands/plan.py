@@ -8,10 +8,27 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tessera.commands.common import GiB
+from tessera.hardware.cluster import ClusterSpec, NodeGroupSpec
 from tessera.perf.costmodel import CostModel
-from tessera.planning.planner import PlanningResult, plan_job
+from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
 
-GiB = 2**30
+DEFAULT_CLUSTER = "local"
+GPUS_PER_NODE = 8  # a server of the usual size: what a cluster made from --gpus alone is built of
+
+
+def cluster_of(gpus: dict[str, int]) -> ClusterSpec:
+    """A cluster holding exactly ``gpus`` (nodes of up to 8 GPUs of one type), for `--gpus` without `--cluster`:
+    asking to plan on 4×A100 + 4×V100 means those GPUs, not the few of the default preset."""
+    groups: list[NodeGroupSpec] = []
+    for gpu, n in gpus.items():
+        full, rest = divmod(n, GPUS_PER_NODE)
+        if full:
+            groups.append(NodeGroupSpec(count=full, gpu=gpu, gpus_per_node=GPUS_PER_NODE))
+        if rest:
+            groups.append(NodeGroupSpec(count=1, gpu=gpu, gpus_per_node=rest))
+    name = "+".join(f"{n}x{g}" for g, n in gpus.items())
+    return ClusterSpec(name=name, description="the GPUs given with --gpus", node_groups=tuple(groups))
 
 
 def _table(result: PlanningResult, top: int) -> Table:
@@ -41,7 +58,7 @@ def plan_command(
     *,
     console: Console,
     job: str,
-    cluster: str,
+    cluster: str | None,
     gpus: str | None,
     out: str | None,
     top: int,
@@ -51,8 +68,12 @@ def plan_command(
 ) -> None:
     if top < 1:
         raise ValueError(f"--top: must be >= 1, got {top}")
+    target: ClusterSpec | str = cluster or DEFAULT_CLUSTER
+    if gpus is not None and cluster is None:
+        target = cluster_of(parse_gpus(gpus))
+    where = target if isinstance(target, str) else f"the cluster of {target.name}"
     with console.status("estimating Cells…") if not as_json else _Null():
-        result = plan_job(job, cluster, gpus, cost=CostModel.load(cost_dir), guided=not exhaustive)
+        result = plan_job(job, target, gpus, cost=CostModel.load(cost_dir), guided=not exhaustive)
     path = Path(out) if out else Path("runs") / result.job.name / "plan.json"
     if result.chosen is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +85,7 @@ def plan_command(
         return
     console.print(_table(result, top))
     if result.chosen is None:
-        raise ValueError(f"no Cell of {result.job.name} fits on {cluster}{' within ' + gpus if gpus else ''}")
+        raise ValueError(f"no Cell of {result.job.name} fits on {where}{' within ' + gpus if gpus else ''}")
     ch = result.chosen
     stages = " | ".join(
         f"layers {s.layer_start}-{s.layer_end - 1}: {s.dp_degree}×{s.tp_degree} {s.devices[0].gpu_type}"

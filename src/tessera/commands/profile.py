@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import typer
 
-profile_app = typer.Typer(
+from tessera.commands.common import Typer, clean_errors, console
+
+profile_app = Typer(
     help="Measure layer times and collective tables on the machine at hand; saved for every later estimate.",
     no_args_is_help=True,
 )
@@ -38,13 +38,6 @@ def _cost_dir(cost_dir: str | None) -> Path:
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--cost-dir: {str(directory)!r} is not a directory")
     return directory
-
-
-def _clean(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The CLI's own one-line error wrapper (imported late: tessera.cli imports this module)."""
-    from tessera.cli import _clean_errors
-
-    return _clean_errors(fn)
 
 
 @profile_app.command("layers")
@@ -74,7 +67,7 @@ def layers(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Time every distinct layer's per-device shard (DP-only and TP-only) on this device (Crius §5.1)."""
-    _clean(_layers)(
+    clean_errors(_layers)(
         model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, recompute,
         cost_dir, as_json,
     )  # fmt: skip
@@ -98,7 +91,6 @@ def _layers(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from tessera.cli import console
     from tessera.models.resolve import resolve_spec
     from tessera.perf.costmodel import CostModel
     from tessera.perf.profiler import count_steps, profile_layers
@@ -170,7 +162,7 @@ def comm(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Time all-reduce, all-gather, reduce-scatter and send/recv over message sizes (Crius's offline tables)."""
-    _clean(_comm)(procs, max_bytes, backend, repeats, timeout, cost_dir, as_json)
+    clean_errors(_comm)(procs, max_bytes, backend, repeats, timeout, cost_dir, as_json)
 
 
 def _comm(
@@ -184,7 +176,6 @@ def _comm(
 ) -> None:
     from rich.table import Table
 
-    from tessera.cli import console
     from tessera.perf.comm_profile import profile_comm
     from tessera.perf.costmodel import CostModel
 

@@ -18,7 +18,7 @@ def server(
     state_dir: Path = typer.Option(
         None,
         "--state-dir",
-        help="store, checkpoints, calibration (default: $TESSERA_HOME/service or ~/.local/share/tessera/service)",
+        help="store, checkpoints, calibration (default: $TESSERA_HOME/service, ~/.cache/tessera/service)",
     ),
     db: str | None = typer.Option(
         None,

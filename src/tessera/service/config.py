@@ -12,9 +12,9 @@ DEFAULT_PORT = 8470
 
 
 def default_state_dir() -> Path:
-    """``$TESSERA_HOME/service`` or ``~/.local/share/tessera/service``."""
+    """``$TESSERA_HOME/service`` (default ``~/.cache/tessera/service``: all state under one home)."""
     home = os.environ.get("TESSERA_HOME")
-    return (Path(home) if home else Path.home() / ".local" / "share" / "tessera") / "service"
+    return (Path(home) if home else Path.home() / ".cache" / "tessera") / "service"
 
 
 def is_loopback(host: str) -> bool:
@@ -45,6 +45,24 @@ class ServiceConfig:
     restart_cost_s: float = 20.0  # initial guess of a relaunch's cost (learned from measurements)
     log_every: int = 10  # a job log line every N steps
     calibrate: bool = True  # fold measured iteration times into the cost model
+    # Security (README: "Exposing the server"). User code (a job's entrypoint) is accepted on loopback, and
+    # beyond it only when the operator says so; it is checked in a child process with these limits.
+    allow_user_code: bool = False
+    user_code_timeout_s: float = 120.0
+    user_code_memory_bytes: int = 4 << 30
+    # Files a spec names (data, config.json, entrypoint .py) must lie under these (empty: the defaults, the
+    # working directory at start, the state dir and the package's examples).
+    allow_paths: tuple[Path, ...] = ()
+    max_body_bytes: int = 1 << 20  # larger request bodies get 413 before they are parsed
+
+    @property
+    def exposed(self) -> bool:
+        """Reachable beyond this machine: a token, terse health, no user code unless allowed."""
+        return not is_loopback(self.host)
+
+    @property
+    def user_code_allowed(self) -> bool:
+        return self.allow_user_code or not self.exposed
 
     @property
     def url(self) -> str:

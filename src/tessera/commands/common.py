@@ -1,0 +1,103 @@
+"""What every `tessera` command shares: the consoles, one-line errors, flags that render as flags, and the
+formatting of numbers that may be missing.
+
+Its own module so that `tessera.cli` and `tessera.commands.*` both import it and never each other: the CLI
+registers commands, commands render through these helpers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import wraps
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
+from typing import Any
+
+import typer
+import typer.core
+from rich.console import Console
+
+GiB = 2**30
+
+console = Console()
+if not console.is_terminal:  # piped or captured: wide tables instead of ellipses
+    console = Console(width=200)
+err_console = Console(stderr=True)
+
+
+def tessera_version() -> str:
+    """The installed distribution's version (what `tessera --version` prints)."""
+    try:
+        return _dist_version("tessera")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
+        return "0+unknown"
+
+
+def fail(msg: str, code: int = 1) -> typer.Exit:
+    """Print ``error: msg`` in red on stderr; the caller raises the returned Exit (exit code ``code``)."""
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False)
+    return typer.Exit(code)
+
+
+def clean_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected user errors (KeyError, ValueError) into one red line and exit code 2, never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (KeyError, ValueError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            raise fail(str(msg), 2) from None
+
+    return wrapper
+
+
+# ------------------------------------------------------------------------------ numbers that may be missing
+def num(x: float | None, fmt: str = ".4g", unit: str = "") -> str:
+    """``x`` formatted (``-`` when missing or not finite): status lines never show ``None`` or 17 digits."""
+    if x is None or not isinstance(x, int | float) or not math.isfinite(x):
+        return "-"
+    return f"{x:{fmt}}{unit}"
+
+
+def ms(seconds: float | None, unit: str = " ms") -> str:
+    """Seconds as milliseconds with two decimals (``-`` when missing)."""
+    return "-" if seconds is None else num(seconds * 1e3, ".2f", unit)
+
+
+# ------------------------------------------------------------------------------ flags rendered as flags
+def _flags_as_flags(params: list[Any]) -> list[Any]:
+    """Typer's rich help prints a boolean flag's type (``--json <bool>``) as if it took a value; a flag takes
+    none, so its type column is left empty (help, completion and version flags included)."""
+    for p in params:
+        if isinstance(p, typer.core.TyperOption) and p.is_flag and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class FlagsCommand(typer.core.TyperCommand):
+    """A command whose help shows boolean flags without a ``<bool>`` value."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_as_flags(super().get_params(ctx))
+
+
+class FlagsGroup(typer.core.TyperGroup):
+    """A command group whose help shows boolean flags without a ``<bool>`` value."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_as_flags(super().get_params(ctx))
+
+
+class Typer(typer.Typer):
+    """``typer.Typer`` whose commands and groups render boolean flags as flags (see :class:`FlagsCommand`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", FlagsGroup)
+        super().__init__(**kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", FlagsCommand)
+        return super().command(*args, **kwargs)
