@@ -1,0 +1,321 @@
+"""Tessera-Crius — Crius's Cell-based scheduling as published (Crius §6.1, Algorithm 1), for comparison.
+
+The ``tessera`` policy reworks Crius's scheduler (one throughput LP per round, shortest-remaining order,
+preemption, restart budgets). This policy is the paper's algorithm as written, so the project can show what
+its rework gains over it. Rules implemented:
+
+* **Cells** (§6.1 "Initializing Cells"): per job, for every GPU type, the counts N/2, N, 2N (N the requested
+  count raised to the fewest GPUs the model fits in — :meth:`Knowledge.base_count`), each with its best stage
+  count among 1, 2, 4, … (the log N stage choices) — :meth:`Knowledge.cells` without mixes: a Crius Cell has
+  one GPU type. ``cells_set`` holds the Cells of every active job (memoized per configuration and request).
+* **Objective** (BestPerf, line 18): maximum cluster throughput — the sum of the jobs' estimated rates, each
+  normalized by the job's fastest Cell at its base count N (iterations/s of different models do not add up).
+* **SchedArrival** (lines 2–8): each new job, in arrival order, gets ``CellBasedSched(job)``; a job no choice
+  places stays pending.
+* **SchedDeparture** (lines 9–13): when jobs finish (or nodes come back, or a failure evicts jobs), every
+  pending job is retried in arrival order, then ``CellBasedSched()`` gives the released GPUs to running jobs —
+  once per departure, while it finds a gain.
+* **CellBasedSched / ScaleResource** (lines 14–20): a scheduling choice is the new job's Cell plus at most
+  ``depth`` (the search depth, default 3) running jobs moved to another of their Cells — fewer GPUs
+  (adaptivity scaling) or another type (heterogeneity scaling) — whose Cells together stay within the cluster's
+  GPUs of each type. The choices are searched depth-first over the ``branch`` moves that free the most of the
+  GPU types the new Cell lacks per unit of throughput lost (the paper leaves the enumeration order open; it
+  bounds only the depth). Without a new job (line 12) the choices are up to ``depth`` moves of running jobs
+  into free GPUs, each a gain. BestPerf takes the choice of the largest total throughput; an arrival whose
+  best choice would lower it (the moves cost more than the job adds) stays pending, as "pending" is itself a
+  choice (throughput unchanged).
+* **VirtualAlloc** (line 19): the choice is applied to the round's virtual state — moved jobs released and
+  placed again (HAS best-fit), then the new job; when placement on nodes fails (counts per type fit, nodes do
+  not), the next-best of ``max_choices`` choices is tried, and otherwise the state is restored.
+* **FinalizeAlloc** (lines 8 and 13): the core binds the virtual allocation at the end of the round.
+* **Opportunistic execution** (§6.1): jobs behind a pending job start on idle GPUs; once the GPUs held by jobs
+  that arrived after it and started while it waited, with the free ones, satisfy its minimum Cell, those jobs
+  are suspended (latest started first, only as many as needed — :meth:`SchedulingContext.preempt_until_fits`)
+  and it starts.
+
+Not implemented (not in Algorithm 1): restart costs in the objective, preemption beyond opportunistic
+execution, a deadline mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tessera.scheduler.knowledge import CellOption
+from tessera.scheduler.policy import Policy, SchedulingContext, fmt_gpus, register
+from tessera.scheduler.state import Allocation, GPUs, Job, JobState
+
+
+@dataclass(frozen=True)
+class CriusCell:
+    """One Cell of a job: GPUs of one type, stage count, estimated rate, and that rate normalized."""
+
+    gpus: GPUs
+    n_stages: int | None
+    rate_iters_per_s: float
+    norm: float  # rate ÷ the job's fastest Cell at its base count N
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A running job scaled to another of its Cells; ``freed`` is GPUs given back per type (negative: taken)."""
+
+    job_id: int
+    old: GPUs
+    new: CriusCell
+    delta_norm: float  # change of the cluster's normalized throughput
+    freed: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One scheduling choice (ScaleResource's output): moves of running jobs and the new job's Cell."""
+
+    moves: tuple[Move, ...]
+    cell: CriusCell | None
+    gain_norm: float  # total change of the cluster's normalized throughput
+
+
+def _sub(a: dict[str, int], gpus: Iterable[tuple[str, int]], sign: int = 1) -> dict[str, int]:
+    out = dict(a)
+    for t, n in gpus:
+        out[t] = out.get(t, 0) + sign * n
+    return out
+
+
+@register("tessera-crius")
+class TesseraCrius(Policy):
+    """Crius Algorithm 1 as published (see the module doc)."""
+
+    every_round = False
+
+    def __init__(self, depth: int = 3, *, branch: int = 8, max_choices: int = 3, opportunistic: bool = True):
+        if depth < 0:
+            raise ValueError(f"depth must be >= 0, got {depth}")
+        if branch < 1:
+            raise ValueError(f"branch must be >= 1, got {branch}")
+        if max_choices < 1:
+            raise ValueError(f"max_choices must be >= 1, got {max_choices}")
+        self.depth, self.branch, self.max_choices = depth, branch, max_choices
+        self.opportunistic = opportunistic
+        self._cells: dict[tuple, tuple[list[CriusCell], float]] = {}
+        self._failed: set[tuple] = set()  # (job key, state version) that found no choice this round
+        self._version = 0
+
+    def reset(self) -> None:
+        self._cells.clear()
+
+    # ------------------------------------------------------------------ cells_set
+    def cells(self, ctx: SchedulingContext, job: Job) -> tuple[list[CriusCell], float]:
+        """The job's Cells (N/2, N, 2N per type, best stage count each), fastest first, and the rate its
+        throughput is normalized by."""
+        key = (job.config, job.requested_gpus)
+        got = self._cells.get(key)
+        if got is None:
+            kn = ctx.knowledge
+            opts: list[CellOption] = kn.cells(job, mixes=False)
+            base = [o for o in opts if o.n_gpus == kn.base_count(job, o.gpus[0][0])]
+            ref = max((o.rate_iters_per_s for o in base or opts), default=1.0) or 1.0
+            cells = [
+                CriusCell(o.gpus, o.n_stages, o.rate_iters_per_s, o.rate_iters_per_s / ref) for o in opts
+            ]
+            got = self._cells[key] = (cells, ref)
+        return got
+
+    def held_norm(self, ctx: SchedulingContext, js: JobState, a: Allocation) -> float:
+        cells, ref = self.cells(ctx, js.job)
+        for c in cells:
+            if c.gpus == a.gpus:
+                return c.norm
+        return ctx.knowledge.cell_rate(js.job, a.gpus) / ref
+
+    # ------------------------------------------------------------------ the round
+    def schedule(self, ctx: SchedulingContext) -> None:
+        ev = ctx.events
+        self._failed.clear()
+        self._version = 0
+        arrived = set(ev.arrived) | set(ev.evicted)
+        departed = bool(ev.finished or ev.nodes_repaired or ev.evicted)
+        # SchedArrival for new jobs; SchedDeparture retries every pending job — both in arrival order
+        for js in list(ctx.pending):
+            if ctx.allocation(js.job_id) is not None or js.job_id in ctx.dropped:
+                continue
+            if not (departed or js.job_id in arrived):
+                continue
+            if not self.cell_based_sched(ctx, js) and self.opportunistic:
+                self.opportunistic_start(ctx, js)
+        if departed:  # line 12: give released GPUs to running jobs
+            for _ in range(max(1, len(ev.finished))):
+                if not self.cell_based_sched(ctx, None):
+                    break
+
+    def cell_based_sched(self, ctx: SchedulingContext, js: JobState | None) -> bool:
+        """Algorithm 1 lines 14–20: explore choices, take the best, apply it virtually."""
+        fkey = None
+        if js is not None:
+            fkey = (js.job.config, js.job.requested_gpus, js.job.priority, self._version)
+            if fkey in self._failed:  # an identical job found nothing in this very state
+                return False
+        for ch in self.scale_resource(ctx, js):
+            if self.virtual_alloc(ctx, ch, js):
+                self._version += 1
+                return True
+        if fkey is not None:
+            self._failed.add(fkey)
+        return False
+
+    # ------------------------------------------------------------------ ScaleResource + BestPerf
+    def _moves(self, ctx: SchedulingContext, exclude: int | None) -> list[Move]:
+        """Every move of a job holding GPUs (virtually) to another of its Cells."""
+        out: list[Move] = []
+        for jid, a in ctx.allocations.items():
+            if jid == exclude:
+                continue
+            js = ctx.jobs[jid]
+            cur = self.held_norm(ctx, js, a)
+            for c in self.cells(ctx, js.job)[0]:
+                if c.gpus == a.gpus:
+                    continue
+                freed = _sub(dict(a.gpus), c.gpus, -1)
+                out.append(Move(jid, a.gpus, c, c.norm - cur, tuple(sorted(freed.items()))))
+        return out
+
+    def scale_resource(self, ctx: SchedulingContext, js: JobState | None) -> list[Choice]:
+        """The best ``max_choices`` choices that raise cluster throughput, best first (fewer moves on ties)."""
+        free = ctx.free_by_type()
+        moves = self._moves(ctx, js.job_id if js is not None else None)
+        found: list[Choice] = []
+        if js is None:
+            cands = [
+                m for m in moves if m.delta_norm > 0 and all(free.get(t, 0) + k >= 0 for t, k in m.freed)
+            ]
+            cands.sort(key=lambda m: (-m.delta_norm, m.job_id))
+            self._dfs(cands[: self.branch], 0, (), free, 0.0, None, found)
+        else:
+            for c in self.cells(ctx, js.job)[0]:
+                lack = {t: n - free.get(t, 0) for t, n in c.gpus if n > free.get(t, 0)}
+                if not lack:
+                    found.append(Choice((), c, c.norm))
+                    continue
+                cands = []
+                for m in moves:
+                    got = sum(min(k, lack[t]) for t, k in m.freed if t in lack and k > 0)
+                    if got > 0:
+                        cands.append((-m.delta_norm / got, m.job_id, m))
+                cands.sort(key=lambda x: (x[0], x[1]))
+                self._dfs([m for *_, m in cands[: self.branch]], 0, (), free, c.norm, c, found)
+        found = [ch for ch in found if ch.gain_norm > 1e-12]
+        found.sort(key=lambda ch: (-ch.gain_norm, len(ch.moves)))
+        return found[: self.max_choices]
+
+    def _dfs(
+        self,
+        cands: list[Move],
+        start: int,
+        chosen: tuple[Move, ...],
+        free: dict[str, int],
+        value: float,
+        cell: CriusCell | None,
+        out: list[Choice],
+    ) -> None:
+        """Depth-first over sets of at most ``depth`` moves (one per job) whose GPUs, with the new Cell's,
+        stay within the free GPUs of every type; each complete set is a choice."""
+        if cell is not None:
+            if all(free.get(t, 0) >= n for t, n in cell.gpus):
+                out.append(Choice(chosen, cell, value))
+                return  # more moves only free more than the Cell needs
+        elif chosen:
+            out.append(Choice(chosen, None, value))
+        if len(chosen) >= self.depth:
+            return
+        busy = {m.job_id for m in chosen}
+        for i in range(start, len(cands)):
+            m = cands[i]
+            if m.job_id in busy:
+                continue
+            nf = _sub(free, m.freed)
+            if any(v < 0 for v in nf.values()):
+                continue
+            self._dfs(cands, i + 1, (*chosen, m), nf, value + m.delta_norm, cell, out)
+
+    # ------------------------------------------------------------------ VirtualAlloc
+    def virtual_alloc(self, ctx: SchedulingContext, ch: Choice, js: JobState | None) -> bool:
+        """Apply a choice to the virtual state (moved jobs first, then the new job); all or nothing."""
+        saved = [(m.job_id, ctx.allocation(m.job_id)) for m in ch.moves]
+        for m in ch.moves:
+            ctx.release(m.job_id)
+        ok = all(ctx.reserve(m.job_id, m.new.gpus, m.new.n_stages) is not None for m in ch.moves)
+        if ok and js is not None and ch.cell is not None:
+            ok = ctx.reserve(js.job_id, ch.cell.gpus, ch.cell.n_stages) is not None
+        if not ok:
+            for m in ch.moves:
+                ctx.release(m.job_id)
+            if js is not None:
+                ctx.release(js.job_id)
+            for jid, a in saved:
+                if a is not None:
+                    ctx.reserve(jid, a.gpus, a.n_stages, placement=a.placement)
+            return False
+        gain = f"cluster throughput {ch.gain_norm:+.2f} (normalized jobs)"
+        who = f"job {js.job_id}" if js is not None else "released GPUs"
+        for m in ch.moves:
+            verb = "scaled down" if m.new.n_gpus < sum(n for _, n in m.old) else "rescaled"
+            if js is None:
+                verb = "scaled up" if m.new.n_gpus > sum(n for _, n in m.old) else "moved"
+            ctx.explain(
+                m.job_id,
+                f"{verb} {fmt_gpus(m.old)} → {fmt_gpus(m.new.gpus)} ({m.delta_norm:+.2f}) for {who}: "
+                f"Crius choice of {len(ch.moves)} move(s), depth {self.depth}, {gain}",
+            )
+        if js is not None and ch.cell is not None:
+            ctx.explain(
+                js.job_id,
+                f"starts on {fmt_gpus(ch.cell.gpus)} ({ch.cell.rate_iters_per_s:.3g} it/s estimated) with "
+                f"{len(ch.moves)} running job(s) rescaled: {gain}",
+            )
+        return True
+
+    # ------------------------------------------------------------------ opportunistic execution
+    def opportunistic_start(self, ctx: SchedulingContext, js: JobState) -> bool:
+        """Suspend the jobs launched while ``js`` waited (arrived after it, started since it last queued),
+        latest first, once that satisfies its minimum Cell; start it there."""
+        since = js.last_change_s
+        victims = []
+        for jid in ctx.allocations:
+            v = ctx.jobs[jid]
+            if v.job.arrival_s <= js.job.arrival_s or v.job.priority > js.job.priority:
+                continue
+            started = v.first_start_s if v.first_start_s is not None else ctx.now_s
+            if v.first_start_s is not None and started < since:
+                continue
+            victims.append((started, v.job.arrival_s, jid))
+        if not victims:
+            return False
+        victims.sort(reverse=True)
+        order = [jid for *_, jid in victims]
+        cells = self.cells(ctx, js.job)[0]
+        if not cells:
+            return False
+        least = min(c.n_gpus for c in cells)
+        for c in (c for c in cells if c.n_gpus == least):
+            got = ctx.preempt_until_fits(
+                js.job_id,
+                c.gpus,
+                c.n_stages,
+                order,
+                why="opportunistic execution (Crius §6.1): launched on idle GPUs while it waited",
+            )
+            if got is not None:
+                ctx.explain(
+                    js.job_id,
+                    f"starts on its minimum Cell {fmt_gpus(c.gpus)} after suspending {len(got)} job(s) "
+                    "launched opportunistically while it waited (Crius §6.1)",
+                )
+                self._version += 1
+                return True
+        return False
