@@ -97,7 +97,7 @@ def test_1000_concurrent_submissions_stored_exactly_once(served):
 def test_malformed_spec_gets_422_naming_the_field(served, change, field):
     body = {k: v for k, v in {**TINY, **change}.items() if v is not None}
     before = len(served.service.store.list_jobs())
-    r = httpx.post(f"{served.url}/api/jobs", json=body)
+    r = httpx.post(f"{served.url}/api/jobs", json=body, timeout=120)  # an entrypoint is checked in a child
     assert r.status_code == 422, r.text
     out = r.json()
     text = json.dumps(out["detail"]) + out.get("message", "")
@@ -108,7 +108,7 @@ def test_malformed_spec_gets_422_naming_the_field(served, change, field):
 def test_entrypoint_model_is_accepted(served):
     body = {"name": "blobs", "model": "blob-classifier", "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier",
             "global_batch": 32, "steps": 10, "precision": "fp32"}  # fmt: skip
-    r = httpx.post(f"{served.url}/api/jobs", json=body)
+    r = httpx.post(f"{served.url}/api/jobs", json=body, timeout=120)
     assert r.status_code == 201, r.text
     assert r.json()["job"]["state"] == "PENDING"
 

@@ -45,6 +45,18 @@ def server(
         help="clients must send it (made up when binding non-loopback)",
     ),
     api_only: bool = typer.Option(False, "--api-only", help="serve the API without a scheduler or Ray"),
+    allow_user_code: bool = typer.Option(
+        False,
+        "--allow-user-code",
+        help="accept jobs with an entrypoint (their own model code) on a non-loopback bind; always checked "
+        "in a child process with a time and memory limit, and run on the workers",
+    ),
+    allow_path: list[Path] = typer.Option(
+        None,
+        "--allow-path",
+        help="a directory job specs may name files under (data, config.json, entrypoint .py); repeatable "
+        "(default: the current directory, the state dir and the package's examples)",
+    ),
 ) -> None:
     """Run the Tessera service: submit jobs without GPU counts; it places, scales and recovers them."""
     from tessera.service.server import serve
@@ -52,6 +64,7 @@ def server(
     config = ServiceConfig(
         host=host, port=port, state_dir=state_dir or default_state_dir(), db_url=db, ray_address=ray_address,
         cluster=cluster, round_s=round_s, policy=policy, token=token, scheduler=not api_only,
+        allow_user_code=allow_user_code, allow_paths=tuple(p.resolve() for p in allow_path or ()),
     )  # fmt: skip
 
     def announce(service) -> None:  # type: ignore[no-untyped-def]
@@ -72,5 +85,12 @@ def server(
         err.print(f"state in {cfg.state_dir} (store {cfg.database_url.split('://')[0]})", highlight=False)
         if cfg.token and not is_loopback(cfg.host):
             err.print(f"token required: {cfg.state_dir / 'token'}", highlight=False)
+        roots = ", ".join(str(r) for r in service.paths.roots)
+        code = (
+            "accepted (checked in a child process)"
+            if cfg.user_code_allowed
+            else "refused (--allow-user-code)"
+        )
+        err.print(f"job files under: {roots}; user code {code}", highlight=False)
 
     serve(config, announce=announce)

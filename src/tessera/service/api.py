@@ -4,7 +4,15 @@ The request body of a submission *is* the JobSpec model, so the OpenAPI schema d
 malformed spec gets a 422 whose ``loc`` names the field, with a one-line ``message`` beside pydantic's list.
 A model that cannot be loaded (an entrypoint that does not import, a data file that does not exist) is a 422
 naming ``entrypoint`` / ``data`` too — found before anything is stored. ``Idempotency-Key`` makes retries
-safe: the same key returns the job stored the first time (200 instead of 201).
+safe: the same key returns the job stored the first time (200 instead of 201); the same key with a
+different spec is a 409 naming that job.
+
+Hardening (see :mod:`tessera.service.security` and the README's "Exposing the server"): a job's own model
+code is checked in a child process, never imported here (:mod:`tessera.service.user_code`), and refused
+outright on an exposed server unless it was started with ``--allow-user-code``; files a spec names must lie
+under the allowed roots; numbers are strict and finite; bodies above 1 MiB get 413 before they are parsed;
+a 422 never fails to encode what it echoes; a job no Cell of the cluster can run is refused with the
+planner's reason unless it sets ``wait_for_resources``; an exposed server's health says only ``ok``.
 
 Token auth: when the server has a token (always when it binds a non-loopback address) every ``/api`` call
 needs ``Authorization: Bearer <token>``; the dashboard page itself is static and asks for the token.
@@ -12,6 +20,7 @@ needs ``Authorization: Bearer <token>``; the dashboard page itself is static and
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Any
@@ -20,11 +29,13 @@ import anyio
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from tessera.jobs import JobSpec
+from tessera.service.security import BodySizeLimit, field_of_reason, finite_json
 from tessera.service.states import JobState
 
 MAX_STEPS = 2**53
@@ -102,14 +113,30 @@ class Logs(BaseModel):
 
 
 class Health(BaseModel):
+    """Liveness. An exposed server (non-loopback bind) answers only ``ok``: no versions, no error text."""
+
     ok: bool
-    version: str
-    scheduler: bool
+    version: str | None = None
+    scheduler: bool | None = None
     cluster: str | None = None
     mode: str | None = None
     policy: str | None = None
     error: str | None = None
-    uptime_s: float
+    uptime_s: float | None = None
+
+
+REF_MAX_CHARS = (
+    256  # a job id (< 2**63) or name (<= 128 chars); longer refs are no job (and int() refuses them)
+)
+
+
+def _swagger_dir() -> Any:
+    """Swagger UI's files from the ``swagger-ui-bundle`` package (None when it is not installed)."""
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:  # pragma: no cover - the service extra installs it
+        return None
+    return swagger_ui_path
 
 
 def job_out(rec: Any, cls: type[JobOut] = JobOut, **extra: Any) -> Any:
@@ -152,11 +179,14 @@ def create_app(service: Any) -> FastAPI:
     from tessera.service.dashboard import APP_JS, INDEX_HTML, STYLE_CSS
 
     app = FastAPI(
+        docs_url=None,  # served below from the package's Swagger UI files: /docs works without internet
         title="Tessera",
         version=TESSERA_VERSION,
         description="Submit training jobs without GPU counts; Tessera picks GPU types, counts and the parallel "
         "plan, schedules them jointly on a heterogeneous Ray cluster and rescales them as others come and go.",
     )
+    config = service.config
+    app.add_middleware(BodySizeLimit, max_bytes=getattr(config, "max_body_bytes", 1 << 20))
     bearer = HTTPBearer(auto_error=False, description="the server's token (required when it has one)")
 
     async def auth(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -170,13 +200,14 @@ def create_app(service: Any) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
-        for e in errors:
-            e.pop("url", None)
-            e.pop("ctx", None)
+        raw = [{k: v for k, v in e.items() if k not in ("url", "ctx")} for e in exc.errors()]
+        # What is echoed back (``input``) may hold NaN or a 5,000-digit integer, which JSON cannot encode.
+        errors = finite_json(jsonable_encoder(finite_json(raw), custom_encoder={Exception: str}))
         return JSONResponse(status_code=422, content={"detail": errors, "message": _message(errors)})
 
     def find(ref: str) -> Any:
+        if len(ref) > REF_MAX_CHARS:
+            raise HTTPException(status_code=404, detail=f"no job {ref[:40]!r}... ({len(ref)} characters)")
         rec = service.store.find(ref)
         if rec is None:
             raise HTTPException(status_code=404, detail=f"no job {ref!r}")
@@ -188,10 +219,36 @@ def create_app(service: Any) -> FastAPI:
             detail=[{"loc": ["body", field], "msg": msg, "type": "value_error"}],
         )
 
+    def check_paths(spec: JobSpec) -> None:
+        """Files the spec names lie under the allowed roots (symlinks resolved), and user code is allowed."""
+        from tessera.models.resolve import is_config_path
+
+        if spec.entrypoint and not config.user_code_allowed:
+            raise unprocessable(
+                "entrypoint",
+                "this server does not run user code (it is reachable beyond this machine); "
+                "its operator allows it with `tessera server --allow-user-code`",
+            )
+        named = []
+        if spec.data is not None:
+            named.append(("data", spec.data))
+        if spec.entrypoint:
+            source = spec.entrypoint.rpartition(":")[0]
+            if source.endswith(".py"):
+                named.append(("entrypoint", source))
+        elif is_config_path(spec.model):
+            named.append(("model", spec.model))
+        policy = getattr(service, "paths", None)
+        for field, raw in named:
+            why = policy.check(field, raw) if policy is not None else None
+            if why is not None:
+                raise unprocessable(field, why)
+
     def check(spec: JobSpec) -> None:
         """What pydantic cannot see: sizes that do not fit the store, files and imports on this server."""
         from tessera.service.model_source import ModelSourceError, check_data, model_spec
 
+        check_paths(spec)
         for name in ("steps", "samples", "global_batch", "seq_len", "max_gpus", "checkpoint_every_steps"):
             v = getattr(spec, name)
             if v is not None and v > MAX_STEPS:
@@ -207,11 +264,44 @@ def create_app(service: Any) -> FastAPI:
         except (ValueError, OSError) as e:
             raise unprocessable("model", str(e)) from None
 
+    def refuse_infeasible(spec: JobSpec) -> None:
+        """A job no Cell of the whole cluster can run is refused with the planner's reason (as SLURM refuses
+        an impossible request), unless it asks to wait for resources."""
+        if spec.wait_for_resources:
+            return
+        adapter = service.controller.adapter if service.controller is not None else None
+        infeasible = getattr(adapter, "infeasible", None)
+        if infeasible is None:
+            return
+        from tessera.service.model_source import ModelSourceError
+
+        try:
+            reason = infeasible(spec)
+        except ModelSourceError as e:
+            raise unprocessable(e.field, e.reason) from None
+        if reason:
+            raise unprocessable(
+                field_of_reason(reason),
+                f"{reason} (set wait_for_resources: true to queue it for a larger cluster)",
+            )
+
+    def same_spec(rec: Any, spec: JobSpec) -> bool:
+        return rec.to_dict()["spec"] == json.loads(json.dumps(spec.model_dump(mode="json")))
+
+    def conflict(rec: Any) -> HTTPException:
+        return HTTPException(
+            status_code=409,
+            detail=f"Idempotency-Key already used for job {rec.id} ({rec.name}) with a different spec; "
+            "use a new key for a new job",
+        )
+
     api = "/api"
 
     @app.get(f"{api}/health", response_model=Health, tags=["service"])
-    def health() -> Health:
+    def health() -> Any:
         ctl = service.controller
+        if config.exposed:  # only whether it is healthy: nothing for a prober to fingerprint or read
+            return JSONResponse({"ok": ctl is None or ctl.error is None})
         view = ctl.cluster_view() if ctl is not None and ctl.live is not None else {}
         return Health(
             ok=ctl is None or ctl.error is None,
@@ -230,7 +320,13 @@ def create_app(service: Any) -> FastAPI:
         status_code=201,
         tags=["jobs"],
         dependencies=[Depends(auth)],
-        responses={200: {"model": SubmitOut, "description": "already submitted with this Idempotency-Key"}},
+        responses={
+            200: {"model": SubmitOut, "description": "already submitted with this Idempotency-Key"},
+            409: {
+                "description": "this Idempotency-Key was used for a different spec (the detail names the job)"
+            },
+            413: {"description": "request body larger than 1 MiB"},
+        },
     )
     async def submit(
         spec: JobSpec,
@@ -246,8 +342,21 @@ def create_app(service: Any) -> FastAPI:
             await anyio.to_thread.run_sync(check, spec)
         else:
             check(spec)
+        if idempotency_key is not None:  # a retry: answered from the store, without planning again
+            first = service.store.by_key(idempotency_key)
+            if first is not None:
+                if not same_spec(first, spec):
+                    raise conflict(first)
+                response.status_code = 200
+                return SubmitOut(job=job_out(first), created=False)
+        if not spec.wait_for_resources and getattr(
+            getattr(service.controller, "adapter", None), "infeasible", None
+        ):
+            await anyio.to_thread.run_sync(refuse_infeasible, spec)
         rec, created = service.store.submit(spec, idempotency_key)
         if not created:
+            if not same_spec(rec, spec):  # a concurrent first use of the key won with another spec
+                raise conflict(rec)
             response.status_code = 200
         elif service.controller is not None:
             service.controller.wake()
@@ -349,6 +458,28 @@ def create_app(service: Any) -> FastAPI:
             "now": time.time(),
             "allocations": [{**_history(a), "job_name": names.get(a["job_id"])} for a in rows],
         }
+
+    swagger = _swagger_dir()
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        """Swagger UI from the package's own files: the page works without internet."""
+        if swagger is None:  # pragma: no cover
+            return HTMLResponse("<p>Swagger UI is not installed: pip install swagger-ui-bundle</p>", 404)
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js",
+            swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon-32x32.png",
+        )
+
+    @app.get("/docs/static/{name}", include_in_schema=False)
+    def docs_static(name: str) -> Response:
+        allowed = {"swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"}
+        if swagger is None or name not in allowed:
+            raise HTTPException(status_code=404, detail="no such file")
+        return FileResponse(str(swagger / name))
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> HTMLResponse:

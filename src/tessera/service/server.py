@@ -8,11 +8,14 @@ import signal
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from tessera.service.config import ServiceConfig, is_loopback
 from tessera.service.controller import Controller
+from tessera.service.model_source import UserCodeLimits, set_limits
 from tessera.service.ray_backend import RayCluster, emulated_spec
+from tessera.service.security import PathPolicy, default_roots
 from tessera.service.store import Store
 
 
@@ -33,6 +36,17 @@ def ensure_token(config: ServiceConfig) -> ServiceConfig:
     return replace(config, token=token)
 
 
+def path_policy(config: ServiceConfig) -> PathPolicy:
+    """The roots a job spec's files must lie under (``allow_paths``, else the working directory now, the state
+    dir and the examples); the server's token and SQLite files are refused even there."""
+    roots = config.allow_paths or default_roots(config.state_dir)
+    denied = [config.state_dir / "token"]
+    if config.database_url.startswith("sqlite:///"):
+        db = Path(config.database_url.removeprefix("sqlite:///"))
+        denied += [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+    return PathPolicy.of(roots, denied)
+
+
 class Service:
     """Everything one ``tessera server`` runs."""
 
@@ -40,6 +54,8 @@ class Service:
         config = ensure_token(config)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.config = config
+        self.paths = path_policy(config)
+        set_limits(UserCodeLimits(config.user_code_timeout_s, config.user_code_memory_bytes))
         self.store = Store(config.database_url)
         cluster = None
         if config.scheduler:
