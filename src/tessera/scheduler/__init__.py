@@ -1,7 +1,8 @@
 """The scheduler shared by the simulator and the live service: state, knowledge, placement, policies, core.
 
-* :mod:`~tessera.scheduler.state` — ``Job``, ``JobState``, ``Allocation``, ``ClusterState``
+* :mod:`~tessera.scheduler.state` — ``Job`` (keyed by its ``JobConfig``), ``JobState``, ``Allocation``, ``ClusterState``
 * :mod:`~tessera.scheduler.knowledge` — what policies know of job speed (DP-only data, Cells) and the truth
+* :mod:`~tessera.scheduler.speed` — the one speed source behind it, shared by the simulator and the service
 * :mod:`~tessera.scheduler.placement` — Frenzy's HAS best-fit with topology awareness
 * :mod:`~tessera.scheduler.policy` — the ``Policy`` interface, ``SchedulingContext``, the registry
 * :mod:`~tessera.scheduler.core` — the ``Scheduler`` state machine (events, rounds, validate, bind)
@@ -28,6 +29,7 @@ from tessera.scheduler.state import (
     ClusterState,
     GPUs,
     Job,
+    JobConfig,
     JobState,
     JobStatus,
     NodeInfo,
@@ -43,6 +45,7 @@ __all__ = [
     "Decision",
     "GPUs",
     "Job",
+    "JobConfig",
     "JobState",
     "JobStatus",
     "Knowledge",

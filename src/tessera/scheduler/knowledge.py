@@ -1,7 +1,8 @@
 """What a policy may know about job speed, and the table behind it.
 
 Crius §8.1: baselines decide with *data-parallel-only* throughput data, while every job *runs* with the best plan
-for its allocation. So three figures exist per job configuration (model, global batch) and GPUs:
+for its allocation. So three figures exist per job configuration (:class:`~tessera.scheduler.state.JobConfig`: model, global batch,
+sequence length, precision, …) and GPUs:
 
 * ``dp_rate``   — iterations/s of the DP-only plan on n GPUs of one type (0 when DP-only does not fit): what
   Gavel, Sia, ElasticFlow, Gandiva… measure and schedule with;
@@ -10,7 +11,7 @@ for its allocation. So three figures exist per job configuration (model, global 
   never see it: they get a :class:`KnowledgeView`.
 
 :class:`PerfTable` memoizes all three in front of a :class:`RateSource` — the planning layer's Cells
-(:class:`tessera.scheduler.cell_source.CellSource`) for real runs, or :class:`SyntheticSource` (a closed form)
+(:class:`tessera.scheduler.speed.SpeedSource`, shared by the simulator and the service) for real runs, or :class:`SyntheticSource` (a closed form)
 for tests and toy examples. Rates are iterations per second of the job's global batch.
 """
 
@@ -22,9 +23,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tessera.scheduler.state import GPUs, Job, gpus_of
+from tessera.scheduler.state import GPUs, Job, JobConfig, as_config, gpus_of
 
-Config = tuple[str, int]  # (model, global batch)
+# the rate tables' key; the raw ``*_of`` lookups also take a (model, global batch) pair for the defaults
+Config = JobConfig
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,8 @@ class PerfTable(Knowledge):
 
     # ------------------------------------------------------------------ raw lookups by configuration
     def stages_of(self, config: Config, gpus: GPUs) -> tuple[int, ...]:
+        if type(config) is not JobConfig:
+            config = as_config(config)
         key = (config, gpus)
         s = self._stages.get(key)
         if s is None:
@@ -196,6 +200,8 @@ class PerfTable(Knowledge):
         return s
 
     def cell_of(self, config: Config, gpus: GPUs, n_stages: int | None = None) -> float:
+        if type(config) is not JobConfig:
+            config = as_config(config)
         if n_stages is None:
             key = (config, gpus)
             r = self._best.get(key)
@@ -215,6 +221,8 @@ class PerfTable(Knowledge):
         return r
 
     def dp_of(self, config: Config, gpu_type: str, n_gpus: int) -> float:
+        if type(config) is not JobConfig:
+            config = as_config(config)
         key = (config, gpu_type, n_gpus)
         r = self._dp.get(key)
         if r is None:
@@ -222,6 +230,8 @@ class PerfTable(Knowledge):
         return r
 
     def true_of(self, config: Config, gpus: GPUs) -> float:
+        if type(config) is not JobConfig:
+            config = as_config(config)
         key = (config, gpus)
         r = self._true.get(key)
         if r is None:
@@ -267,7 +277,7 @@ class PerfTable(Knowledge):
 
     def warm(self, configs: Iterable[Config], *, max_gpus: int = 64, mixes: bool = True) -> None:
         """Fill the memo for every configuration's grid (Cells of every stage count, DP-only, truth)."""
-        for c in configs:
+        for c in map(as_config, configs):
             for g in self.grid(c, max_gpus=max_gpus, mixes=mixes):
                 self.cell_of(c, g)
                 self.true_of(c, g)
@@ -276,6 +286,7 @@ class PerfTable(Knowledge):
 
     def export(self, config: Config) -> dict:
         """The memoized figures of one configuration as JSON-able lists (for a disk cache)."""
+        config = as_config(config)
         return {
             "stages": [[list(map(list, g)), list(s)] for (c, g), s in self._stages.items() if c == config],
             "cell": [[list(map(list, g)), s, r] for (c, g, s), r in self._cell.items() if c == config],
@@ -285,6 +296,7 @@ class PerfTable(Knowledge):
 
     def load(self, config: Config, data: Mapping) -> None:
         """Inverse of :meth:`export`."""
+        config = as_config(config)
 
         def g_of(x: list) -> GPUs:
             return tuple((str(t), int(n)) for t, n in x)
@@ -340,15 +352,17 @@ class SyntheticSource:
 
     def __init__(
         self,
-        models: Mapping[Config, SyntheticModel] | Callable[[Config], SyntheticModel],
+        models: Mapping[Config | tuple[str, int], SyntheticModel] | Callable[[tuple[str, int]], SyntheticModel],
         gpu_speed: Mapping[str, float],
         gpu_memory_gib: Mapping[str, float],
     ):
-        self.models = models
+        self.models = models if callable(models) else {as_config(k): v for k, v in models.items()}
         self.gpu_speed, self.gpu_memory_gib = dict(gpu_speed), dict(gpu_memory_gib)
 
     def _model(self, config: Config) -> SyntheticModel:
-        return self.models(config) if callable(self.models) else self.models[config]
+        if callable(self.models):
+            return self.models((config.model, config.global_batch))
+        return self.models[config]
 
     def _fits(self, m: SyntheticModel, gpus: GPUs, factor: float = 1.0) -> bool:
         n = sum(k for _, k in gpus)
@@ -385,7 +399,7 @@ class SyntheticSource:
 
 
 def synthetic_table(
-    models: Mapping[Config, SyntheticModel] | Callable[[Config], SyntheticModel],
+    models: Mapping[Config | tuple[str, int], SyntheticModel] | Callable[[tuple[str, int]], SyntheticModel],
     capacity: Mapping[str, int],
     gpu_speed: Mapping[str, float] | None = None,
     gpu_memory_gib: Mapping[str, float] | None = None,
@@ -406,6 +420,7 @@ def synthetic_table(
 __all__ = [
     "CellOption",
     "Config",
+    "JobConfig",
     "Knowledge",
     "KnowledgeView",
     "PerfTable",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -38,12 +39,110 @@ def n_gpus_of(gpus: GPUs) -> int:
 
 
 @dataclass(frozen=True)
+class JobConfig:
+    """What a job's speed depends on — the key of every rate table: jobs equal in these run at the same speed.
+
+    ``model`` is a zoo name or a Hugging Face ``config.json`` path (with ``entrypoint``: the user model's
+    name); ``seq_len`` None means the model's own. ``gpu_types`` (preferred, best first),
+    ``exclude_gpu_types`` and ``max_gpus`` restrict the Cells a job may be given. The simulator's jobs use
+    the defaults beside (model, global batch); the service fills every field from the job spec.
+    """
+
+    model: str
+    global_batch: int
+    seq_len: int | None = None
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    recompute: str = "auto"
+    entrypoint: str | None = None
+    gpu_types: tuple[str, ...] = ()
+    exclude_gpu_types: tuple[str, ...] = ()
+    max_gpus: int | None = None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("JobConfig.model must not be empty")
+        if self.global_batch < 1:
+            raise ValueError(f"JobConfig.global_batch must be >= 1, got {self.global_batch}")
+        # hashed on every rate lookup (policies key their memos by it): computed once
+        object.__setattr__(self, "_hash", hash(self._fields()))
+
+    def _fields(self) -> tuple:
+        return (
+            self.model, self.global_batch, self.seq_len, self.precision, self.optimizer, self.recompute,
+            self.entrypoint, self.gpu_types, self.exclude_gpu_types, self.max_gpus,
+        )  # fmt: skip
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def _order(self) -> tuple:
+        """Sort key (None as the smallest value): configurations sort by model, then global batch, …"""
+        return tuple((v is not None, v if v is not None else 0) for v in self._fields())
+
+    def __lt__(self, other: JobConfig) -> bool:
+        return self._order() < other._order()
+
+    def __le__(self, other: JobConfig) -> bool:
+        return self._order() <= other._order()
+
+    def __gt__(self, other: JobConfig) -> bool:
+        return self._order() > other._order()
+
+    def __ge__(self, other: JobConfig) -> bool:
+        return self._order() >= other._order()
+
+    def __deepcopy__(self, memo: dict) -> JobConfig:
+        return self  # immutable
+
+    def __reduce__(self) -> tuple:
+        return (JobConfig, self._fields())  # rebuilt, so the hash is the receiving process's
+
+    @property
+    def is_default(self) -> bool:
+        """Only (model, global batch) set: a simulator job."""
+        return self == JobConfig(self.model, self.global_batch)
+
+    def slug(self) -> str:
+        """A file name for this configuration (the rate table's disk cache): ``model-bBATCH`` for a default
+        configuration, followed by a digest of the other fields otherwise."""
+        import hashlib
+        import re
+
+        name = re.sub(r"[^A-Za-z0-9_.\-]+", "_", self.model.rsplit("/", 1)[-1])[:64]
+        base = f"{name}-b{self.global_batch}"
+        if self.is_default and name == self.model:
+            return base
+        return f"{base}-{hashlib.sha256(repr(self._fields()).encode()).hexdigest()[:12]}"
+
+    def to_dict(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if not f.startswith("_")}
+
+
+@cache
+def default_config(model: str, global_batch: int) -> JobConfig:
+    """The shared (interned) default configuration of (model, global batch): one object per key, so the rate
+    memos mostly hit by identity."""
+    return JobConfig(model, int(global_batch))
+
+
+def as_config(key: JobConfig | tuple[str, int]) -> JobConfig:
+    """A configuration from a ``JobConfig`` or a (model, global batch) pair (tests and tables use pairs)."""
+    if isinstance(key, JobConfig):
+        return key
+    model, gb = key
+    return default_config(str(model), int(gb))
+
+
+@dataclass(frozen=True)
 class Job:
     """A training job as submitted: model and batch, amount of work, arrival, and what the user requested.
 
     ``requested_gpus`` / ``requested_type`` are the user's request (a trace's GPU count, a GPU type); either
     may be None for a serverless job (Frenzy), in which case policies derive N from memory. ``total_iterations``
     is the work: iterations of ``global_batch`` samples. ``deadline_s`` is absolute simulation time.
+    ``config`` is the rate-table key (:class:`JobConfig`); by default (model, global batch) with defaults.
     """
 
     job_id: int
@@ -58,11 +157,18 @@ class Job:
     priority: int = (
         0  # the user's, -100..100: a higher one is queued first and never preempted for a lower one
     )
+    config: JobConfig = None  # type: ignore[assignment]  # filled in __post_init__ when not given
 
-    @property
-    def config(self) -> tuple[str, int]:
-        """The throughput-table key: jobs of one (model, global batch) run at the same speed."""
-        return (self.model, self.global_batch)
+    def __post_init__(self) -> None:
+        if self.config is None:
+            object.__setattr__(self, "config", default_config(self.model, self.global_batch))
+        elif self.config.global_batch != self.global_batch:
+            raise ValueError(
+                f"job {self.job_id}: config.global_batch {self.config.global_batch} != global_batch {self.global_batch}"
+            )
+
+    def __deepcopy__(self, memo: dict) -> Job:
+        return self  # immutable
 
     @property
     def requested(self) -> GPUs | None:

@@ -19,9 +19,18 @@ from collections.abc import Mapping, Sequence
 from tessera.scheduler.knowledge import Config, PerfTable, powers_of_two
 from tessera.scheduler.placement import place
 from tessera.scheduler.policy import RoundEvents, SchedulingContext
-from tessera.scheduler.state import Allocation, ClusterState, GPUs, Job, JobState, JobStatus, gpus_of
+from tessera.scheduler.state import (
+    Allocation,
+    ClusterState,
+    GPUs,
+    Job,
+    JobState,
+    JobStatus,
+    as_config,
+    gpus_of,
+)
 
-RateTable = Mapping[Config, Mapping[tuple[str, int] | GPUs, float]]
+RateTable = Mapping[Config | tuple[str, int], Mapping[tuple[str, int] | GPUs, float]]
 
 
 def _norm(key: tuple[str, int] | GPUs) -> GPUs:
@@ -34,9 +43,11 @@ class TableSource:
     """A :class:`~tessera.scheduler.knowledge.RateSource` from hand-written rates (missing = does not fit)."""
 
     def __init__(self, true: RateTable, dp: RateTable | None = None, cells: RateTable | None = None):
-        self._true = {c: {_norm(k): float(v) for k, v in t.items()} for c, t in true.items()}
-        self._dp = {c: {_norm(k): float(v) for k, v in t.items()} for c, t in (dp or true).items()}
-        self._cells = {c: {_norm(k): float(v) for k, v in t.items()} for c, t in (cells or true).items()}
+        self._true = {as_config(c): {_norm(k): float(v) for k, v in t.items()} for c, t in true.items()}
+        self._dp = {as_config(c): {_norm(k): float(v) for k, v in t.items()} for c, t in (dp or true).items()}
+        self._cells = {
+            as_config(c): {_norm(k): float(v) for k, v in t.items()} for c, t in (cells or true).items()
+        }
 
     def stages(self, config: Config, gpus: GPUs) -> tuple[int, ...]:
         return (1,)

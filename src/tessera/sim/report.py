@@ -145,7 +145,7 @@ def prepare(
     on_config: Callable[[int, int], None] | None = None,
 ) -> tuple[PerfTable, list[Job], float]:
     """The rate table of every configuration the workload may use (disk-cached) and the jobs."""
-    from tessera.scheduler.cell_source import cell_table
+    from tessera.scheduler.speed import cell_table
 
     configs = workload.configs()
     done = [0]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tessera.scheduler.knowledge import Config, PerfTable, next_power_of_two
-from tessera.scheduler.state import Job
+from tessera.scheduler.state import Job, default_config
 from tessera.sim.trace import Trace
 
 # Crius Table 2: model sizes (zoo names) and global batch choices per family
@@ -65,12 +65,12 @@ class WorkloadSpec:
         return cls(size_classes=(tuple(models),), bucket_hours=(), **kw)  # type: ignore[arg-type]
 
     def configs(self) -> list[Config]:
-        """Every (model, global batch) the workload may use."""
+        """Every configuration (model, global batch; defaults otherwise) the workload may use."""
         out = set()
         for cls in self.size_classes:
             for m in cls:
                 for b in self.batches.get(family(m), DEFAULT_BATCHES):
-                    out.add((m, b))
+                    out.add(default_config(m, b))
         return sorted(out)
 
 
@@ -110,7 +110,7 @@ def build_jobs(trace: Trace, table: PerfTable, spec: WorkloadSpec = WorkloadSpec
             raise ValueError(
                 f"trace line {tj.line}: {model} (batch {gb}) fits no GPU type within {spec.max_gpus} GPUs"
             )
-        rate = table.true_of((model, gb), (chosen,))
+        rate = table.true_of(probe.config, (chosen,))
         deadline = None
         if spec.deadlines:
             lo, hi = spec.deadline_lambda

@@ -1,0 +1,620 @@
+"""The one speed source of both backends: for a job configuration and GPUs, what a policy may know and what
+is true.
+
+Crius §8.1: baselines decide with data-parallel-only data while every job runs with the best plan for its
+allocation. So, per configuration (:class:`~tessera.scheduler.state.JobConfig`) and GPUs:
+
+* **Cell estimate** (Crius §5.1) — :meth:`CellEstimator.estimate` of (GPUs, stages): what Cell policies
+  schedule with;
+* **DP-only** — the one-stage Cell's pure data-parallel variant (dp = n, tp = 1) at the cheapest memory setting
+  that fits (recompute, ZeRO-1: still data parallelism): what the baselines profile;
+* **truth** — the tuned plan (Crius §5.2) of the best ``tuned_cells`` Cells on those GPUs by estimate, the
+  fastest of them: "the best plan for its allocation" — what the simulator runs a job at, and what the service
+  launches (a user model's plan is its own annotations, balanced to the devices).
+
+In the live service every figure is also multiplied by the configuration's *speed factor*: estimated ÷
+measured iteration time of its running allocations (the median of all measured configurations for one not
+measured yet), so relative speeds stay the estimator's while absolute time is what was measured. The
+simulator sets no factors (1.0).
+
+Rates are iterations/s of the job's global batch (0.0: does not fit, or not allowed for the job). The
+:class:`~tessera.scheduler.knowledge.PerfTable` in front of :class:`SpeedSource` memoizes them; policies see
+its :class:`~tessera.scheduler.knowledge.KnowledgeView` (never the truth).
+
+Models: zoo names and Hugging Face ``config.json`` paths resolve here; a user's own model (``entrypoint``) needs
+a :class:`ModelSource` from the backend that may load user code (the service's), which also supplies its
+annotation-derived stage count and Plan. A configuration's ``exclude_gpu_types`` / ``max_gpus`` make other
+GPUs "not allowed" (rate 0).
+
+Estimating a configuration's grid costs seconds (tuning dominates), so :func:`cell_table` saves a warmed table
+per configuration under ``$TESSERA_HOME/sim/`` (or ``~/.cache/tessera/sim``), keyed by a digest of the cluster,
+the cost model and the source of every module the figures depend on — any change there recomputes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from tessera.hardware import ClusterSpec, get_gpu
+from tessera.jobs import JobSpec
+from tessera.plan import Device, Plan
+from tessera.scheduler.knowledge import PerfTable
+from tessera.scheduler.state import GPUs, JobConfig, as_config
+
+DIGEST_PACKAGES = ("hardware", "models", "memory", "perf", "planning")
+CACHE_VERSION = 1
+YEAR_S = 365 * 24 * 3600.0  # a job whose best Cell needs longer than this is reported infeasible
+
+# errors the planning layer raises on a Cell it cannot lay out: the Cell counts as infeasible
+_CELL_ERRORS = (AssertionError, ValueError, KeyError, ArithmeticError)
+
+
+class ConfigError(ValueError):
+    """A configuration cannot be planned at all (its model cannot be loaded or the planner fails on it);
+    ``field`` names the job spec field to fix."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def config_of(spec: JobSpec) -> JobConfig:
+    """The configuration key of a job spec: the fields its speed depends on."""
+    return JobConfig(
+        model=spec.model,
+        global_batch=spec.global_batch,
+        seq_len=spec.seq_len,
+        precision=spec.precision,
+        optimizer=spec.optimizer,
+        recompute=spec.recompute,
+        entrypoint=spec.entrypoint,
+        gpu_types=tuple(spec.gpu_types),
+        exclude_gpu_types=tuple(spec.exclude_gpu_types),
+        max_gpus=spec.max_gpus,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- models
+class ModelSource(Protocol):
+    """Where a configuration's model comes from. The default (:class:`CatalogModels`) knows zoo names and
+    Hugging Face configs; a backend that may import user code supplies one that also knows entrypoints."""
+
+    def spec(self, config: JobConfig) -> Any:
+        """The analytic ModelSpec (raises ConfigError or a ValueError with ``field`` / ``reason``)."""
+        ...
+
+    def annotation_stage_count(self, config: JobConfig) -> int | None:
+        """A user model's stage count from its Whale annotations (None: not annotated, or not a user model)."""
+        ...
+
+    def entry_plan(self, config: JobConfig, devices: Sequence[Device], n_stages: int, seq_len: int) -> Plan:
+        """A user model's Plan on ``devices`` (raises ValueError when it has none there)."""
+        ...
+
+
+class CatalogModels:
+    """Zoo models and Hugging Face ``config.json`` paths; no user code."""
+
+    def spec(self, config: JobConfig) -> Any:
+        if config.entrypoint:
+            raise ConfigError("entrypoint", "a user model is planned only where its code may be loaded")
+        from tessera.models.resolve import resolve_spec
+
+        try:
+            return resolve_spec(config.model, config.seq_len)
+        except (KeyError, ValueError) as e:
+            raise ConfigError("model", e.args[0] if isinstance(e, KeyError) and e.args else str(e)) from None
+
+    def annotation_stage_count(self, config: JobConfig) -> int | None:
+        return None
+
+    def entry_plan(self, config: JobConfig, devices: Sequence[Device], n_stages: int, seq_len: int) -> Plan:
+        raise ValueError("no user model here")
+
+
+# ---------------------------------------------------------------------------------------------- per configuration
+@dataclass(frozen=True)
+class CellChoice:
+    """One Cell of a job on the whole cluster with its estimate (what a dry run lists)."""
+
+    shape: Any  # planning.cells.CellShape
+    iteration_time_s: float
+    samples_per_s: float
+    max_device_bytes: float
+    feasible: bool
+
+    @property
+    def gpus(self) -> dict[str, int]:
+        return dict(self.shape.gpus)
+
+    @property
+    def n_gpus(self) -> int:
+        return int(self.shape.n_gpus)
+
+    @property
+    def label(self) -> str:
+        return str(self.shape.label)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The Plan chosen inside a Cell (devices packed, not yet pinned to GPUs) with its estimate."""
+
+    plan: Plan
+    estimate: Any  # perf.estimate.Estimate
+    label: str
+
+
+def packed_devices(cluster: ClusterSpec, gpus: Mapping[str, int]) -> list[Device]:
+    """Devices of these types packed node by node in the cluster's order, largest memory first (Whale: the
+    first pipeline stages hold the most activations); ranks in that order."""
+    out: list[Device] = []
+    for t in sorted(gpus, key=lambda t: (-get_gpu(t).memory_bytes, t)):
+        left = gpus[t]
+        for node in cluster.nodes():
+            if node.gpu_type != t or left <= 0:
+                continue
+            for k in range(min(left, node.n_gpus)):
+                out.append(Device(len(out), t, node=node.name, local_index=k))
+            left -= min(left, node.n_gpus)
+        for k in range(left):
+            out.append(Device(len(out), t, node=f"{t.lower()}-extra", local_index=k))
+    return out
+
+
+class JobSpeed:
+    """One configuration's Cells on a cluster: estimates, DP-only figures, tuned plans (all cached).
+
+    Zoo and Hugging Face models get the Cell-guided tuner's plan. A user's own model (entrypoint) gets its
+    Whale annotations (or data-parallel stages when it has none) with hardware-aware balance: the runtime
+    cannot tensor-shard layers it does not know, so only GPU counts its annotations can use are allowed."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        cluster: ClusterSpec,
+        capacity: Mapping[str, int],
+        cost: Any,
+        models: ModelSource,
+        *,
+        tuned_cells: int = 2,
+    ) -> None:
+        from tessera.planning.cells import CellEstimator
+        from tessera.planning.space import TrainSettings
+
+        self.config = config
+        self.cluster = cluster
+        self.cost = cost
+        self.models = models
+        self.tuned_cells = tuned_cells
+        self.available = dict(capacity)
+        self.spec = models.spec(config)
+        seq = config.seq_len or (1 if config.entrypoint else self.spec.seq_len)
+        self.settings = TrainSettings(
+            model=config.model,
+            global_batch=config.global_batch,
+            seq_len=seq,
+            precision=config.precision,
+            optimizer=config.optimizer,
+        )
+        self.estimator = CellEstimator(self.spec, self.settings, cluster, cost, recompute=config.recompute)
+        self.annotated_stages = models.annotation_stage_count(config) if config.entrypoint else None
+        self.failures: list[str] = []
+        self._tuned: dict[tuple[Any, tuple | None], Tuned | None] = {}
+        self._usable: dict[GPUs, bool] = {}
+        self._ranked: list[CellChoice] | None = None
+
+    @property
+    def user_model(self) -> bool:
+        return self.config.entrypoint is not None
+
+    # ------------------------------------------------------------------ what the job may use
+    def allowed(self, gpus: GPUs) -> bool:
+        """Whether the job may run on these GPUs: none excluded, within ``max_gpus``, and (a user model) a
+        plan of its annotations uses exactly these GPUs."""
+        c = self.config
+        if any(t in c.exclude_gpu_types for t, _ in gpus):
+            return False
+        if c.max_gpus and sum(n for _, n in gpus) > c.max_gpus:
+            return False
+        if self.user_model:
+            ok = self._usable.get(gpus)
+            if ok is None:
+                S = self.stage_options(gpus)
+                plan = self._entry_plan(dict(gpus), S[0]) if S else None
+                ok = self._usable[gpus] = plan is not None and plan.world_size == sum(n for _, n in gpus)
+            return ok
+        return True
+
+    def stage_options(self, gpus: GPUs) -> tuple[int, ...]:
+        """Crius's stage counts 1, 2, 4, … (a user model's annotated stage count when it has one)."""
+        from tessera.planning.cells import stage_counts
+
+        if self.annotated_stages is not None:
+            return (self.annotated_stages,)
+        n = sum(k for _, k in gpus)
+        return tuple(stage_counts(n, self.spec.n_layers, self.settings.global_batch))
+
+    # ------------------------------------------------------------------ estimates (iterations/s)
+    def cell(self, gpus: GPUs, n_stages: int) -> Any:
+        """The planning Cell (None when the shape cannot hold the model or is not allowed for the job)."""
+        from tessera.planning.cells import CellShape
+
+        if not self.allowed(gpus):
+            return None
+        return self.estimator.estimate(CellShape.of(gpus, n_stages))
+
+    def cell_rate(self, gpus: GPUs, n_stages: int) -> float:
+        try:
+            c = self.cell(gpus, n_stages)
+        except _CELL_ERRORS as e:  # kept for reports: the Cell counts as infeasible
+            self.failures.append(f"{self._name()} {dict(gpus)} S{n_stages}: {type(e).__name__} {e}")
+            return 0.0
+        return c.samples_per_s / self.config.global_batch if c is not None and c.feasible else 0.0
+
+    def best_stages(self, gpus: GPUs) -> int | None:
+        best, arg = 0.0, None
+        for s in self.stage_options(gpus):
+            r = self.cell_rate(gpus, s)
+            if r > best:
+                best, arg = r, s
+        return arg
+
+    def dp_rate(self, gpu_type: str, n_gpus: int) -> float:
+        """The pure data-parallel plan (dp = n, tp = 1, one stage) at the cheapest memory setting that fits."""
+        from tessera.planning.cells import CellShape
+        from tessera.planning.space import default_micro_batches
+
+        gb = self.config.global_batch
+        gpus = ((gpu_type, n_gpus),)
+        if n_gpus > gb or n_gpus < 1 or not self.allowed(gpus):
+            return 0.0
+        shape = CellShape.of(gpus, 1)
+        best = 0.0
+        try:
+            for rung in self.estimator.rungs:
+                for B in sorted({default_micro_batches(1, gb), gb}):
+                    space = self.estimator.space(shape, rung, B)
+                    if space is None:
+                        return 0.0
+                    opts = range(len(space.options[0]))
+                    j = next((j for j in opts if space.degrees(0, j) == (n_gpus, 1)), None)
+                    if j is None:
+                        return 0.0
+                    choice = space.assemble([[j]])
+                    if choice is not None and choice.feasible:
+                        best = max(best, gb / choice.iteration_time_s)
+                if best > 0:
+                    break  # the cheapest memory setting that fits: more recompute only costs time
+        except _CELL_ERRORS as e:
+            self.failures.append(f"{self._name()} DP {n_gpus}x{gpu_type}: {type(e).__name__} {e}")
+            return 0.0
+        return best / gb
+
+    def true_rate(self, gpus: GPUs) -> float:
+        """The tuned plan's speed: the fastest of the best ``tuned_cells`` Cells' plans (the best Cell's
+        estimate when tuning finds none)."""
+        ranked = sorted(((self.cell_rate(gpus, s), s) for s in self.stage_options(gpus)), key=lambda x: -x[0])
+        best = 0.0
+        for rate, s in ranked[: self.tuned_cells]:
+            if rate <= 0:
+                break
+            try:
+                t = self.tuned(gpus, s)
+            except _CELL_ERRORS as e:
+                self.failures.append(f"{self._name()} {dict(gpus)} S{s} tune: {type(e).__name__} {e}")
+                t = None
+            if t is not None and t.estimate.feasible:
+                best = max(best, t.estimate.samples_per_s / self.config.global_batch)
+        if best == 0.0 and ranked and ranked[0][0] > 0:
+            best = ranked[0][0]
+        return best
+
+    # ------------------------------------------------------------------ plans
+    def _entry_plan(
+        self, gpus: Mapping[str, int], n_stages: int, devices: Sequence[Device] | None = None
+    ) -> Plan | None:
+        devs = list(devices) if devices is not None else packed_devices(self.cluster, gpus)
+        try:
+            return self.models.entry_plan(self.config, devs, n_stages, self.settings.seq_len)
+        except ValueError:
+            return None
+
+    def tuned(self, gpus: GPUs | Mapping[str, int], n_stages: int, devices: Sequence[Device] | None = None) -> Tuned | None:
+        """The Plan inside the Cell: Cell-guided tuning (zoo / HF models), or the user model's annotations on
+        ``devices`` (default: packed on the cluster's nodes). Cached."""
+        from tessera.planning.cells import CellShape
+
+        shape = CellShape.of(gpus, n_stages)
+        key = (shape, tuple(devices) if devices is not None and self.user_model else None)
+        if key in self._tuned:
+            return self._tuned[key]
+        if self.user_model:
+            from tessera.perf.estimate import estimate_plan
+
+            plan = self._entry_plan(dict(shape.gpus), n_stages, devices)
+            out = None
+            if plan is not None:
+                out = Tuned(plan, estimate_plan(plan, self.spec, self.cluster, cost=self.cost), shape.label)
+        else:
+            from tessera.planning.tuner import tune
+
+            t = tune(self.estimator, shape)
+            out = Tuned(t.plan, t.estimate, t.cell.label) if t is not None else None
+        self._tuned[key] = out
+        return out
+
+    def ranked(self) -> list[CellChoice]:
+        """Every Cell of the job on the whole cluster (Crius/Frenzy: N/2, N, 2N per type and mixes, each stage
+        count), feasible first, fastest first."""
+        if self._ranked is None:
+            from tessera.planning.cells import job_shapes
+
+            c = self.config
+            shapes = job_shapes(
+                self.spec, self.settings, self.available, prefer=c.gpu_types,
+                exclude=c.exclude_gpu_types, max_gpus=c.max_gpus,
+            )  # fmt: skip
+            shapes = [sh for sh in shapes if self.allowed(sh.gpus)]
+            if self.annotated_stages is not None:
+                shapes = [sh for sh in shapes if sh.n_stages == self.annotated_stages]
+            self._ranked = [
+                CellChoice(
+                    x.shape, x.iteration_time_s, x.samples_per_s,
+                    float(max(x.estimate.device_bytes_per_device or (0.0,))), x.feasible,
+                )  # fmt: skip
+                for x in self.estimator.estimate_many(shapes)
+            ]
+        return self._ranked
+
+    def choice(self, gpus: GPUs, n_stages: int) -> CellChoice | None:
+        """One Cell as a :class:`CellChoice` (None when the shape cannot hold the model)."""
+        c = self.cell(gpus, n_stages)
+        if c is None:
+            return None
+        peak = float(max(c.estimate.device_bytes_per_device or (0.0,)))
+        return CellChoice(c.shape, c.iteration_time_s, c.samples_per_s, peak, c.feasible)
+
+    def infeasible(self, total_steps: int) -> str | None:
+        """Why no Cell of the whole cluster can run the job (None when one can): nothing fits, or the best
+        Cell's estimated total time (iteration time × steps) exceeds a year."""
+        c = self.config
+        types = [t for t, n in self.available.items() if n > 0 and t not in c.exclude_gpu_types]
+        if not types:
+            return "every GPU type of the cluster is excluded"
+        best = next((x for x in self.ranked() if x.feasible), None)
+        if best is None:
+            cap = f" within max_gpus {c.max_gpus}" if c.max_gpus else ""
+            return f"no plan fits in memory on {', '.join(sorted(types))}{cap}"
+        total = best.iteration_time_s * total_steps
+        if not math.isfinite(total) or total > YEAR_S:
+            return (
+                f"the fastest Cell ({best.label}) needs {best.iteration_time_s:.3g} s per step, "
+                f"{total / 86400:.3g} days for {total_steps} steps (more than 365 days)"
+            )
+        return None
+
+    def _name(self) -> str:
+        return f"{self.config.model} b{self.config.global_batch}"
+
+
+# ---------------------------------------------------------------------------------------------- the source
+class SpeedSource:
+    """The :class:`~tessera.scheduler.knowledge.RateSource` of both backends: every configuration's
+    :class:`JobSpeed` on one cluster, and per-configuration speed factors (the service's telemetry)."""
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        cost: Any = None,
+        *,
+        capacity: Mapping[str, int] | None = None,
+        models: ModelSource | None = None,
+        tuned_cells: int = 2,
+    ) -> None:
+        from tessera.perf.costmodel import CostModel
+
+        self.cluster = cluster
+        self.cost = cost if cost is not None else CostModel()
+        self._cost_given = cost is not None
+        self.capacity = dict(
+            capacity
+            if capacity is not None
+            else {get_gpu(t).name: n for t, n in cluster.gpu_counts().items()}
+        )
+        self.models = models or CatalogModels()
+        self.tuned_cells = tuned_cells
+        self.factors: dict[JobConfig, float] = {}
+        self.failures: list[str] = []
+        self._jobs: dict[JobConfig, JobSpeed] = {}
+        self._errors: dict[JobConfig, Exception] = {}
+
+    def job(self, config: JobConfig | tuple[str, int]) -> JobSpeed:
+        """The configuration's speeds (built once); raises what loading its model raised, every time."""
+        config = as_config(config)
+        js = self._jobs.get(config)
+        if js is not None:
+            return js
+        err = self._errors.get(config)
+        if err is not None:
+            raise err
+        try:
+            js = JobSpeed(config, self.cluster, self.capacity, self.cost, self.models, tuned_cells=self.tuned_cells)
+        except Exception as e:
+            if not (isinstance(e, ValueError) and hasattr(e, "field") and hasattr(e, "reason")):
+                # a planning bug or an input it cannot take: this configuration is unplannable, not all
+                e = ConfigError("model", f"planning failed: {type(e).__name__}: {e}")
+            self._errors[config] = e
+            raise e from None
+        js.failures = self.failures  # one list for reports
+        self._jobs[config] = js
+        return js
+
+    def _get(self, config: JobConfig) -> JobSpeed | None:
+        try:
+            return self.job(config)
+        except ValueError:
+            return None
+
+    # ------------------------------------------------------------------ telemetry
+    def factor(self, config: JobConfig) -> float:
+        """Estimated ÷ measured iteration time of this configuration (the median of the measured ones when it
+        was not measured; 1.0 when nothing was)."""
+        f = self.factors.get(config)
+        if f is not None:
+            return f
+        if self.factors:
+            vals = sorted(self.factors.values())
+            return vals[len(vals) // 2]
+        return 1.0
+
+    # ------------------------------------------------------------------ RateSource
+    def stages(self, config: JobConfig, gpus: GPUs) -> tuple[int, ...]:
+        js = self._get(config)
+        return js.stage_options(gpus) if js else ()
+
+    def cell(self, config: JobConfig, gpus: GPUs, n_stages: int) -> float:
+        js = self._get(config)
+        return js.cell_rate(gpus, n_stages) * self.factor(config) if js else 0.0
+
+    def dp(self, config: JobConfig, gpu_type: str, n_gpus: int) -> float:
+        js = self._get(config)
+        return js.dp_rate(gpu_type, n_gpus) * self.factor(config) if js else 0.0
+
+    def true(self, config: JobConfig, gpus: GPUs) -> float:
+        js = self._get(config)
+        return js.true_rate(gpus) * self.factor(config) if js else 0.0
+
+    # ------------------------------------------------------------------ the planner's verdict
+    def infeasible(self, config: JobConfig, total_steps: int) -> str | None:
+        """Why no Cell of the whole cluster (busy or not) can run the job, else None (cached per input)."""
+        return self.job(config).infeasible(total_steps)
+
+    def digest(self) -> str:
+        """What the figures depend on besides the configuration: cluster, calibration, source, settings."""
+        h = hashlib.sha256()
+        h.update(json.dumps(self.cluster.model_dump(mode="json"), sort_keys=True).encode())
+        cal = self.cost.calibration_dict() if self._cost_given else {}
+        h.update(json.dumps(cal, sort_keys=True, default=str).encode())
+        h.update(f"{_source_digest()}/{self.tuned_cells}/{CACHE_VERSION}".encode())
+        return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    home = os.environ.get("TESSERA_HOME")
+    return (Path(home) if home else Path.home() / ".cache" / "tessera") / "sim"
+
+
+@cache
+def _source_digest() -> str:
+    """A digest of the source (and data files) of every package the figures come from."""
+    h = hashlib.sha256()
+    root = resources.files("tessera")
+    for pkg in DIGEST_PACKAGES:
+        base = Path(str(root.joinpath(pkg)))
+        for f in sorted(base.rglob("*")):
+            if f.suffix in (".py", ".yaml", ".json") and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(base)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def speed_table(source: SpeedSource, capacity: Mapping[str, int] | None = None) -> PerfTable:
+    """A :class:`PerfTable` memoizing ``source`` (capacity: the source's)."""
+    return PerfTable(source, capacity if capacity is not None else source.capacity)
+
+
+# ---------------------------------------------------------------------------------------------- warmed tables
+def _warm_one(args: tuple[ClusterSpec, JobConfig, dict[str, int], int, bool, int]) -> tuple[JobConfig, dict]:
+    cluster, config, capacity, max_gpus, mixes, tuned = args
+    src = SpeedSource(cluster, capacity=capacity, tuned_cells=tuned)
+    table = PerfTable(src, capacity)
+    table.warm([config], max_gpus=max_gpus, mixes=mixes)
+    data = table.export(config)
+    data["failures"] = src.failures
+    return config, data
+
+
+def cell_table(
+    cluster: ClusterSpec,
+    configs: Iterable[JobConfig | tuple[str, int]],
+    *,
+    max_gpus: int = 64,
+    mixes: bool = True,
+    workers: int | None = None,
+    use_cache: bool = True,
+    tuned_cells: int = 2,
+    progress: Callable[[JobConfig], None] | None = None,
+) -> PerfTable:
+    """A :class:`PerfTable` of every configuration on ``cluster``, its grid warmed (from the disk cache where
+    present, else estimated — in ``workers`` processes — and saved). Lookups outside the grid are computed on
+    demand. ``progress`` is called once per configuration done. Zoo and Hugging Face models only."""
+    src = SpeedSource(cluster, tuned_cells=tuned_cells)
+    capacity = src.capacity
+    table = PerfTable(src, capacity)
+    todo_configs = sorted({as_config(c) for c in configs})
+    d = cache_dir() / f"{cluster.name}-{src.digest()}-g{max_gpus}{'m' if mixes else ''}"
+    todo: list[JobConfig] = []
+    for c in todo_configs:
+        f = d / f"{c.slug()}.json"
+        if use_cache and f.exists():
+            try:
+                data = json.loads(f.read_text())
+                table.load(c, data)
+                src.failures.extend(data.get("failures", []))
+                if progress:
+                    progress(c)
+                continue
+            except (ValueError, KeyError, TypeError):
+                pass  # a damaged cache file is recomputed
+        todo.append(c)
+    if todo:
+        jobs = [(cluster, c, capacity, max_gpus, mixes, tuned_cells) for c in todo]
+        n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+
+        def done(c: JobConfig, data: dict) -> None:
+            table.load(c, data)
+            src.failures.extend(data.get("failures", []))
+            if use_cache:  # saved as each configuration finishes, so an interrupted warm-up keeps its work
+                d.mkdir(parents=True, exist_ok=True)
+                tmp = d / f".{c.slug()}.json.tmp"
+                tmp.write_text(json.dumps(data))
+                tmp.replace(d / f"{c.slug()}.json")
+            if progress:
+                progress(c)
+
+        if n == 1:
+            for j in jobs:
+                done(*_warm_one(j))
+        else:
+            with ProcessPoolExecutor(n) as pool:
+                for c, data in pool.map(_warm_one, jobs):
+                    done(c, data)
+    return table
+
+
+__all__ = [
+    "CatalogModels",
+    "CellChoice",
+    "ConfigError",
+    "JobSpeed",
+    "ModelSource",
+    "SpeedSource",
+    "Tuned",
+    "cache_dir",
+    "cell_table",
+    "config_of",
+    "packed_devices",
+    "speed_table",
+]
