@@ -2,13 +2,17 @@
 
 The order of a step is fixed: pipeline schedule (forward/backward of every micro-batch, gradients
 accumulating) → gradients into the fp32 master copies when the plan keeps bf16 parameters → DP gradient
-sync → (fp16) unscale and skip on overflow → optimizer step (the owner only, under ZeRO) → updated
-parameters broadcast from their owners.
+sync → (fp16) unscale and skip on overflow → (``skip_nonfinite``) skip when any rank's loss or gradient is NaN or
+infinite → optimizer step (the owner only, under ZeRO) → updated parameters broadcast from their owners.
+
+A non-finite loss is otherwise the caller's to handle (the default, ``fail``: the worker ends the job at that
+step); ``skip_nonfinite`` costs one 1-element all-reduce per step, so every rank skips the same steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 
@@ -54,7 +58,8 @@ class StepStats:
     iter_s: float
     compute_s: float
     comm_s: float
-    skipped: bool = False
+    skipped: bool = False  # no optimizer update this step (fp16 overflow, or a skipped non-finite step)
+    nonfinite: bool = False  # (skip_nonfinite) some rank's loss or gradient was NaN or infinite
 
 
 class _LossScaler:
@@ -96,10 +101,12 @@ class Trainer:
         seed: int,
         learning_rate: float,
         device: torch.device,
+        skip_nonfinite: bool = False,
     ) -> None:
         self.plan = plan
         self.rank = rank
         self.device = device
+        self.skip_nonfinite = skip_nonfinite
         ties = tied_groups(factory, plan.attention.value, plan.recompute.value)
         self.layout: Layout = build_layout(
             plan, rank, ties=tuple(tuple(layer_of(f) for f in g) for g in ties)
@@ -202,6 +209,12 @@ class Trainer:
         if capture_grads:  # the synchronized full-batch gradient, before the optimizer touches it
             self.captured_grads = self.grad_pieces()
         ok = self.scaler.unscale_and_check(self.masters) if self.scaler else True
+        nonfinite = False
+        if self.skip_nonfinite:
+            t_check = time.perf_counter()
+            nonfinite = self._any_nonfinite(loss)
+            comm_s += time.perf_counter() - t_check
+            ok = ok and not nonfinite
         t1 = time.perf_counter()
         if ok:
             self.optimizer.step()
@@ -225,7 +238,20 @@ class Trainer:
             compute_s=compute_s,
             comm_s=comm_s,
             skipped=not ok,
+            nonfinite=nonfinite,
         )
+
+    def _any_nonfinite(self, loss: float) -> bool:
+        """Whether any rank's loss share or gradient is NaN or infinite (all ranks get the same answer)."""
+        bad = self.layout.last and not math.isfinite(loss)
+        if not bad:
+            bad = any(
+                m.grad is not None and not bool(torch.isfinite(local(m.grad)).all()) for m in self.masters
+            )
+        flag = torch.tensor([1.0 if bad else 0.0], device=self.device)  # NCCL reduces on the GPU
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
 
     # ---------------------------------------------------------------- pieces
     def _holds(self, p: nn.Parameter) -> bool:

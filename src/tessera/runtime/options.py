@@ -38,3 +38,6 @@ class RunOptions:
     capture_params: bool = False  # return the full parameters at the end (tests)
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     fault: Fault | None = None
+    # a NaN or infinite loss: "fail" ends the job at that step (LaunchError "loss diverged (NaN) at step N");
+    # "skip" skips that step's optimizer update on every rank (and a step whose gradient is non-finite)
+    on_nonfinite_loss: Literal["fail", "skip"] = "fail"

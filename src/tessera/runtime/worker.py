@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import faulthandler
 import io
+import math
 import os
 import signal
 import sys
@@ -50,6 +51,18 @@ class WorkerArgs:
     jobs: tuple[tuple[Plan, RunOptions], ...]
 
 
+class LossDiverged(RuntimeError):
+    """The loss became NaN or infinite and the job asked to fail on it (``on_nonfinite_loss="fail"``)."""
+
+
+def divergence(loss: float, step: int) -> str | None:
+    """ "loss diverged (NaN) at step N" (N counted from 1, as progress is) for a non-finite loss, else None."""
+    if math.isfinite(loss):
+        return None
+    kind = "NaN" if math.isnan(loss) else ("inf" if loss > 0 else "-inf")
+    return f"loss diverged ({kind}) at step {step + 1}"
+
+
 def device_for(plan: Plan, rank: int, backend: str) -> torch.device:
     if backend != "nccl":
         return torch.device("cpu")
@@ -75,8 +88,9 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
     device = device_for(plan, rank, backend)
     factory = options.model or ZooModel(plan.model)
     trainer = Trainer(
-        plan, rank, factory, seed=options.seed, learning_rate=options.learning_rate, device=device
-    )
+        plan, rank, factory, seed=options.seed, learning_rate=options.learning_rate, device=device,
+        skip_nonfinite=options.on_nonfinite_loss == "skip",
+    )  # fmt: skip
     data = options.data or SyntheticData(options.seed)
     start = 0
     if options.resume_from:
@@ -114,6 +128,9 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
             skipped=stats.skipped,
         )
         queue.put(("step", index, rank, report))
+        diverged = divergence(stats.loss, step) if stats.reports_loss else None
+        if diverged and options.on_nonfinite_loss == "fail":
+            raise LossDiverged(diverged)  # before any checkpoint: the updated parameters are not finite
         done = step + 1
         every = options.checkpoint_every
         if options.checkpoint_dir and ((every and done % every == 0) or done == options.steps):

@@ -5,7 +5,10 @@ server that launched it: a restarted server finds the actors by name and reattac
 runtime's own (``tessera.runtime.worker.run_job``) plus one thing the service needs: a **cooperative stop**.
 Every step ends with a 1-element MAX all-reduce of "stop requested"; when any rank has been asked to stop,
 all ranks agree on the same step, write a checkpoint there, and exit — that is how a rescale or migration
-checkpoints exactly where it stops, never losing steps.
+checkpoints exactly where it stops, never losing steps. The same all-reduce carries "my loss is not finite":
+with ``on_nonfinite_loss="fail"`` every rank ends at that step, writes no checkpoint (the parameters it just
+updated are not finite), and the actor's state is ``diverged`` with "loss diverged (NaN) at step N" — the
+service fails the job without relaunching it. With ``"skip"`` the trainer skips such steps' updates itself.
 
 Imports only ``tessera.plan``, the runtime and torch (the worker stays light, as the runtime promises).
 """
@@ -13,6 +16,7 @@ Imports only ``tessera.plan``, the runtime and torch (the worker stays light, as
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import socket
 import sys
@@ -44,6 +48,7 @@ class RunSpec:
     data_path: str | None = None
     vocab: int = 256
     loopback: bool = True
+    on_nonfinite_loss: str = "fail"  # fail | skip (the JobSpec field)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -62,7 +67,7 @@ class DeviceWorker:
         self._lock = threading.Lock()
         self._messages: list[dict[str, Any]] = []
         self._acked = 0  # messages before this index were delivered and dropped
-        self._state = "created"  # created | running | finished | stopped | failed
+        self._state = "created"  # created | running | finished | stopped | diverged | failed
         self._error: str | None = None
         self._checkpoint_step: int | None = None
         self._stop = threading.Event()
@@ -122,9 +127,10 @@ class DeviceWorker:
 
     def _main(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> None:
         try:
-            stopped = self._train(plan, run, master)
+            end, error = self._train(plan, run, master)
             with self._lock:
-                self._state = "stopped" if stopped else "finished"
+                self._error = error
+                self._state = end
         except BaseException as e:  # noqa: BLE001 - every failure must reach the service
             msg = f"{type(e).__name__}: {e}".strip().splitlines()[0][:500]
             with self._lock:
@@ -134,7 +140,8 @@ class DeviceWorker:
                 )
                 self._state = "failed"
 
-    def _train(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> bool:
+    def _train(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> tuple[str, str | None]:
+        """Train until done, stopped or diverged: (finished | stopped | diverged, the divergence text)."""
         import torch
         import torch.distributed as dist
 
@@ -172,8 +179,9 @@ class DeviceWorker:
                 device = torch.device("cpu")
             factory = run.model_factory or ZooModel(plan.model)
             trainer = Trainer(
-                plan, rank, factory, seed=run.seed, learning_rate=run.learning_rate, device=device
-            )
+                plan, rank, factory, seed=run.seed, learning_rate=run.learning_rate, device=device,
+                skip_nonfinite=run.on_nonfinite_loss == "skip",
+            )  # fmt: skip
             data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
             start = 0
             if run.resume and _has_checkpoint(run.checkpoint_dir):
@@ -185,8 +193,9 @@ class DeviceWorker:
             self._put({"kind": "ready", "rank": rank, "start_step": start, "t": time.time()})
             lay = trainer.layout
             needs_data = lay.first or lay.last
-            flag = torch.zeros(1)
+            flag = torch.zeros(2, device=device)  # [stop requested, non-finite loss code]
             stopped = False
+            diverged: str | None = None
             for step in range(start, run.total_steps):
                 torch.manual_seed(hash((run.seed, step, lay.stage_index, lay.replica)) % (2**63))
                 inputs = targets = None
@@ -200,9 +209,16 @@ class DeviceWorker:
                 )  # fmt: skip
                 self._put({"kind": "step", **asdict(rec)})
                 done = step + 1
-                flag.fill_(1.0 if self._stop.is_set() else 0.0)
+                bad = stats.reports_loss and run.on_nonfinite_loss == "fail"
+                flag[0] = 1.0 if self._stop.is_set() else 0.0
+                flag[1] = _NONFINITE_CODE.get(_nonfinite(stats.loss), 0.0) if bad else 0.0
                 dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-                stopped = bool(flag.item() > 0) and done < run.total_steps
+                code = float(flag[1].item())
+                if code > 0:  # every rank ends here, before any checkpoint of non-finite parameters
+                    kind = next(k for k, v in _NONFINITE_CODE.items() if v == code)
+                    diverged = f"loss diverged ({kind}) at step {done}"
+                    break
+                stopped = bool(flag[0].item() > 0) and done < run.total_steps
                 every = run.checkpoint_every
                 if (every and done % every == 0) or done == run.total_steps or stopped:
                     meta = {
@@ -220,13 +236,27 @@ class DeviceWorker:
                 if stopped:
                     break
             dist.barrier()
-            return stopped
+            if diverged is not None:
+                return "diverged", diverged
+            return ("stopped" if stopped else "finished"), None
         finally:
             faulthandler.cancel_dump_traceback_later()
             if trainer is not None:
                 trainer.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+# A non-finite loss as a number all ranks can MAX-reduce: NaN beats -inf beats inf (a sum with NaN is NaN).
+_NONFINITE_CODE = {"inf": 1.0, "-inf": 2.0, "NaN": 3.0}
+
+
+def _nonfinite(loss: float) -> str | None:
+    if math.isnan(loss):
+        return "NaN"
+    if math.isinf(loss):
+        return "inf" if loss > 0 else "-inf"
+    return None
 
 
 def _has_checkpoint(root: str) -> bool:

@@ -9,8 +9,8 @@ GPU node — ``GPU`` count, the ``accelerator_type:<T>`` marker and the ``ray.io
 ``tessera.io/gpu-type`` (the catalog name) and ``tessera.io/node``; the control path is identical either way.
 
 A :class:`Gang` runs in its own thread: placement group → actors → rendezvous → start → poll every
-``poll_s`` (telemetry, state) → finished | stopped (cooperative checkpoint) | failed (an actor died, raised,
-or went silent) → tear down (kill actors, remove the placement group). Actors are named
+``poll_s`` (telemetry, state) → finished | stopped (cooperative checkpoint) | diverged (a NaN/inf loss: every
+rank ended at that step) | failed (an actor died, raised, or went silent) → tear down (kill actors, remove the placement group). Actors are named
 ``tessera-<job>-<attempt>-r<rank>`` in the service's namespace and detached, so a restarted server finds and
 reattaches to gangs still running on an external cluster.
 """
@@ -21,16 +21,18 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tessera.hardware import ClusterSpec, NodeGroupSpec, get_cluster, get_gpu, load_cluster_file
 from tessera.plan import Plan
+from tessera.service import reaper
+from tessera.service.reaper import kill_marked
 from tessera.service.scheduling import Assignment, LiveCluster, LiveNode
 
 RAY_ENV = {
@@ -88,23 +90,20 @@ def apply_ray_env() -> None:
 # ------------------------------------------------------------------------------------------ leftovers
 def kill_leftovers(marker_dir: str) -> list[int]:
     """SIGKILL processes of an earlier embedded cluster of ours (found by ``RAY_TMPDIR`` in their
-    environment: only processes this service started carry it). A server killed with SIGKILL leaves some
-    Ray daemons behind (dashboard and runtime-env agents); this is how a restarted server cleans them up."""
-    killed = []
-    me = os.getpid()
-    needle = f"RAY_TMPDIR={marker_dir}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            with contextlib.suppress(OSError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
-    return killed
+    environment: only processes this service started carry it). The watchdog (:mod:`tessera.service.reaper`)
+    does this the moment a server dies; a restarted server also does it before it starts its own Ray."""
+    return kill_marked(marker_dir)
+
+
+def start_reaper(marker_dir: str) -> subprocess.Popen:
+    """The watchdog that kills this embedded cluster's processes once this process is gone (even by SIGKILL):
+    a stdlib-only script in its own session, without the marker in its own environment."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"}
+    return subprocess.Popen(
+        [sys.executable, reaper.__file__, str(os.getpid()), marker_dir],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ the cluster
@@ -117,6 +116,7 @@ class RayCluster:
     tmp_dir: str | None = None  # embedded: RAY_TMPDIR (short: unix socket paths)
     cpus_per_gpu: int = 1
     _cluster: Any = None
+    _reaper: subprocess.Popen | None = None
     _node_ids: dict[str, str] = field(default_factory=dict)  # cluster-spec node name → Ray node id
     spec: ClusterSpec | None = None
 
@@ -135,6 +135,7 @@ class RayCluster:
             kill_leftovers(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+            self._reaper = start_reaper(tmp)  # before the first Ray process exists
             from ray.cluster_utils import Cluster
 
             nodes = emulate.nodes()
@@ -248,6 +249,10 @@ class RayCluster:
             if self.tmp_dir:
                 kill_leftovers(self.tmp_dir)
                 shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        if self._reaper is not None:  # Ray is down: the watchdog has nothing left to guard
+            self._reaper.kill()
+            self._reaper.wait(timeout=10)
+            self._reaper = None
 
 
 def emulated_spec(cluster: str) -> ClusterSpec:
@@ -264,7 +269,7 @@ class GangEvents:
 
     on_ready: Callable[[Gang, int], None]  # all ranks built their model; the step they start from
     on_steps: Callable[[Gang, list[dict[str, Any]]], None]  # merged StepRecords (as dicts), in step order
-    # the gang ended: outcome finished | stopped | failed | killed, the error, the last checkpoint step
+    # the gang ended: outcome finished | stopped | diverged | failed | killed, the error, the last checkpoint step
     on_end: Callable[[Gang, str, str | None, int | None], None]
     on_checkpoint: Callable[[Gang, int], None] = lambda gang, step: None  # a complete checkpoint at this step
 
@@ -484,6 +489,9 @@ class Gang:
                 records.sort(key=lambda d: d["step"])
                 self.events.on_steps(self, records)
             states = [rep["state"] for rep in replies]
+            if any(s == "diverged" for s in states):  # every rank ends at that step; no need to wait for all
+                err = next(rep["error"] for rep in replies if rep["state"] == "diverged")
+                return "diverged", err, replies[0]["checkpoint_step"]
             if any(s == "failed" for s in states):
                 err = next(rep["error"] for rep in replies if rep["state"] == "failed")
                 return "failed", err, None
