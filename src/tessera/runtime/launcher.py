@@ -5,7 +5,9 @@ A job ends in one of three ways, all within the configured timeouts:
 * a rank dies (non-zero exit, signal) or raises → all ranks are stopped and ``LaunchError`` names the rank that
   failed *first in cause*: a rank that died silently is the root cause even if its peers' collectives failed
   earlier in wall time because of it;
-* a rank is silent for ``watchdog_s`` (hung) → the same, naming the rank that is furthest behind.
+* a rank is silent for ``watchdog_s`` (hung) → the same, naming the rank that is furthest behind;
+* the loss becomes NaN or infinite (``on_nonfinite_loss="fail"``, the default) → ``LaunchError`` "loss diverged
+  (NaN) at step N", with no rank to blame and no checkpoint written at or after that step.
 Workers also run under a process-group timeout, so a collective blocked on a dead peer fails by itself.
 """
 
@@ -27,7 +29,7 @@ from tessera.plan import Plan
 from tessera.runtime.options import RunOptions
 from tessera.runtime.shards import assemble
 from tessera.runtime.telemetry import JsonlWriter, RankStep, StepRecord, merge
-from tessera.runtime.worker import WorkerArgs, from_bytes, main
+from tessera.runtime.worker import LossDiverged, WorkerArgs, divergence, from_bytes, main
 
 STARTUP_S = 180.0
 
@@ -143,6 +145,10 @@ def launch_many(jobs: Sequence[tuple[Plan, RunOptions]]) -> list[LaunchResult]:
                         st.writer.write(rec)
                         if progress and st.options.progress:
                             progress.update(st.plan, rec, st.options.steps)
+                        diverged = divergence(rec.loss, rec.step)
+                        if diverged and st.options.on_nonfinite_loss == "fail":
+                            failure = (None, diverged)  # the job's own outcome, not a rank's fault
+                            break
                 elif kind == "done":
                     states[job].done[rank] = from_bytes(payload)
                     states[job].t1 = time.monotonic()
@@ -174,6 +180,8 @@ def launch_many(jobs: Sequence[tuple[Plan, RunOptions]]) -> list[LaunchResult]:
         _stop(procs)
     if failure is not None:
         rank, cause = failure
+        if cause.startswith("loss diverged"):  # the training's outcome: no rank is at fault
+            raise LaunchError(f"job failed: {cause}", None, cause)
         others = "; ".join(f"rank {r}: {m}" for r, (m, _) in sorted(errors.items()) if r != rank)
         msg = f"job failed: rank {rank} {cause}" + (f" (then {others})" if others else "")
         raise LaunchError(msg, rank, cause)
@@ -215,6 +223,10 @@ def _diagnose(
         code = procs[rank].exitcode
         how = f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
         return rank, f"died ({how}){step_note(rank)}"
+    diverged = [r for r, (m, _) in errors.items() if m.startswith(f"{LossDiverged.__name__}:")]
+    if diverged:  # the loss went NaN/inf (fail mode): its peers' errors are consequences
+        rank = min(diverged)
+        return rank, errors[rank][0].split(": ", 1)[1]
     real = [r for r, (m, _) in errors.items() if not _is_timeout(m)]
     if real:
         rank = min(real)
