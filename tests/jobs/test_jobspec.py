@@ -47,3 +47,56 @@ def test_load_yaml_and_json(tmp_path):
         load_job(bad)
     with pytest.raises(JobSpecError, match="cannot read"):
         load_job(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"steps": "10"}, "steps"),
+        ({"steps": True}, "steps"),
+        ({"global_batch": 8.0}, "global_batch"),
+        ({"learning_rate": float("nan")}, "learning_rate"),
+        ({"learning_rate": float("inf")}, "learning_rate"),
+        ({"learning_rate": "0.1"}, "learning_rate"),
+        ({"deadline_s": float("inf")}, "deadline_s"),
+        ({"priority": "1"}, "priority"),
+        ({"wait_for_resources": "yes"}, "wait_for_resources"),
+    ],
+)
+def test_numbers_are_strict_and_finite(change, field):
+    with pytest.raises(JobSpecError, match=field):
+        parse_job({**BASE, **change})
+
+
+def test_integers_are_accepted_where_floats_are_meant():
+    j = parse_job({**BASE, "learning_rate": 1, "deadline_s": 3600})
+    assert j.learning_rate == 1.0 and j.deadline_s == 3600.0 and not j.wait_for_resources
+
+
+def test_unknown_field_suggests_the_nearest():
+    with pytest.raises(JobSpecError, match="unknown field 'step'; did you mean 'steps'"):
+        parse_job({"model": "gpt-tiny", "global_batch": 8, "step": 10})
+    with pytest.raises(JobSpecError, match="learning_rat.*did you mean 'learning_rate'"):
+        parse_job({**BASE, "learning_rat": 0.1})
+
+
+def test_yaml_numbers_stay_numbers(tmp_path):
+    """YAML 1.1 reads ``3e-4`` as a string; the loader reads it as the float YAML 1.2 (and everyone) means."""
+    y = tmp_path / "j.yaml"
+    y.write_text("model: gpt-tiny\nglobal_batch: 4\nsteps: 30\nlearning_rate: 3e-4\ndeadline_s: 1.5e3\n")
+    j = load_job(y)
+    assert j.steps == 30 and j.learning_rate == 3e-4 and j.deadline_s == 1500.0
+    y.write_text('model: gpt-tiny\nglobal_batch: 4\nsteps: "30"\n')
+    with pytest.raises(JobSpecError, match="steps"):
+        load_job(y)
+    y.write_text("model: gpt-tiny\nglobal_batch: 4\nsteps: 3\nlearning_rate: .nan\n")
+    with pytest.raises(JobSpecError, match="learning_rate"):
+        load_job(y)
+
+
+def test_every_example_spec_still_loads():
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    jobs = [p for p in sorted(examples.rglob("*.yaml")) if "node_groups" not in p.read_text()]
+    assert len(jobs) >= 5 and all(load_job(p).total_steps >= 1 for p in jobs)

@@ -75,9 +75,7 @@ class JobSpec(BaseModel):
     precision: Literal["fp32", "bf16", "fp16", "bf16-master"] = "bf16"
     recompute: Literal["auto", "none", "selective", "full"] = "auto"
     learning_rate: float = Field(default=3e-4, gt=0, **_FLOAT)
-    deadline_s: float | None = Field(
-        default=None, gt=0, description="seconds after submission", **_FLOAT
-    )
+    deadline_s: float | None = Field(default=None, gt=0, description="seconds after submission", **_FLOAT)
     priority: int = Field(default=0, ge=-100, le=100, **_INT)
     gpu_types: tuple[str, ...] = Field(default=(), description="preferred GPU types, best first")
     exclude_gpu_types: tuple[str, ...] = ()

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
                 **inspect_entrypoint(request["entrypoint"], request["model"], int(request["seq_len"])),
             }
         except ModelSourceError as e:
-            answer = {"ok": False, "reason": e.reason}
+            limit = f" (out of memory: the server lets the check use {int(memory) / 2**30:.1f} GiB)"
+            answer = {"ok": False, "reason": e.reason + (limit if "MemoryError" in e.reason else "")}
     except MemoryError:
         answer = {
             "ok": False,
