@@ -6,6 +6,13 @@ tear down → relaunch with the new Plan), failures (relaunch from the last chec
 ``max_restarts`` times), cancellations, and recovery after a server restart (reattach to gangs still running
 on an external cluster, else relaunch from checkpoints). Telemetry goes to the store as it arrives and, when
 an allocation ends, into the cost model's calibration.
+
+The job lifecycle is the state machine of :mod:`tessera.service.states`: every gang ends with a
+:class:`StopReason` (why it was asked to stop, else what its ranks reported) and that reason alone decides the
+next state — SUCCEEDED, CANCELLED, FAILED (a diverged loss at once; a failure once restarts run out),
+PENDING (Preempted), or a relaunch (resize, migrate, node lost, failure) — and the store refuses any change the
+transition table does not allow. Every launch and stop for a scheduling change logs the scheduler's note (what
+moved, why, with its figures) in the job's log and keeps it in the allocation history.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from tessera.service.device_worker import RunSpec
 from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
 from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
 from tessera.service.scheduling import Assignment, JobInput, LiveCluster, SchedulingAdapter
-from tessera.service.states import ACTIVE, JobState, Reason
+from tessera.service.states import ACTIVE, JobState, Reason, StopReason
 from tessera.service.store import JobRecord, Store
 
 log = logging.getLogger("tessera.service")
@@ -42,8 +49,9 @@ class Controller:
         self.adapter: SchedulingAdapter | None = None
         self.live: LiveCluster | None = None
         self.gangs: dict[int, Gang] = {}
-        self._next: dict[int, tuple[str, Assignment]] = {}  # job → the relaunch waiting for its gang to stop
-        self._stopping_for: dict[int, str] = {}  # job → why its gang was asked to stop
+        # job → the relaunch waiting for its gang to stop: (kind, assignment, the scheduler's note)
+        self._next: dict[int, tuple[str, Assignment, str]] = {}
+        self._stopping_for: dict[int, StopReason] = {}  # job → why its gang was asked to stop
         self._not_before: dict[int, float] = {}
         self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
         self._iters: dict[int, list[float]] = {}
@@ -82,7 +90,7 @@ class Controller:
         gangs = list(self.gangs.values())
         if self.cluster is not None and self.cluster.embedded:
             for g in gangs:
-                self._stopping_for[g.job_id] = "server stopped"
+                self._stopping_for[g.job_id] = StopReason.SERVER_STOPPED
                 g.request_stop()
             deadline = time.time() + checkpoint_timeout_s
             for g in gangs:
@@ -118,7 +126,7 @@ class Controller:
                 self.store.update(job.id, state=JobState.RUNNING, log=f"reattached to attempt {job.attempt}")
                 continue
             ck = self._disk_checkpoint(job.id)
-            self.store.close_allocation(job.id, "server restart", ck)
+            self.store.close_allocation(job.id, StopReason.SERVER_RESTART, ck)
             where = f"checkpoint step {ck}" if ck else "the start (no checkpoint yet)"
             self.store.update(
                 job.id,
@@ -187,29 +195,33 @@ class Controller:
             if self.live is not None and live != self.live:
                 for jid in self.adapter.set_cluster(live):
                     if jid in self.gangs:
-                        self._stopping_for[jid] = "node lost"
+                        self._stopping_for[jid] = StopReason.NODE_LOST
                         self.gangs[jid].kill()
             self.live = live
         self.adapter.sync(self._inputs(now), now)
         r = self.adapter.round(now, force=force)
         self.last_round = {
             "at": now, "policy": r.policy, "decided": r.decided, "decision_s": r.decision_s,
-            "changes": [{"job": c.job_id, "kind": c.kind, "note": c.note} for c in r.changes],
+            "changes": [{"job": c.job_id, "kind": _kind(c.kind), "note": _note(c)} for c in r.changes],
         }  # fmt: skip
         for c in r.changes:
             job = self.store.get(c.job_id)
             if job is None or job.state.terminal:
                 continue
+            kind, note = _kind(c.kind), _note(c)
             if c.new is None:
-                self._stop_gang(job, "preempt", None)
+                self._stop_gang(job, StopReason.PREEMPTED, None, note)
             elif c.job_id in self.gangs:
-                self._stop_gang(job, c.kind, c.new)
+                why = StopReason.MIGRATE if kind == "migrate" else StopReason.RESIZE
+                self._stop_gang(job, why, c.new, note)
             else:
-                self._launch(job, c.new, c.kind)
+                self._launch(job, c.new, kind, note)
         for jid, reason in r.reasons.items():
             job = self.store.get(jid)
             if job is None or job.state.terminal or jid in self.gangs:
                 continue
+            if job.state == JobState.PENDING and (job.reason or "").startswith(Reason.PREEMPTED):
+                reason = f"{Reason.PREEMPTED}: {reason}"  # still says it was preempted, and what it waits for
             if job.reason != reason:
                 self.store.update(jid, reason=reason)
 
@@ -242,7 +254,7 @@ class Controller:
             seed=spec.seed, checkpoint_dir=str(ckdir.resolve()), checkpoint_every=every, resume=resume,
             backend=backend, pg_timeout_s=self.config.pg_timeout_s, model_factory=factory_for(spec),
             data_path=spec.data, vocab=vocab_of(cells.spec),
-            loopback=self.cluster is None or self.cluster.embedded,
+            loopback=self.cluster is None or self.cluster.embedded, on_nonfinite_loss=spec.on_nonfinite_loss,
         )  # fmt: skip
         return {
             f.name: getattr(run, f.name) for f in dataclasses.fields(run)
@@ -263,15 +275,10 @@ class Controller:
             placement_timeout_s=max(60.0, self.config.pg_timeout_s),
         )  # fmt: skip
 
-    def _launch(self, job: JobRecord, a: Assignment, kind: str) -> None:
+    def _launch(self, job: JobRecord, a: Assignment, kind: str, note: str = "") -> None:
+        """Start a gang for ``a`` from the job's latest checkpoint on disk. Its progress restarts there
+        (``steps_done`` = the checkpoint's step) and the steps earlier attempts ran past it are superseded."""
         if self.cluster is None:
-            return
-        try:
-            pass
-        except ValueError as e:
-            self.store.update(
-                job.id, state=JobState.FAILED, error=str(e), finished_at=time.time(), log=str(e)
-            )
             return
         attempt = job.attempt + 1
         if job.state == JobState.RECOVERING:
@@ -287,6 +294,7 @@ class Controller:
         from_step = self._disk_checkpoint(job.id) or 0
         fields: dict[str, Any] = {
             "checkpoint_step": from_step or None,
+            "steps_done": from_step,
             "state": JobState.STARTING if job.state != JobState.RECOVERING else JobState.RECOVERING,
             "reason": None,
             "attempt": attempt,
@@ -296,23 +304,29 @@ class Controller:
         if job.estimate is None:
             fields["estimate"] = {"cell": a.cell, "iteration_time_s": a.estimate_iter_s, **a.estimate}
         gpus = ", ".join(f"{n}×{t}" for t, n in a.gpus.items())
+        why = f" — {note}" if note else ""
         self.store.update(
-            job.id, log=f"{kind}: attempt {attempt} on {gpus} ({a.cell}), {_plan_text(a)}", **fields
+            job.id,
+            log=f"{kind}: attempt {attempt} on {gpus} ({a.cell}) from step {from_step}, {_plan_text(a)}{why}",
+            **fields,
         )
         self.store.open_allocation(
             job.id, attempt, kind, [s.to_dict() for s in a.slots], a.cell, a.plan.to_json(indent=None),
-            a.estimate_iter_s, from_step,
+            a.estimate_iter_s, from_step, note=note or None,
         )  # fmt: skip
         self._iters[job.id] = []
         gang.start()
 
-    def _stop_gang(self, job: JobRecord, kind: str, new: Assignment | None) -> None:
+    def _stop_gang(self, job: JobRecord, why: StopReason, new: Assignment | None, note: str = "") -> None:
+        """Ask the gang to checkpoint and stop, for a scheduling change (the relaunch on ``new`` follows)."""
         gang = self.gangs[job.id]
         if new is not None:
-            self._next[job.id] = (kind, new)
-        self._stopping_for[job.id] = kind
-        state = {"resize": JobState.RESIZING, "migrate": JobState.MIGRATING}.get(kind)
-        msg = f"{kind}: checkpointing to relaunch on {new.cell}" if new else "preempted: checkpointing"
+            self._next[job.id] = (why.value, new, note)
+        self._stopping_for[job.id] = why
+        state = {StopReason.RESIZE: JobState.RESIZING, StopReason.MIGRATE: JobState.MIGRATING}.get(why)
+        msg = f"{why}: checkpointing to relaunch on {new.cell}" if new else "preempted: checkpointing"
+        if note:
+            msg += f" — {note}"
         if state is not None:
             self.store.update(job.id, state=state, log=msg)
         else:
@@ -356,6 +370,7 @@ class Controller:
         self.store.update(gang.job_id, log=msg, **fields)
 
     def _on_end(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
+        """A gang ended: its stop reason decides the job's next state (see the module docstring)."""
         jid = gang.job_id
         if self.gangs.get(jid) is gang:
             del self.gangs[jid]
@@ -367,15 +382,16 @@ class Controller:
         measured = (
             statistics.median(self._iters[jid][2:] or self._iters[jid]) if self._iters.get(jid) else None
         )
-        why = self._stopping_for.pop(jid, None)
+        asked = self._stopping_for.pop(jid, None)
         nxt = self._next.pop(jid, None)
         disk = self._disk_checkpoint(jid)
         ck = disk if disk is not None else (ck if ck is not None else job.checkpoint_step)
         if ck is not None and ck != job.checkpoint_step:
             self.store.update(jid, checkpoint_step=ck)
         assert self.adapter is not None
-        if outcome == "finished":
-            self.store.close_allocation(jid, "finished", job.total_steps, measured)
+        why = _stop_reason(outcome, asked, job.cancel_requested)
+        if why == StopReason.COMPLETED:
+            self.store.close_allocation(jid, why, job.total_steps, measured)
             self.store.update(
                 jid, state=JobState.SUCCEEDED, finished_at=now, reason=None, steps_done=job.total_steps,
                 log=f"succeeded: {job.total_steps} steps, final loss {job.last_loss}",
@@ -383,40 +399,51 @@ class Controller:
             self._calibrate(gang, job, measured)
             self._dirty.set()
             return
-        if job.cancel_requested:
-            self.store.close_allocation(jid, "cancelled", ck, measured)
+        if why == StopReason.DIVERGED:  # the training's own outcome: a relaunch would diverge again
+            text = err or "loss diverged"
+            self.store.close_allocation(jid, f"{why}: {text}", ck, measured)
+            self.adapter.release(jid, now)
+            self.store.update(
+                jid, state=JobState.FAILED, finished_at=now, reason=text, error=text,
+                log=f"failed: {text} (not relaunched; on_nonfinite_loss: skip would skip such steps)",
+            )  # fmt: skip
+            self._not_before.pop(jid, None)
+            self._dirty.set()
+            return
+        if why == StopReason.CANCELLED:
+            self.store.close_allocation(jid, why, ck, measured)
             self.store.update(jid, state=JobState.CANCELLED, finished_at=now, reason=None, log="cancelled")
             self._dirty.set()
             return
-        if outcome == "stopped" or (outcome == "killed" and why):
-            self.store.close_allocation(jid, why or outcome, ck, measured)
+        if why != StopReason.FAILED:  # stopped on purpose: checkpointed (or, node lost, killed)
+            self.store.close_allocation(jid, why, ck, measured)
             self._calibrate(gang, job, measured)
-            if why == "server stopped":
+            if why == StopReason.SERVER_STOPPED:
                 self.store.update(
                     jid, state=JobState.RECOVERING, log=f"server stopped at checkpoint step {ck}"
                 )
                 return
             if nxt is not None:
-                kind, a = nxt
+                kind, a, note = nxt
                 self.store.update(jid, rescales=job.rescales + 1)
                 fresh = self.store.get(jid)
                 assert fresh is not None
-                self._launch(fresh, a, kind)
+                self._launch(fresh, a, kind, note)
                 return
-            if why == "node lost":
+            if why == StopReason.NODE_LOST:
                 self.store.update(
                     jid, state=JobState.RECOVERING, reason=Reason.RESOURCES, log="lost its node"
                 )
             else:
                 self.store.update(
-                    jid, state=JobState.PENDING, reason="Preempted", log=f"preempted at step {ck}"
+                    jid, state=JobState.PENDING, reason=Reason.PREEMPTED, log=f"preempted at step {ck}"
                 )
             self.adapter.release(jid, now)
             self._dirty.set()
             return
-        # failed (or killed without a reason)
+        # failed (or killed without a reason): relaunch from the checkpoint unless out of restarts
         restarts = job.restarts + 1
-        self.store.close_allocation(jid, f"failed: {err}", ck, measured)
+        self.store.close_allocation(jid, f"{why}: {err}", ck, measured)
         self.adapter.release(jid, now)
         spec = job.spec
         if restarts > spec.max_restarts:
@@ -444,7 +471,7 @@ class Controller:
                 if g.outcome is None:
                     g.kill()
             else:
-                self.store.close_allocation(job.id, "cancelled", job.checkpoint_step)
+                self.store.close_allocation(job.id, StopReason.CANCELLED, job.checkpoint_step)
                 self.store.update(
                     job.id, state=JobState.CANCELLED, finished_at=time.time(), reason=None, log="cancelled"
                 )
@@ -519,6 +546,30 @@ class Controller:
     def gang_pids(self, job_id: int) -> list[int]:
         g = self.gangs.get(job_id)
         return list(g.pids) if g else []
+
+
+def _stop_reason(outcome: str, asked: StopReason | None, cancel_requested: bool) -> StopReason:
+    """Why a gang ended: what its ranks reported (finished, diverged), else why it was asked to stop."""
+    if outcome == "finished":
+        return StopReason.COMPLETED
+    if outcome == "diverged":
+        return StopReason.DIVERGED
+    if cancel_requested:
+        return StopReason.CANCELLED
+    if outcome == "stopped" or (outcome == "killed" and asked is not None):
+        return asked or StopReason.PREEMPTED  # a stop nobody asked for (a reattached gang): back to the queue
+    return StopReason.FAILED
+
+
+def _kind(kind: Any) -> str:
+    """A change's kind as the allocation history writes it (start | resume | resize | migrate | preempt)."""
+    text = str(getattr(kind, "value", kind)).lower()
+    return {"rescale": "resize"}.get(text, text)
+
+
+def _note(change: Any) -> str:
+    """The scheduler's reason for a change, with its figures ("" when it gave none)."""
+    return str(getattr(change, "note", "") or getattr(change, "reason", "") or "")
 
 
 def _plan_text(a: Assignment) -> str:
