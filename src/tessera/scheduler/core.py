@@ -15,24 +15,46 @@ telemetry.
 from __future__ import annotations
 
 import bisect
+import enum
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tessera.scheduler.knowledge import Knowledge
-from tessera.scheduler.policy import ActiveJobs, Decision, Policy, PolicyError, RoundEvents, SchedulingContext
+from tessera.scheduler.policy import (
+    ActiveJobs,
+    Decision,
+    Policy,
+    PolicyError,
+    RoundEvents,
+    SchedulingContext,
+    fmt_gpus,
+)
 from tessera.scheduler.state import Allocation, ClusterState, Job, JobState, JobStatus
+
+
+class ChangeKind(enum.StrEnum):
+    """What a :class:`Change` asks of the backend. A ``str``, so ``kind == "start"`` keeps working."""
+
+    START = "start"  # first launch
+    RESUME = "resume"  # launch again after a preemption or a lost node
+    RESCALE = "rescale"  # other GPU counts or types: checkpoint, relaunch on the new GPUs
+    MIGRATE = "migrate"  # the same GPU counts and types on other nodes
+    PREEMPT = "preempt"  # back to the queue
+    DROP = "drop"  # given up for good (a deadline that cannot be met)
 
 
 @dataclass(frozen=True)
 class Change:
-    """One thing the backend must do after a round: ``kind`` is start | resume | rescale | migrate |
-    preempt | drop; ``old`` / ``new`` the allocations before and after."""
+    """One thing the backend must do after a round: ``old`` / ``new`` the allocations before and after, and
+    ``reason`` why, with figures — the policy's (:attr:`Decision.reasons`) or, when it gave none, the core's
+    generic one — for the job's log, the API and the dashboard."""
 
     job_id: int
-    kind: str
+    kind: ChangeKind
     old: Allocation | None
     new: Allocation | None
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -254,17 +276,17 @@ class Scheduler:
                 if jid in d.dropped:
                     js.status = JobStatus.DROPPED
                     js.finish_s = now_s
-                    changes.append(Change(jid, "drop", old, None))
+                    changes.append(self._change(d, js, ChangeKind.DROP, old, None))
                 else:
                     self._to_pending(js)
-                    changes.append(Change(jid, "preempt", old, None))
+                    changes.append(self._change(d, js, ChangeKind.PREEMPT, old, None))
             else:
                 js.meta["_old"] = old
         for jid in d.dropped:
             js = self._unpend(jid)
             if js is not None:
                 js.status, js.finish_s, js.last_change_s = JobStatus.DROPPED, now_s, now_s
-                changes.append(Change(jid, "drop", None, None))
+                changes.append(self._change(d, js, ChangeKind.DROP, None, None))
         # 2. take the new allocations
         for jid, a in d.allocations.items():
             js = self.jobs[jid]
@@ -278,16 +300,43 @@ class Scheduler:
             js.status, js.allocation, js.last_change_s = JobStatus.RUNNING, a, now_s
             self.running[jid] = js
             if old is not None:
-                kind = "migrate" if old.gpus == a.gpus else "rescale"
+                kind = ChangeKind.MIGRATE if old.gpus == a.gpus else ChangeKind.RESCALE
                 js.restarts += 1
             elif js.first_start_s is None:
-                kind = "start"
+                kind = ChangeKind.START
                 js.first_start_s = now_s
             else:
-                kind = "resume"
+                kind = ChangeKind.RESUME
                 js.restarts += 1
-            changes.append(Change(jid, kind, old, a))
+            changes.append(self._change(d, js, kind, old, a))
         return changes
+
+    def _change(
+        self, d: Decision, js: JobState, kind: ChangeKind, old: Allocation | None, new: Allocation | None
+    ) -> Change:
+        reason = d.reasons.get(js.job_id) or self.generic_reason(js.job, kind, old, new)
+        return Change(js.job_id, kind, old, new, reason)
+
+    def generic_reason(
+        self, job: Job, kind: ChangeKind, old: Allocation | None, new: Allocation | None
+    ) -> str:
+        """What the core can say about a change the policy did not explain: the GPUs and the Cell estimate
+        (``start: 2×A100-40GB, est. 1.9 it/s``; ``rescale 1×A100-40GB → 2×A100-40GB: est. 1.0 → 1.9 it/s``)."""
+        name = self.policy.name or type(self.policy).__name__
+
+        def est(a: Allocation) -> float:
+            return self.knowledge.cell_rate(job, a.gpus, a.n_stages)
+
+        if kind in (ChangeKind.START, ChangeKind.RESUME) and new is not None:
+            r = est(new)
+            return f"{kind}: {fmt_gpus(new.gpus)}" + (f", est. {r:.3g} it/s" if r > 0 else "")
+        if kind in (ChangeKind.RESCALE, ChangeKind.MIGRATE) and old is not None and new is not None:
+            r0, r1 = est(old), est(new)
+            figures = f": est. {r0:.3g} → {r1:.3g} it/s" if r0 > 0 and r1 > 0 else ""
+            return f"{kind} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}{figures} (policy {name})"
+        if kind is ChangeKind.PREEMPT:
+            return f"preempted by policy {name} (no reason given)"
+        return f"dropped by policy {name}"
 
     # ------------------------------------------------------------------ helpers
     def _to_pending(self, js: JobState) -> None:

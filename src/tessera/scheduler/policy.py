@@ -67,11 +67,35 @@ class PolicyError(RuntimeError):
 
 @dataclass(frozen=True)
 class Decision:
-    """The allocations every job should hold after this round (absent = pending), and jobs dropped (given up
-    by a deadline-aware policy)."""
+    """The allocations every job should hold after this round (absent = pending), jobs dropped (given up by a
+    deadline-aware policy), and why: ``reasons`` per job whose allocation changes, with figures (the core
+    copies each into the job's :class:`~tessera.scheduler.core.Change`, and says something generic for a job
+    the policy gave no reason for)."""
 
     allocations: Mapping[int, Allocation]
     dropped: frozenset[int] = frozenset()
+    reasons: Mapping[int, str] = field(default_factory=dict)
+
+
+def fmt_gpus(gpus: GPUs | Mapping[str, int] | None) -> str:
+    """GPUs as a user reads them: ``2×A100-40GB`` or ``1×A10+1×A100-40GB`` (``none`` for no GPUs)."""
+    if not gpus:
+        return "none"
+    items = gpus.items() if isinstance(gpus, Mapping) else gpus
+    return "+".join(f"{n}×{t}" for t, n in items)
+
+
+def fmt_s(seconds: float) -> str:
+    """A duration at the precision a reason needs: ``45 s``, ``12 min``, ``2.1 h``, ``3.0 d``."""
+    if seconds != seconds or seconds == float("inf"):
+        return "∞"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 @dataclass(frozen=True)
@@ -142,6 +166,7 @@ class SchedulingContext:
         self.cluster = cluster.copy()
         self._alloc: dict[int, Allocation] = {}
         self._dropped: set[int] = set()
+        self._reasons: dict[int, str] = {}
         for js in self.running:
             if js.allocation is not None:
                 self._alloc[js.job_id] = js.allocation
@@ -158,6 +183,18 @@ class SchedulingContext:
     @property
     def dropped(self) -> frozenset[int]:
         return frozenset(self._dropped)
+
+    def verb(self, job_id: int) -> str:
+        """How a reservation for the job will read in its log: ``start`` (never ran), ``resume`` (ran, now
+        queued) or ``move`` (holds GPUs at the round's start)."""
+        js = self.jobs[job_id]
+        if js.allocation is not None:
+            return "move"
+        return "start" if js.first_start_s is None else "resume"
+
+    def reason(self, job_id: int) -> str:
+        """What the policy said about the job this round ('' when nothing)."""
+        return self._reasons.get(job_id, "")
 
     def free_by_type(self) -> dict[str, int]:
         return self.cluster.free_by_type()
@@ -232,13 +269,59 @@ class SchedulingContext:
         self._alloc[job_id] = a
         return a
 
-    def drop(self, job_id: int) -> None:
+    def drop(self, job_id: int, reason: str = "") -> None:
         """Give up on a job (deadline-aware policies): it leaves the system unfinished."""
         self.release(job_id)
         self._dropped.add(job_id)
+        if reason:
+            self.explain(job_id, reason)
+
+    def explain(self, job_id: int, reason: str) -> None:
+        """Say why the job's allocation changes this round, with figures (the last word wins): it becomes the
+        reason of the job's :class:`~tessera.scheduler.core.Change`. Ignored for a job that ends up unchanged."""
+        self._reasons[job_id] = reason
+
+    def preempt_until_fits(
+        self,
+        job_id: int,
+        gpus: GPUs | Mapping[str, int],
+        n_stages: int | None,
+        victims: Iterable[int],
+        *,
+        why: str = "",
+    ) -> list[int] | None:
+        """Suspend ``victims`` (running jobs, in the order they should yield) one by one until ``gpus`` can be
+        placed, then reserve them for ``job_id`` and give back — on their own GPUs, the last released first —
+        the victims that turned out not to be needed. Returns the jobs suspended (each explained as "preempted
+        to make room for job …", plus ``why``), or None with everything as it was when ``gpus`` still do not
+        fit. The one preemption loop every preempting policy uses, so none leaves a job half-preempted."""
+        gpus = gpus if isinstance(gpus, tuple) else gpus_of(gpus)
+        released: list[tuple[int, Allocation]] = []
+        for v in victims:
+            if self.place(gpus) is not None:
+                break
+            a = self.release(v)
+            if a is not None:
+                released.append((v, a))
+        if self.reserve(job_id, gpus, n_stages) is None:
+            for v, a in reversed(released):
+                self.reserve(v, a.gpus, a.n_stages, placement=a.placement)
+            return None
+        out: list[int] = []
+        for v, a in reversed(released):  # give back what was suspended but not needed
+            if self.reserve(v, a.gpus, a.n_stages, placement=a.placement) is None:
+                out.append(v)
+        js = self.jobs[job_id]
+        for v in out:
+            self.explain(
+                v,
+                f"preempted to make room for job {job_id} (priority {js.job.priority})"
+                + (f": {why}" if why else ""),
+            )
+        return out[::-1]
 
     def decision(self) -> Decision:
-        return Decision(dict(self._alloc), frozenset(self._dropped))
+        return Decision(dict(self._alloc), frozenset(self._dropped), dict(self._reasons))
 
 
 class Policy(ABC):
@@ -376,6 +459,8 @@ __all__ = [
     "PolicyError",
     "RoundEvents",
     "SchedulingContext",
+    "fmt_gpus",
+    "fmt_s",
     "get_policy",
     "policy_names",
     "register",

@@ -46,7 +46,9 @@ def test_migration_defragments_a_node_for_a_blocked_job():
     assert allocs[3].placement == ((0, 4),)
     assert allocs[0].placement == allocs[1].placement == ((1, 1),)
     assert allocs[2].placement == ((1, 2),)
-    assert p.migrations == 2
+    for jid in (0, 1):  # both moves say why, naming the job they make room for
+        assert "defragmentation" in ctx.reason(jid) and "job 3" in ctx.reason(jid)
+    assert ctx.reason(2) == ""  # not moved
 
 
 def test_migration_consolidates_a_spread_job():

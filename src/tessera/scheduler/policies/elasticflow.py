@@ -195,7 +195,11 @@ class ElasticFlow(Policy):
                     self.admitted.add(js.job_id)
                 else:
                     self.dropped.add(js.job_id)
-                    ctx.drop(js.job_id)
+                    ctx.drop(
+                        js.job_id,
+                        "dropped: no GPU quota finishes it by its deadline against the GPUs already reserved "
+                        "(admission control, ElasticFlow §4.1)",
+                    )
             for js in states:  # re-plan admitted jobs that fell behind (they keep running if they cannot)
                 if js.job_id in self.admitted and self._behind(ctx, js):
                     self._unreserve(js.job_id, s0)
@@ -263,6 +267,12 @@ class ElasticFlow(Policy):
             a = ctx.allocation(js.job_id)
             if a is not None and (target.get(js.job_id, 0) != a.n_gpus or len(a.gpus) != 1):
                 ctx.release(js.job_id)
+                if not target.get(js.job_id, 0):
+                    ctx.explain(
+                        js.job_id,
+                        "preempted: the pool's GPUs go to deadline jobs' reserved shares and earlier jobs' minimum "
+                        "shares this slot (ElasticFlow §4.2)",
+                    )
         assert self._prof is not None
         prev_type = {s.job_id: s.allocation.gpu_types[0] for s in ctx.running if s.allocation is not None}
         for js in sorted(live, key=lambda j: (-target.get(j.job_id, 0), j.job.arrival_s, j.job_id)):
@@ -278,4 +288,11 @@ class ElasticFlow(Policy):
                     free[t] >= m and ctx.fits(js.job, ((t, m),)) and ctx.reserve(js.job_id, ((t, m),))
                     for t in types
                 ):
+                    plan = self._plans.get(js.job_id)
+                    share = "its reserved share for the deadline" if plan is not None else "its minimum share"
+                    ctx.explain(
+                        js.job_id,
+                        f"{ctx.verb(js.job_id)}: {m} GPUs ({share}, then leftover GPUs by marginal return, "
+                        "ElasticFlow §4.2)",
+                    )
                     break

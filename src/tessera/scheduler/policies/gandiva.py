@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.scheduler.policies.gavel import DPProfile
-from tessera.scheduler.policy import Policy, SchedulingContext, register
+from tessera.scheduler.policy import Policy, SchedulingContext, fmt_gpus, register
 from tessera.scheduler.state import Allocation, Job, JobState
 
 
@@ -53,7 +53,6 @@ class Gandiva(Policy):
         self._prof: DPProfile | None = None
         self.grown: dict[int, tuple[int, float]] = {}  # job → (size before growing, measured rate before)
         self.no_grow: set[int] = set()
-        self.migrations = 0
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -114,7 +113,11 @@ class Gandiva(Policy):
             g = self.grown.get(js.job_id)
             measured = g is not None and js.paused_until_s <= now and js.rate_iters_per_s > 0
             if measured and js.rate_iters_per_s < g[1] * self.grow_gain:  # type: ignore[index]
-                self._resize(ctx, js, g[0])  # type: ignore[index]
+                self._resize(
+                    ctx, js, g[0],  # type: ignore[index]
+                    f"introspection (Gandiva §3.3): measured {js.rate_iters_per_s:.3g} it/s after growing, less "
+                    f"than {self.grow_gain:g}× the {g[1]:.3g} it/s before; shrinks back for good",  # type: ignore[index]
+                )  # fmt: skip
                 self.no_grow.add(js.job_id)
                 del self.grown[js.job_id]
 
@@ -143,8 +146,7 @@ class Gandiva(Policy):
 
         # 4. migration: make room for the oldest blocked job, and restore locality
         migrations = self._defragment(ctx, blocked[:1], aff)
-        migrations += self._consolidate(ctx, self.max_migrations - migrations)
-        self.migrations += migrations
+        self._consolidate(ctx, self.max_migrations - migrations)
 
         # 5. grow into idle GPUs when nobody is waiting for them
         if not blocked:
@@ -172,11 +174,14 @@ class Gandiva(Policy):
                 continue
             if len(a.gpus) == 1 and ctx.fits(job, ((a.gpu_types[0], n),)):
                 size, _ = self.grown.pop(jid)
-                self._resize(ctx, ctx.jobs[jid], size)
+                self._resize(
+                    ctx, ctx.jobs[jid], size,
+                    f"grow-shrink (Gandiva §3.3): shrinks back to its {size} GPUs so queued job {job.job_id} can start",
+                )  # fmt: skip
                 return True
         return False
 
-    def _resize(self, ctx: SchedulingContext, js: JobState, n: int) -> None:
+    def _resize(self, ctx: SchedulingContext, js: JobState, n: int, why: str) -> None:
         a = ctx.allocation(js.job_id)
         if a is None or a.n_gpus == n:
             return
@@ -184,6 +189,8 @@ class Gandiva(Policy):
         ctx.release(js.job_id)
         if ctx.reserve(js.job_id, ((t, n),)) is None:
             ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=a.placement)
+        else:
+            ctx.explain(js.job_id, f"rescale {a.n_gpus}×{t} → {n}×{t}: {why}")
 
     def _grow(self, ctx: SchedulingContext) -> None:
         assert self._prof is not None
@@ -210,6 +217,11 @@ class Gandiva(Policy):
                 ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=a.placement)
             else:
                 self.grown[js.job_id] = (n, js.rate_iters_per_s)
+                ctx.explain(
+                    js.job_id,
+                    f"rescale {n}×{t} → {m}×{t}: grow-shrink (Gandiva §3.3), profiled DP speed-up {r1 / r0:.2f}× ≥ "
+                    f"{self.grow_gain:g}× and nobody waits for idle GPUs (shrinks back if the measured speed-up is less)",
+                )
 
     def _consolidate(self, ctx: SchedulingContext, budget: int) -> int:
         """Move jobs spread over more nodes than they need onto one node with room (locality)."""
@@ -229,6 +241,11 @@ class Gandiva(Policy):
             j = int(idx[np.argmin(cl.free[idx])])
             if ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=((j, n),)) is not None:
                 done += 1
+                ctx.explain(
+                    js.job_id,
+                    f"migrate {n}×{t} from {len(a.placement)} nodes onto node {cl.nodes[j].name} "
+                    "(locality, Gandiva §3.2)",
+                )
         return done
 
     def _defragment(
@@ -272,6 +289,11 @@ class Gandiva(Policy):
                 ctx.release(jid)
             for (jid, p), (_, a) in zip(new, sorted(movers, key=lambda m: -m[1].n_gpus), strict=True):
                 ctx.reserve(jid, a.gpus, a.n_stages, placement=p)
+                ctx.explain(
+                    jid,
+                    f"migrate {fmt_gpus(a.gpus)} off node {cl.nodes[i].name} to {cl.nodes[p[0][0]].name} so queued "
+                    f"job {js.job_id} can take the whole node (defragmentation, Gandiva §3.2)",
+                )
             t = cl.nodes[i].gpu_type
             if ctx.reserve(js.job_id, ((t, n),), placement=((i, n),)) is not None:
                 aff[i] = n

@@ -275,13 +275,28 @@ class Gavel(Policy):
 
         # 4. bind virtually: jobs keeping their type keep their GPUs (lease extension); the rest move
         target = {j: (types[c] if c is not None else None) for j, c in zip(ids, chosen, strict=True)}
+        row = {j: i for i, j in enumerate(ids)}
         for js in ctx.running:
             a = ctx.allocation(js.job_id)
             if a is not None and (
                 target.get(js.job_id) is None or a.gpus != ((target[js.job_id], a.n_gpus),)
             ):
                 ctx.release(js.job_id)
+                if target.get(js.job_id) is None:
+                    ctx.explain(js.job_id, "preempted: " + self._why(js.job_id, row, X, types))
         todo = [(j, t) for j, t in target.items() if t is not None and ctx.allocation(j) is None]
         todo.sort(key=lambda jt: -scales[jt[0]])  # largest first, against fragmentation (Gavel does the same)
         for j, t in todo:
-            ctx.reserve(j, ((t, scales[j]),))
+            if ctx.reserve(j, ((t, scales[j]),)) is not None:
+                ctx.explain(j, f"{ctx.verb(j)}: {scales[j]}×{t}, " + self._why(j, row, X, types))
+
+    def _why(self, jid: int, row: dict[int, int], X: np.ndarray, types: tuple[str, ...]) -> str:
+        """Gavel's figures for one job this round: its LP time share per type and the share it has received."""
+        i = row.get(jid)
+        if i is None:
+            return "Gavel round (§5)"
+        el = self._elapsed.get(jid, 0.0)
+        rec = self._received.get(jid)
+        got = float(rec.sum()) / el if rec is not None and el > 0 else 0.0
+        share = ", ".join(f"{t} {X[i, k]:.2f}" for k, t in enumerate(types) if X[i, k] > 1e-3) or "none"
+        return f"Gavel round (§5): time share {share}, received {got:.2f} of its time so far"

@@ -26,7 +26,7 @@ from __future__ import annotations
 from tessera.hardware import get_gpu
 from tessera.scheduler.knowledge import Knowledge
 from tessera.scheduler.policy import Policy, SchedulingContext, register
-from tessera.scheduler.state import Allocation, Job, JobState
+from tessera.scheduler.state import Job, JobState
 
 
 def speed_order(types: tuple[str, ...] | list[str]) -> list[str]:
@@ -120,19 +120,16 @@ class Opportunistic(Policy):
             )
             if ctx.free_by_type().get(t, 0) + sum(ctx.allocation(v.job_id).n_gpus for v in victims) < n:  # type: ignore[union-attr]
                 continue
-            released: list[tuple[JobState, Allocation]] = []
-            for v in victims:
-                old = ctx.release(v.job_id)
-                assert old is not None
-                released.append((v, old))
-                if ctx.place(((t, n),)) is not None:
-                    break
-            if ctx.reserve(js.job_id, ((t, n),)) is not None:
-                # give back what was released but not needed (its GPUs are still free: no restart)
-                for v, old in reversed(released):
-                    if ctx.reserve(v.job_id, old.gpus, old.n_stages, placement=old.placement) is None:
-                        preempted.append(v)
+            out = ctx.preempt_until_fits(
+                js.job_id, ((t, n),), None, [v.job_id for v in victims],
+                why=f"it ran opportunistically (started while job {js.job_id}, older, waited)",
+            )  # fmt: skip
+            if out is not None:
+                ctx.explain(
+                    js.job_id,
+                    f"{ctx.verb(js.job_id)}: {n}×{t} (fastest type that holds it); opportunistic jobs that arrived "
+                    "after it yield" + (f" ({', '.join(f'job {v}' for v in out)})" if out else ""),
+                )
+                preempted.extend(ctx.jobs[v] for v in out)
                 return True
-            for v, old in released:  # not enough after all (fragmentation): undo
-                ctx.reserve(v.job_id, old.gpus, old.n_stages, placement=old.placement)
         return False

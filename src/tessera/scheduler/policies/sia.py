@@ -246,7 +246,6 @@ class Sia(Policy):
         self._prof: DPProfile | None = None
         self._configs: tuple = ()
         self._per_job: dict[int, tuple[int, np.ndarray | None]] = {}  # job → (bound, goodput row or None)
-        self.ilp_sizes: list[tuple[int, int]] = []
         self._last: tuple = (None, None)
         self.solves = 0
 
@@ -257,7 +256,6 @@ class Sia(Policy):
         self._per_job.clear()
         self._configs = ()
         self._prof = None
-        self.ilp_sizes.clear()
 
     def _penalty(self, ctx: SchedulingContext, job: Job) -> float:
         """The job's restart penalty: the backend's checkpoint-restore estimate, else Sia's default."""
@@ -347,20 +345,27 @@ class Sia(Policy):
             )
             self._last = (signature, y)
             self.solves += 1
-        self.ilp_sizes.append((len(keys), len(configs)))
 
         # members of a group are interchangeable: the oldest get the configurations with the most goodput
         target: dict[int, int] = {}
+        key_of: dict[int, tuple] = {}
         for g, key in enumerate(keys):
             members = sorted(groups[key], key=lambda js: (js.job.arrival_s, js.job_id))
             slots = [c for c in np.argsort(-rows[key], kind="stable") for _ in range(int(y[g, c]))]
             for js, c in zip(members, slots, strict=False):
                 target[js.job_id] = int(c)
+            key_of.update((js.job_id, key) for js in members)
         for js in ctx.running:
             a = ctx.allocation(js.job_id)
             c = target.get(js.job_id)
             if a is not None and (c is None or a.gpus != ((types[configs[c][0]], configs[c][1]),)):
                 ctx.release(js.job_id)
+                if c is None:
+                    ctx.explain(
+                        js.job_id,
+                        f"preempted: Sia's ILP (§3, p-norm {self.p:g} over goodput, λ_n {self.lambda_n:g}) gives it "
+                        "no configuration this round: the GPUs add more normalized goodput to other jobs",
+                    )
         todo = [(c, j) for j, c in target.items() if ctx.allocation(j) is None]
         for c, j in sorted(
             todo, key=lambda cj: (-configs[cj[0]][1], cj[1])
@@ -369,4 +374,32 @@ class Sia(Policy):
             # fragmentation can defeat the count the ILP chose: fall back to fewer GPUs of the same type
             for m in [n] + [m for kk, m in sorted(configs, key=lambda x: -x[1]) if kk == k and m < n]:
                 if ctx.reserve(j, ((types[k], m),)) is not None:
+                    ctx.explain(
+                        j, self._why(ctx, j, key_of[j], rows[key_of[j]], configs, cindex, m, types[k])
+                    )
                     break
+
+    def _why(
+        self,
+        ctx: SchedulingContext,
+        jid: int,
+        key: tuple,
+        row: np.ndarray,
+        configs: tuple,
+        cindex: dict,
+        n: int,
+        t: str,
+    ) -> str:
+        """Sia's figures for a job it (re)places: normalized goodput on the new and the held configuration, and
+        the re-allocation factor that discounted the move."""
+        g = normalize_goodput(row[None, :])[0]
+        new = g[cindex[(t, n)]] if (t, n) in cindex else 0.0
+        cur = key[2]
+        verb = ctx.verb(jid)
+        if cur < 0:
+            return f"{verb}: {n}×{t}, Sia's ILP (§3): normalized goodput {new:.2f}"
+        kc, nc = configs[cur]
+        return (
+            f"{verb} {nc}×{ctx.cluster.types[kc]} → {n}×{t}: Sia's ILP (§3), normalized goodput {g[cur]:.2f} → "
+            f"{new:.2f}, discounted by the re-allocation factor {key[4]:.2f} (restarts so far {ctx.jobs[jid].restarts})"
+        )

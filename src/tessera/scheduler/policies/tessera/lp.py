@@ -1,0 +1,145 @@
+"""BestPerf for all jobs of a round at once: the throughput LP over the Cells of queued and running jobs.
+
+Crius explores, per scheduled job, the choices of placing it and rescaling running jobs, and keeps the one of
+maximum cluster throughput (Algorithm 1 lines 14-20). Scored one job at a time this is myopic under contention,
+so it is solved for all jobs together, as Crius suggests solvers may (§6): :mod:`tessera.scheduler.cell_lp`. A
+running job's Cells other than its own are worth their normalized throughput less the restart they cost
+(:meth:`RoundState.penalty`, with hysteresis), and it keeps some Cell. Jobs restarting or past their restart budget
+stay as they are. The LP's duals price each GPU type for the round (:attr:`RoundState.prices`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.scheduler import cell_lp
+from tessera.scheduler.policies.tessera.cells import Cell
+from tessera.scheduler.policies.tessera.order import set_priority_weights, weight, weight_bucket
+from tessera.scheduler.policies.tessera.round import RoundState
+from tessera.scheduler.state import JobState
+
+
+@dataclass
+class Owner:
+    """The jobs one LP group stands for — queued ones in queue order, or running ones on the same GPUs, longest
+    first — and the Cells its options are (for running ones, the Cell held first)."""
+
+    members: list[JobState]
+    cells: list[Cell]
+    running: bool
+
+
+@dataclass
+class Plan:
+    """The LP's outcome for one round: new Cells of running jobs (changes only, with their worth at the GPU
+    prices) and the Cells each queued group gets (best first)."""
+
+    running: dict[int, tuple[float, list[Cell]]]  # job → (worth of the change, new Cell and fallbacks)
+    queued: dict[int, list[Cell]]  # LP group → its Cells
+    group_of: dict[int, int]  # queued job → its LP group
+
+
+def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
+    """Solve the round's throughput LP over the queued jobs and the running jobs that may change; jobs that may
+    not change (all of them when the round may rescale none) only take their GPUs off the capacity.
+    Interchangeable jobs share one LP group: same job key, user priority and weight (to a quarter octave);
+    running ones also the same GPUs held, whether they are settling (hysteresis) and remaining time within a
+    factor of two (which set their restart penalty). Sets the round's GPU prices. None: nothing to decide."""
+    ctx = r.ctx
+    set_priority_weights(r, queue)
+    types = ctx.cluster.types
+    cap = ctx.capacity_by_type()
+    capacity = np.array([float(cap.get(t, 0)) for t in types])
+    queued: dict[tuple, list[JobState]] = {}
+    for js in queue:
+        inf = r.info(js.job)
+        if inf.lp_cells:
+            queued.setdefault((inf.key, js.job.priority, weight_bucket(r, js)), []).append(js)
+    owners = [Owner(m, r.info(m[0].job).lp_cells, False) for m in queued.values()]
+    owners += _running_owners(r, capacity)
+    if not owners:
+        return None
+    groups = [_lp_group(r, o, types) for o in owners]
+    sol = cell_lp.solve(groups, np.maximum(capacity, 0.0))
+    if sol is None:
+        return None
+    r.prices = {t: float(p) for t, p in zip(types, sol.prices, strict=True)}
+    return _read_plan(r, sol, owners)
+
+
+def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
+    """Running jobs that may change, grouped (longest first in each group); the GPUs of those that may not are
+    taken off ``capacity`` (in place)."""
+    ctx = r.ctx
+    frozen = r.rescale_limit() <= 0
+    col = {t: k for k, t in enumerate(ctx.cluster.types)}
+    running: dict[tuple, list[JobState]] = {}
+    for js in ctx.running:
+        a = ctx.allocation(js.job_id)
+        if a is None:
+            continue
+        if frozen or not r.movable(js):
+            for t, n in a.gpus:
+                capacity[col[t]] -= n
+            continue
+        rate = js.rate_iters_per_s or r.held_cell(js, a).rate
+        left = int(math.log2(max(js.remaining_at(ctx.now_s) / max(rate, 1e-12), 1.0)))
+        key = (r.info(js.job).key, js.job.priority, a.gpus, left, weight_bucket(r, js), r.settling(js))
+        running.setdefault(key, []).append(js)
+    owners = []
+    for members in running.values():
+        members.sort(key=lambda js: (-js.remaining_at(ctx.now_s), js.job_id))  # longest first: moved first
+        a = ctx.allocation(members[0].job_id)
+        assert a is not None
+        cur = r.held_cell(members[0], a)
+        others = [c for c in r.info(members[0].job).lp_cells if c.gpus != a.gpus]
+        owners.append(Owner(members, [cur, *others], True))
+    return owners
+
+
+def _lp_group(r: RoundState, o: Owner, types: tuple[str, ...]) -> cell_lp.Group:
+    """An owner's LP group: each Cell's weighted normalized throughput; for running jobs every Cell but the one
+    held less the restart it costs (judged on the group's median member; ``settle_factor`` × the restart while
+    the group is settling)."""
+    inf = r.info(o.members[0].job)
+    norm, rate, gpus = inf.lp_arrays(types)
+    rep = o.members[len(o.members) // 2]
+    w = weight(r, rep)
+    if not o.running:
+        return cell_lp.Group(len(o.members), w * norm, gpus)
+    cur = o.cells[0]
+    keep = np.array([c.gpus != cur.gpus for c in inf.lp_cells], dtype=bool)
+    restart = r.restart_s(rep) * r.restart_weight(rep)
+    left = rep.remaining_at(r.ctx.now_s) / rate[keep]  # the seconds each other Cell would take
+    values = np.concatenate([[cur.norm], norm[keep] * left / (restart + left)])
+    row = np.zeros((1, len(types)))
+    for t, n in cur.gpus:
+        row[0, types.index(t)] = n
+    return cell_lp.Group(len(o.members), w * values, np.vstack([row, gpus[keep]]), True)
+
+
+def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Plan:
+    """The LP's rounded counts as Cells: queued groups get theirs best first; in a running group the members that
+    change are the longest-running ones (a restart costs them least), best new Cell first, with the group's other
+    Cells the LP used as fallbacks should it not place."""
+    out = Plan({}, {}, {})
+    for g, (o, counts) in enumerate(zip(owners, sol.counts, strict=True)):
+        chosen = [c for c, k in zip(o.cells, counts, strict=True) for _ in range(k)]
+        if not o.running:
+            out.queued[g] = sorted(chosen, key=lambda c: -c.norm)
+            out.group_of.update((js.job_id, g) for js in o.members)
+            continue
+        w = weight(r, o.members[0])
+        used = [c for c, x in zip(o.cells[1:], sol.shares[g][1:], strict=True) if x > 1e-6]
+        moves = sorted((c for c in chosen if c is not o.cells[0]), key=lambda c: -r.value(c, w))
+        for js, new in zip(o.members, moves, strict=False):
+            gain = r.value(new, w) - w * r.penalty(js, new) - r.value(o.cells[0], w)
+            alts = sorted((c for c in used if c is not new), key=lambda c: -r.value(c, w))
+            out.running[js.job_id] = (gain, [new, *alts])
+    return out
+
+
+__all__ = ["Owner", "Plan", "plan"]

@@ -1,0 +1,109 @@
+"""Queue order and LP weights of the tessera policy.
+
+* **Queue order** (Crius §6 takes the queue in arrival order; under contention that leaves short jobs behind long
+  ones): queued jobs are taken shortest-remaining-first — the GPU-seconds the job still needs on its smallest Cell
+  (the work it reports ÷ the Cell estimate), divided by its response ratio 1 + waited ÷ needed (HRRN aging, so a
+  long job that has waited comes up). ``order="arrival"`` restores Crius's order. A user priority ranks first;
+  the deadline-aware mode takes earliest deadline first.
+* **LP weights**: a job's normalized throughput is weighted by its user priority (``PRIORITY_WEIGHT`` per level)
+  and by 1 + θ ÷ t, t the seconds it still needs on its smallest Cell (at least ``srpt_floor_s``), θ =
+  ``srpt_horizon_s``: throughput alone does not care which job finishes first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera.scheduler.policies.tessera.round import RoundState
+from tessera.scheduler.state import JobState
+
+PRIORITY_WEIGHT = 4.0  # LP weight of one user-priority level over the next lower one
+
+
+def remaining(r: RoundState, js: JobState) -> tuple[float, float]:
+    """(seconds, GPU-seconds) the job still needs on its smallest Cell, from the work it reports and the Cell
+    estimate (memoized for the round)."""
+    out = r.remaining.get(js.job_id)
+    if out is None:
+        inf = r.info(js.job)
+        if not inf.min_cells:
+            out = (math.inf, math.inf)
+        else:
+            c = inf.min_cells[0]
+            t = js.remaining_at(r.ctx.now_s) / c.rate if c.rate > 0 else math.inf
+            out = (t, t * c.n_gpus)
+        r.remaining[js.job_id] = out
+    return out
+
+
+def priority(r: RoundState, js: JobState) -> float:
+    """Queue order (smaller first): the GPU-seconds the job still needs on its smallest Cell, shortened by its
+    response ratio (1 + waited ÷ needed, HRRN) so a long job that has waited long enough comes up."""
+    t, g = remaining(r, js)
+    if not math.isfinite(g) or not r.pol.aging:
+        return g
+    waited = max(0.0, r.ctx.now_s - max(js.job.arrival_s, js.last_change_s))
+    return g / (1.0 + waited / max(t, r.ctx.round_s))
+
+
+def queue(r: RoundState) -> list[JobState]:
+    """Queued jobs (not dropped) in the order they are served: user priority, then shortest-remaining-first (or
+    arrival; earliest deadline first in the deadline-aware mode)."""
+    dropped = r.ctx.dropped
+    pending = [js for js in r.ctx.pending if js.job_id not in dropped]
+    if r.pol.deadline_aware:
+        pending.sort(key=lambda js: (-js.job.priority,
+                                     js.job.deadline_s if js.job.deadline_s is not None else math.inf,
+                                     js.job.arrival_s, js.job_id))  # fmt: skip
+    elif r.pol.order == "srpt":
+        pending.sort(key=lambda js: (-js.job.priority, priority(r, js), js.job.arrival_s, js.job_id))
+    else:
+        pending.sort(key=lambda js: -js.job.priority)  # stable: arrival order within a user priority
+    return pending
+
+
+def set_priority_weights(r: RoundState, queue: list[JobState]) -> None:
+    """LP weight per user priority: ``PRIORITY_WEIGHT`` ** its rank among the priorities present."""
+    levels = sorted({js.job.priority for js in (*queue, *r.ctx.running)})
+    r.prio_w = {p: PRIORITY_WEIGHT**k for k, p in enumerate(levels)}
+
+
+def weight(r: RoundState, js: JobState) -> float:
+    """A job's weight in the LP: its user priority's × 1 + θ ÷ t, t the seconds it still needs on its smallest
+    Cell and θ = ``srpt_horizon_s`` (t at least ``srpt_floor_s``): a job that would finish within θ counts up to
+    11× — long jobs ≈ 1×, as pure throughput."""
+    w = r.prio_w.get(js.job.priority, 1.0)
+    pol = r.pol
+    if pol.srpt_horizon_s > 0 and pol.order == "srpt" and not pol.deadline_aware:
+        t = remaining(r, js)[0]
+        w *= 1.0 + pol.srpt_horizon_s / max(t, pol.srpt_floor_s)
+    return w
+
+
+def weight_bucket(r: RoundState, js: JobState) -> int:
+    """The weight to a quarter octave: jobs in one bucket may share an LP group."""
+    return int(4 * math.log2(weight(r, js)))
+
+
+def drop_hopeless(r: RoundState) -> None:
+    """Deadline-aware mode (Crius §8.5): drop a job that cannot meet its deadline even on its fastest Cell."""
+    ctx = r.ctx
+    for js in (*ctx.running, *ctx.pending):
+        d = js.job.deadline_s
+        if d is None:
+            continue
+        inf = r.info(js.job)
+        best = inf.cells[0].rate if inf.cells else 0.0
+        if best <= 0:
+            ctx.drop(
+                js.job_id, "dropped: no Cell of the job fits the cluster, so it cannot meet its deadline"
+            )
+            continue
+        start_cost = 0.0 if ctx.allocation(js.job_id) is not None else r.restart_s(js)
+        need = js.remaining_at(ctx.now_s) / best
+        if ctx.now_s + start_cost + need > d:
+            ctx.drop(
+                js.job_id,
+                f"dropped: needs {need:.0f} s on its fastest Cell ({best:.3g} it/s) but its deadline is "
+                f"{max(0.0, d - ctx.now_s):.0f} s away",
+            )
