@@ -105,7 +105,7 @@ class Plan:
     drain_timeout_s: float
 
 
-FULL = Plan(10, 3, 10, 3, 3, 1500, 300, 1000, 240.0, 900.0)
+FULL = Plan(10, 3, 10, 3, 3, 1200, 300, 1000, 240.0, 900.0)
 QUICK = Plan(2, 1, 2, 1, 2, 500, 150, 200, 180.0, 420.0)
 
 
@@ -371,6 +371,10 @@ class Chaos:
         self.snapshots.extend(snap)
         return snap
 
+    def affected(self, kill: int, jobs: set[int]) -> None:
+        """Keep only the snapshots of the jobs this kill hit (the others' next attempts have other causes)."""
+        self.snapshots = [s for s in self.snapshots if s["kill"] != kill or s["job"] in jobs]
+
     def wait_running(self, ids: set[int], timeout_s: float) -> float | None:
         """Seconds until every job in ``ids`` is RUNNING or ended (None: timed out)."""
         t0 = time.time()
@@ -383,7 +387,7 @@ class Chaos:
 
     # ------------------------------------------------------------ kills
     def pause(self) -> float:
-        d = self.rng.uniform(1.0, 10.0)
+        d = self.rng.uniform(1.0, 6.0)
         time.sleep(d)
         return d
 
@@ -445,6 +449,7 @@ class Chaos:
             time.sleep(0.3)
         rec = {"n": n, "kind": "worker", "after_s": round(wait, 2), "pid": victim, "job": job,
                "steps_done_before": {s["job"]: s["steps_done"] for s in snap}}  # fmt: skip
+        self.affected(n, {job} if job is not None else set())
         if job is None:
             self.fail(f"kill {n}: worker pid {victim} killed, but no job's restart count rose within 120 s")
         else:
@@ -475,6 +480,7 @@ class Chaos:
         rec: dict[str, Any] = {"n": n, "kind": "node", "node": KILLABLE_NODE, "after_s": round(wait, 2),
                                "pids": killed, "jobs_on_node": sorted(on_node),
                                "steps_done_before": {s["job"]: s["steps_done"] for s in snap}}  # fmt: skip
+        self.affected(n, on_node)
         if survivors:
             self.fail(f"kill {n}: node {KILLABLE_NODE} processes {survivors} still alive after SIGKILL")
         # the service must notice the node is gone, and re-place its jobs on the GPUs left
@@ -649,14 +655,15 @@ class Chaos:
 
     def drain(self) -> list[dict[str, Any]]:
         t0 = time.time()
-        last = ""
+        last, last_t = "", 0.0
         while time.time() - t0 < self.plan.drain_timeout_s:
             js = self.train_jobs()
             live = [j for j in js if j["state"] not in ENDED]
-            text = ", ".join(f"{j['id']}:{j['state']}@{j['steps_done']}" for j in live)
-            if text != last:
+            states = ", ".join(f"{j['id']}:{j['state']}" for j in live)
+            if states != last or time.time() - last_t > 30:
+                text = ", ".join(f"{j['id']}:{j['state']}@{j['steps_done']}" for j in live)
                 self.log(f"draining: {len(live)} training jobs left ({text})")
-                last = text
+                last, last_t = states, time.time()
             if not live:
                 return js
             time.sleep(2.0)
@@ -691,6 +698,11 @@ class Chaos:
                     per_kill.append({"job": jid, "attempt": a, "source": "telemetry", "redone": again})
                 seen |= by_attempt[a]
         return (max((p["redone"] for p in per_kill), default=0) if per_kill else None), per_kill
+
+
+def p50(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(statistics.median(xs), 2) if xs else None
 
 
 def _zombie(pid: int) -> bool:
@@ -835,6 +847,10 @@ def main() -> None:
             "burst_kills": kinds["burst"],
             "burst_acked": sum(b["acked"] for b in chaos.bursts),
             "recover_s_max": round(max(chaos.recover_s), 2) if chaos.recover_s else None,
+            "server_up_s_p50": p50([k["server_up_s"] for k in chaos.kills if "server_up_s" in k]),
+            "worker_recover_s_p50": p50([k["recover_s"] for k in chaos.kills if k["kind"] == "worker"]),
+            "node_recover_s_p50": p50([k["recover_s"] for k in chaos.kills if k["kind"] == "node"]),
+            "node_seen_dead_s_p50": p50([k["node_seen_dead_s"] for k in chaos.kills if k["kind"] == "node"]),
             "steps_per_job": plan.steps_per_job,
             "wall_s": round(time.time() - t_start, 1),
             "failures": chaos.failures,
@@ -860,7 +876,8 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for k in ("mode", "server_kills", "worker_kills", "node_kills", "jobs", "jobs_lost", "jobs_duplicated",
               "acks_missing", "not_succeeded", "max_steps_redone", "checkpoint_interval_steps", "recover_s_p50",
-              "fuzz_requests", "fuzz_server_errors", "burst_acked", "wall_s"):  # fmt: skip
+              "fuzz_requests", "fuzz_server_errors", "burst_acked", "server_up_s_p50", "worker_recover_s_p50",
+              "node_recover_s_p50", "node_seen_dead_s_p50", "wall_s"):  # fmt: skip
         print(f"  {k} = {result[k]}", flush=True)
     print(f"  failures: {len(chaos.failures)}", flush=True)
     for f in chaos.failures:
