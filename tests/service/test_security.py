@@ -315,3 +315,21 @@ def test_docs_page_uses_only_local_assets(local):
         assert url.startswith("/"), url
         r = client.get(url)
         assert r.status_code == 200 and len(r.content) > 100, url
+
+
+def test_server_options_reach_the_config(tmp_path, monkeypatch):
+    """``tessera server --allow-user-code --allow-path DIR`` (the serving itself is replaced: only the options
+    are under test here; the config's effect is tested above)."""
+    from typer.testing import CliRunner
+
+    import tessera.service.server as server_module
+    from tessera.cli import app as cli_app
+
+    seen = []
+    monkeypatch.setattr(server_module, "serve", lambda config, announce=None: seen.append(config))
+    args = ["server", "--api-only", "--state-dir", str(tmp_path / "s"), "--allow-path", str(tmp_path)]
+    r = CliRunner().invoke(cli_app, [*args, "--allow-path", str(EXAMPLES), "--allow-user-code"])
+    assert r.exit_code == 0, r.output
+    assert seen[0].allow_user_code and seen[0].allow_paths == (tmp_path.resolve(), EXAMPLES.resolve())
+    r = CliRunner().invoke(cli_app, ["server", "--api-only", "--state-dir", str(tmp_path / "s")])
+    assert not seen[1].allow_user_code and seen[1].allow_paths == ()

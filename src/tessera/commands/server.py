@@ -54,6 +54,7 @@ def server(
     allow_path: list[Path] = typer.Option(
         None,
         "--allow-path",
+        metavar="DIR",
         help="a directory job specs may name files under (data, config.json, entrypoint .py); repeatable "
         "(default: the current directory, the state dir and the package's examples)",
     ),
