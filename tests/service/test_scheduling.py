@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import EXAMPLES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tessera.hardware import get_cluster
 from tessera.jobs import parse_job
@@ -15,6 +17,15 @@ TINY = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "precision": "fp3
 
 def spec(name: str, **kw):
     return parse_job({"name": name, "steps": 100, **TINY, **kw})
+
+
+POOL = [
+    spec("p-short", steps=30),
+    spec("p-long", steps=4000),
+    spec("p-one", steps=3000, max_gpus=1),
+    spec("p-a100", steps=3000, exclude_gpu_types=["V100-32GB"]),
+    spec("p-urgent", steps=2000, priority=40),
+]
 
 
 def node_types(adapter: SchedulingAdapter) -> dict[str, str]:
@@ -195,3 +206,73 @@ def test_job_spec_priority_goes_first(adapter):
     assert 5 in started and len(started) == 4
     (waiting,) = {1, 2, 3, 4} - started
     assert r.reasons[waiting] in (Reason.RESOURCES, Reason.PRIORITY)
+
+
+# ------------------------------------------------------------------------------------------------ dry runs
+def _live_state(adapter: SchedulingAdapter) -> tuple:
+    core = adapter.core
+    return (
+        {j: s.allocation for j, s in core.running.items()},
+        sorted(core.pending),
+        core.cluster.free.tolist(),
+        {j: a for j, a in adapter._assignments.items()},
+        core.events(),
+    )
+
+
+def _check_dry_run_is_next_round(adapter: SchedulingAdapter, inputs: list, new, now: float, jid: int) -> None:
+    """The dry run changes nothing live, and the live round that follows gives the job exactly what it said."""
+    before = _live_state(adapter)
+    d = adapter.dry_run(new, job_id=jid, now=now)
+    assert _live_state(adapter) == before
+    adapter.sync([*inputs, JobInput(jid, new, now)], now)
+    r = adapter.round(now)
+    got = adapter.assignment(jid)
+    if d.chosen_now:
+        assert got is not None, r.reasons.get(jid)
+        assert got.cell == d.chosen.label and [s.to_dict() for s in got.slots] == list(d.slots)
+        assert got.plan == d.plan
+    else:
+        assert got is None and r.reasons[jid] == d.reason
+
+
+def test_dry_run_is_the_next_round_on_an_idle_cluster(adapter):
+    s = spec("solo", steps=5000)
+    d = adapter.dry_run(s, job_id=1, now=10.0)
+    assert (
+        d.chosen_now and d.reason is None and d.plan is not None and d.to_dict()["chosen"] == d.chosen.label
+    )
+    assert set(d.to_dict()) >= {"job", "model", "cells", "chosen", "chosen_now", "plan", "estimate",
+                                "estimated_time_s", "reason"}  # fmt: skip
+    _check_dry_run_is_next_round(adapter, [], s, 10.0, 1)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    first=st.lists(st.sampled_from(range(len(POOL))), min_size=0, max_size=5),
+    finished=st.sets(st.integers(0, 4), max_size=2),
+    round_before=st.booleans(),
+    new=st.sampled_from(range(len(POOL))),
+)
+def test_dry_run_is_the_next_live_round(first, finished, round_before, new):
+    """Over random cluster states (jobs running and queued, some finished, a round due or not), the next
+    live round gives the job exactly the Cell and GPUs its dry run said, or it waits for the reason given."""
+    adapter = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), restart_cost_s=5.0)
+    jobs = [JobInput(i + 1, POOL[k], float(i + 1)) for i, k in enumerate(first)]
+    adapter.sync(jobs, 10.0)
+    adapter.round(10.0)
+    later = []
+    for i, j in enumerate(jobs):
+        a = adapter.assignment(j.id)
+        if i in finished and a is not None:
+            later.append(JobInput(j.id, j.spec, j.submitted_at, terminal=True))
+        elif a is not None:
+            later.append(
+                JobInput(j.id, j.spec, j.submitted_at, assignment=a, steps_done=50, measured_iter_s=0.02)
+            )
+        else:
+            later.append(j)
+    adapter.sync(later, 60.0)
+    if round_before:
+        adapter.round(60.0)
+    _check_dry_run_is_next_round(adapter, later, POOL[new], 60.0, 100)
