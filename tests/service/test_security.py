@@ -76,6 +76,7 @@ def entry_job(path: Path, **more) -> dict:
 def make_client(tmp: Path, **config) -> tuple[Service, TestClient]:
     state = tmp / "state"
     service = Service(ServiceConfig(state_dir=state, scheduler=False, **config))
+    service.start()  # API only: no Ray, but the scheduling adapter (dry-run, feasibility) is there
     client = TestClient(service.app())
     if service.config.token:
         client.headers["Authorization"] = f"Bearer {service.config.token}"
@@ -284,9 +285,14 @@ def test_infeasible_job_is_refused_unless_it_waits(local):
     adapter = service.controller.adapter if service.controller is not None else None
     if getattr(adapter, "infeasible", None) is None:
         pytest.skip("SchedulingAdapter.infeasible is not there yet (another part of issue 18)")
-    huge = {**TINY, "name": "huge", "model": "llama2-70b", "seq_len": 4096}
+    before = len(service.store.list_jobs())
+    huge = {**TINY, "name": "huge", "model": "llama2-70b", "seq_len": 4096}  # fits no GPU of the cluster
     r = client.post("/api/jobs", json=huge)
     assert r.status_code == 422 and field_in(r, "model") and "wait_for_resources" in r.text, r.text
+    absurd = {**TINY, "name": "absurd", "global_batch": 10**15}  # fits, but an iteration would take years
+    r = client.post("/api/jobs", json=absurd)
+    assert r.status_code == 422 and field_in(r, "global_batch"), r.text
+    assert len(service.store.list_jobs()) == before
     r = client.post("/api/jobs", json={**huge, "wait_for_resources": True})
     assert r.status_code == 201 and r.json()["job"]["state"] == "PENDING"
 
@@ -333,3 +339,24 @@ def test_server_options_reach_the_config(tmp_path, monkeypatch):
     assert seen[0].allow_user_code and seen[0].allow_paths == (tmp_path.resolve(), EXAMPLES.resolve())
     r = CliRunner().invoke(cli_app, ["server", "--api-only", "--state-dir", str(tmp_path / "s")])
     assert not seen[1].allow_user_code and seen[1].allow_paths == ()
+
+
+@pytest.mark.parametrize(
+    "reason, field",
+    [
+        ("Infeasible: no plan fits in memory on A100-40GB, V100-32GB", "model"),
+        (
+            "Infeasible: the fastest Cell (2xA100-40GB S1) needs 1.18e+11 s per step, 2.7e+07 days",
+            "global_batch",
+        ),
+        (
+            "Infeasible: the fastest Cell (2xA100-40GB S1) needs 0.02 s per step, 400 days for 2e9 steps",
+            "steps",
+        ),
+        ("Infeasible: every GPU type of the cluster is excluded", "exclude_gpu_types"),
+    ],
+)
+def test_infeasibility_names_the_field_to_change(reason, field):
+    from tessera.service.security import field_of_reason
+
+    assert field_of_reason(reason) == field

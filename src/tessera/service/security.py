@@ -11,7 +11,7 @@ token file, its SQLite database) are refused even under an allowed root.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,14 +142,18 @@ class BodySizeLimit:
                 await self._too_large(send)
 
 
-def field_of_reason(
-    reason: str, fields: Sequence[str] = ("global_batch", "max_gpus", "exclude_gpu_types")
-) -> str:
-    """The spec field an infeasibility reason is about (``model`` unless it names another)."""
+def field_of_reason(reason: str) -> str:
+    """The spec field an infeasibility reason is about: the time it names is the global batch's fault when a
+    single step takes longer than a day, else the step count's; a plan that fits nowhere is the model's (or
+    the GPU exclusions' / cap's when it names them)."""
+    import re
+
     low = reason.lower()
-    for f in fields:
-        if f in low:
-            return f
-    if "batch" in low or "iteration" in low:
-        return "global_batch"
+    per_step = re.search(r"([0-9.]+(?:e[+-]?[0-9]+)?) s per step", low)
+    if per_step:
+        return "global_batch" if float(per_step.group(1)) > 86400 else "steps"
+    if "excluded" in low:
+        return "exclude_gpu_types"
+    if "max_gpus" in low:
+        return "max_gpus"
     return "model"
