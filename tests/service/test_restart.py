@@ -1,5 +1,6 @@
 """Kill the server (SIGKILL) in the middle of training and start it again on the same state directory:
-every job is still there, exactly once, and the running ones resume from their checkpoints and finish."""
+every job is still there, exactly once, and the running ones resume from their checkpoints and finish; their
+telemetry counts each step once (the steps the killed attempt ran past its checkpoint are superseded)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def test_server_killed_and_restarted_recovers_every_job(tmp_path):
             }
             ids.append(httpx.post(f"{url}/api/jobs", json=body, timeout=30).json()["job"]["id"])
         queued = httpx.post(f"{url}/api/jobs", json={"name": "r-queued", "model": "llama2-70b", "global_batch": 8,
-                                                     "steps": 5}, timeout=30).json()["job"]["id"]  # fmt: skip
+                                                     "steps": 5, "wait_for_resources": True},
+                            timeout=30).json()["job"]["id"]  # fmt: skip  (no Cell here: it waits, queued)
 
         def both_checkpointed():
             js = [job(url, j) for j in ids]
@@ -92,6 +94,9 @@ def test_server_killed_and_restarted_recovers_every_job(tmp_path):
                 "steps"
             ]
             assert min(x["step"] for x in steps if x["attempt"] == resumed["attempt"]) == resumed["from_step"]
+            # exact in the record: each step once, from the attempt that counts (the curve never backtracks)
+            assert [x["step"] for x in steps] == list(range(240))
+            assert all(x["attempt"] < resumed["attempt"] for x in steps if x["step"] < resumed["from_step"])
         assert len(httpx.get(f"{url}/api/jobs", timeout=30).json()["jobs"]) == 3
         procs[1].send_signal(signal.SIGTERM)  # a clean stop checkpoints and shuts its Ray down
         assert procs[1].wait(timeout=90) == 0

@@ -211,3 +211,20 @@ def test_v2_database_migrates_to_v3_keeping_telemetry(tmp_path):
     s.add_steps(1, 1, [_step(1, float("nan"))])
     assert s.steps(1)[-1]["loss_nonfinite"] == "NaN"
     assert s.allocations(1) == []
+
+
+def test_every_gang_end_maps_to_one_stop_reason():
+    """The controller's lifecycle: what the ranks reported outranks why the gang was asked to stop; a cancel
+    outranks a stop; an end nobody asked for is a failure (relaunched), a diverged loss never is."""
+    from tessera.service.controller import _stop_reason
+    from tessera.service.states import StopReason as S
+
+    assert _stop_reason("finished", S.RESIZE, True) == S.COMPLETED
+    assert _stop_reason("diverged", S.PREEMPTED, True) == S.DIVERGED and not S.DIVERGED.relaunches
+    assert _stop_reason("stopped", S.RESIZE, True) == S.CANCELLED
+    assert _stop_reason("killed", None, True) == S.CANCELLED
+    assert _stop_reason("stopped", S.MIGRATE, False) == S.MIGRATE and S.MIGRATE.relaunches
+    assert _stop_reason("killed", S.NODE_LOST, False) == S.NODE_LOST
+    assert _stop_reason("stopped", None, False) == S.PREEMPTED
+    assert _stop_reason("killed", None, False) == S.FAILED and S.FAILED.relaunches
+    assert _stop_reason("failed", S.RESIZE, False) == S.FAILED

@@ -52,6 +52,7 @@ class Controller:
         # job → the relaunch waiting for its gang to stop: (kind, assignment, the scheduler's note)
         self._next: dict[int, tuple[str, Assignment, str]] = {}
         self._stopping_for: dict[int, StopReason] = {}  # job → why its gang was asked to stop
+        self._stop_notes: dict[int, str] = {}  # job → the scheduler's note for a preemption (its end reason)
         self._not_before: dict[int, float] = {}
         self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
         self._iters: dict[int, list[float]] = {}
@@ -323,6 +324,8 @@ class Controller:
         if new is not None:
             self._next[job.id] = (why.value, new, note)
         self._stopping_for[job.id] = why
+        if new is None and note:
+            self._stop_notes[job.id] = note
         state = {StopReason.RESIZE: JobState.RESIZING, StopReason.MIGRATE: JobState.MIGRATING}.get(why)
         msg = f"{why}: checkpointing to relaunch on {new.cell}" if new else "preempted: checkpointing"
         if note:
@@ -383,6 +386,7 @@ class Controller:
             statistics.median(self._iters[jid][2:] or self._iters[jid]) if self._iters.get(jid) else None
         )
         asked = self._stopping_for.pop(jid, None)
+        stop_note = self._stop_notes.pop(jid, None)
         nxt = self._next.pop(jid, None)
         disk = self._disk_checkpoint(jid)
         ck = disk if disk is not None else (ck if ck is not None else job.checkpoint_step)
@@ -416,7 +420,8 @@ class Controller:
             self._dirty.set()
             return
         if why != StopReason.FAILED:  # stopped on purpose: checkpointed (or, node lost, killed)
-            self.store.close_allocation(jid, why, ck, measured)
+            ended = f"{why}: {stop_note}" if why == StopReason.PREEMPTED and stop_note else why
+            self.store.close_allocation(jid, ended, ck, measured)
             self._calibrate(gang, job, measured)
             if why == StopReason.SERVER_STOPPED:
                 self.store.update(
