@@ -220,7 +220,8 @@ function lineChart(svg, seriesList, yKey) {
 function renderCharts() {
   const ids = state.selected ? [state.selected] : state.jobs.filter(j => j.steps_done > 0).map(j => j.id);
   const series = ids.map(id => ({ id, color: jobColor(id), points: (state.telemetry[id] || {}).steps || [] }));
-  lineChart($('#loss-chart'), series, 'loss');
+  // a NaN/inf loss arrives as null (its kind in loss_nonfinite): no point on the loss curve, not a drop to 0
+  lineChart($('#loss-chart'), series.map(s => ({ ...s, points: s.points.filter(p => p.loss !== null) })), 'loss');
   lineChart($('#throughput-chart'), series, 'samples_per_s');
   lineChart($('#iter-chart'), series, 'iter_time_s');
   const mem = series.map(s => ({ ...s, points: s.points.map(p => ({ step: p.step, mib: p.peak_memory_bytes / 2 ** 20 })) }));
