@@ -17,7 +17,8 @@ the benchmark:
 * **kills the server during a burst of keyed submissions** (``Idempotency-Key`` on each, every acknowledged
   key recorded); after the restart every key is submitted again: an acknowledged key must come back as the
   job stored the first time (200), never as a new one, and no key may be stored twice. Burst jobs exclude
-  every GPU type of the cluster (they stay PENDING and cost no GPU time) and are cancelled once checked.
+  every GPU type of the cluster and ask to wait for resources (they stay PENDING and cost no GPU time) and are
+  cancelled once checked.
 
 The time to recover is measured from starting the new server process until every job that was RUNNING
 before the kill is RUNNING again (or has ended). Steps redone per kill: the job's ``steps_done`` read just
@@ -524,15 +525,18 @@ class Chaos:
         """A job no GPU of the cluster may run (every type excluded): stored and PENDING, never launched."""
         if self.burst_body is None:
             types = sorted(self.api.call("GET", "/api/cluster").json()["by_type"])
-            body = {**BURST, "exclude_gpu_types": types, "priority": -100}
-            r = self.api.call("POST", "/api/jobs", json={**body, "name": "chaos-probe"})
-            if r.status_code == 201:
-                self.api.call("POST", f"/api/jobs/{r.json()['job']['id']}/cancel")
-            else:  # refused as infeasible: plain tiny jobs instead, cancelled right after the check
-                self.log(
-                    f"an unplaceable burst job is refused ({r.status_code}); bursts use runnable tiny jobs"
-                )
+            unplaceable = {**BURST, "exclude_gpu_types": types, "priority": -100}
+            # a server that refuses infeasible jobs queues them when asked to wait for resources
+            for body in ({**unplaceable, "wait_for_resources": True}, unplaceable):
+                r = self.api.call("POST", "/api/jobs", json={**body, "name": "chaos-probe"})
+                if r.status_code == 201:
+                    self.api.call("POST", f"/api/jobs/{r.json()['job']['id']}/cancel")
+                    break
+            else:  # refused: plain tiny jobs instead, cancelled right after the check
+                self.log(f"an unplaceable burst job is refused ({r.status_code} {r.text[:200]}); bursts use "
+                         "runnable tiny jobs")  # fmt: skip
                 body = {**BURST, "priority": -100}
+            self.log(f"burst jobs: {body}")
             self.burst_body = body
         return self.burst_body
 
