@@ -123,6 +123,13 @@ def test_user_code_runs_in_a_child_never_in_the_server(local, files):
 
     spec = parse_job(entry_job(path))
     assert model_spec(spec).n_layers == 3 and annotation_stage_count(spec) is None
+    from tessera.plan import Device
+    from tessera.service.model_source import entrypoint_plan
+
+    devices = [Device(i, "A100-40GB", node="n0", local_index=i) for i in range(2)]
+    assert entrypoint_plan(spec, devices, 1, 1).stages[0].dp_degree == 2
+    assert not [m for m in sys.modules if m.startswith("tessera_user_")]
+    assert int(path.with_suffix(".pid").read_text()) == ran_in  # planning did not import it here either
     path.with_suffix(".pid").unlink()
     assert client.post("/api/jobs", json=entry_job(path, name="again")).status_code == 201
     assert not path.with_suffix(".pid").exists()  # cached by content: the child did not even run again
