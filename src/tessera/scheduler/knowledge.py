@@ -352,7 +352,8 @@ class SyntheticSource:
 
     def __init__(
         self,
-        models: Mapping[Config | tuple[str, int], SyntheticModel] | Callable[[tuple[str, int]], SyntheticModel],
+        models: Mapping[Config | tuple[str, int], SyntheticModel]
+        | Callable[[tuple[str, int]], SyntheticModel],
         gpu_speed: Mapping[str, float],
         gpu_memory_gib: Mapping[str, float],
     ):

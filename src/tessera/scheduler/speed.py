@@ -331,7 +331,9 @@ class JobSpeed:
         except ValueError:
             return None
 
-    def tuned(self, gpus: GPUs | Mapping[str, int], n_stages: int, devices: Sequence[Device] | None = None) -> Tuned | None:
+    def tuned(
+        self, gpus: GPUs | Mapping[str, int], n_stages: int, devices: Sequence[Device] | None = None
+    ) -> Tuned | None:
         """The Plan inside the Cell: Cell-guided tuning (zoo / HF models), or the user model's annotations on
         ``devices`` (default: packed on the cluster's nodes). Cached."""
         from tessera.planning.cells import CellShape
@@ -371,8 +373,11 @@ class JobSpeed:
                 shapes = [sh for sh in shapes if sh.n_stages == self.annotated_stages]
             self._ranked = [
                 CellChoice(
-                    x.shape, x.iteration_time_s, x.samples_per_s,
-                    float(max(x.estimate.device_bytes_per_device or (0.0,))), x.feasible,
+                    x.shape,
+                    x.iteration_time_s,
+                    x.samples_per_s,
+                    float(max(x.estimate.device_bytes_per_device or (0.0,))),
+                    x.feasible,
                 )  # fmt: skip
                 for x in self.estimator.estimate_many(shapes)
             ]
@@ -450,7 +455,9 @@ class SpeedSource:
         if err is not None:
             raise err
         try:
-            js = JobSpeed(config, self.cluster, self.capacity, self.cost, self.models, tuned_cells=self.tuned_cells)
+            js = JobSpeed(
+                config, self.cluster, self.capacity, self.cost, self.models, tuned_cells=self.tuned_cells
+            )
         except Exception as e:
             if not (isinstance(e, ValueError) and hasattr(e, "field") and hasattr(e, "reason")):
                 # a planning bug or an input it cannot take: this configuration is unplannable, not all

@@ -70,9 +70,7 @@ def dry_run_of(spec: JobSpec, speed: JobSpeed, r: Round, job_id: int, got: Assig
     """The report of round ``r`` (run on a copy, the job submitted as ``job_id``) for the job: ``got`` is the
     Assignment the round gave it (None: it waits, with ``r.reasons[job_id]``)."""
     ranked = speed.ranked()
-    others = tuple(
-        {"job": c.job_id, "kind": c.kind, "note": c.note} for c in r.changes if c.job_id != job_id
-    )
+    others = tuple({"job": c.job_id, "kind": c.kind, "note": c.note} for c in r.changes if c.job_id != job_id)
     if got is not None:
         chosen = speed.choice(_gpus(got), got.plan.n_stages)
         return DryRun(
