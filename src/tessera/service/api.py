@@ -35,6 +35,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from tessera.jobs import JobSpec
+from tessera.service.metrics import install_metrics
 from tessera.service.security import BodySizeLimit, field_of_reason, finite_json
 from tessera.service.states import JobState
 
@@ -286,7 +287,14 @@ def create_app(service: Any) -> FastAPI:
             )
 
     def same_spec(rec: Any, spec: JobSpec) -> bool:
-        return rec.to_dict()["spec"] == json.loads(json.dumps(spec.model_dump(mode="json")))
+        """Both specs as parsed (defaults filled: a field added since the first submission is no conflict)."""
+        from tessera.jobs import JobSpecError
+
+        try:
+            stored = rec.spec.model_dump(mode="json")
+        except (JobSpecError, ValueError):  # stored under older rules: compare what was stored
+            stored = rec.to_dict()["spec"]
+        return stored == json.loads(json.dumps(spec.model_dump(mode="json")))
 
     def conflict(rec: Any) -> HTTPException:
         return HTTPException(
@@ -493,6 +501,7 @@ def create_app(service: Any) -> FastAPI:
     def style_css() -> Response:
         return Response(STYLE_CSS, media_type="text/css")
 
+    install_metrics(app, service)
     return app
 
 
