@@ -276,3 +276,31 @@ def test_dry_run_is_the_next_live_round(first, finished, round_before, new):
     if round_before:
         adapter.round(60.0)
     _check_dry_run_is_next_round(adapter, later, POOL[new], 60.0, 100)
+
+
+def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
+    """Telemetry: a configuration measured at twice its estimated iteration time has every rate (DP-only,
+    Cell, true) halved; an unmeasured configuration takes the median factor."""
+    from tessera.scheduler.speed import config_of
+
+    s, other = spec("m", steps=5000), spec("u", steps=5000, global_batch=16)
+    adapter.sync([JobInput(1, s, 0.0)], 1.0)
+    a = adapter.round(1.0).changes[0].new
+    c, g = config_of(s), (("A100-40GB", 2),)
+    before = (
+        adapter.knowledge.true_of(c, g),
+        adapter.knowledge.cell_of(c, g),
+        adapter.knowledge.dp_of(c, *g[0]),
+    )
+    assert all(x > 0 for x in before)
+    adapter.sync(
+        [JobInput(1, s, 0.0, assignment=a, steps_done=10, measured_iter_s=2 * a.estimate_iter_s)], 2.0
+    )
+    after = (
+        adapter.knowledge.true_of(c, g),
+        adapter.knowledge.cell_of(c, g),
+        adapter.knowledge.dp_of(c, *g[0]),
+    )
+    assert after == pytest.approx(tuple(x / 2 for x in before))
+    u = config_of(other)
+    assert adapter.knowledge.true_of(u, g) == pytest.approx(adapter.speed.job(u).true_rate(g) / 2)

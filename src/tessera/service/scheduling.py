@@ -152,9 +152,6 @@ class SchedulingAdapter:
         self.core.knowledge = self.knowledge.view()
         self.policy.reset()
 
-    def speed_factor(self, config: JobConfig) -> float:
-        return self.speed.factor(config)
-
     @property
     def active_policy(self) -> str:
         return self.policy.name or type(self.policy).__name__
