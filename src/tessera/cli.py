@@ -277,6 +277,7 @@ def _register_subcommands() -> None:
     from tessera.commands.jobs import cancel, list_jobs, logs, status, submit
     from tessera.commands.profile import profile_app
     from tessera.commands.server import server
+    from tessera.commands.tensorboard import tensorboard
 
     app.add_typer(profile_app, name="profile")
     app.command()(clean_errors(calibrate))
@@ -287,6 +288,7 @@ def _register_subcommands() -> None:
     app.command()(status)
     app.command()(logs)
     app.command()(cancel)
+    app.command()(tensorboard)
     app.command()(clean_errors(demo))
 
 

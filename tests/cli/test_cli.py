@@ -221,3 +221,43 @@ def test_status_never_prints_none_or_unrounded_floats(tmp_path):
         assert "5.123 → 2.718" in runner.invoke(app, ["status", str(jid), "--url", srv.url]).output
     finally:
         srv.close()
+
+
+@pytest.mark.timeout(180)
+def test_tensorboard_export_reads_back(tmp_path):
+    """`tessera tensorboard JOB --out DIR` writes event files TensorBoard's own reader loads: one point per step,
+    the relaunched attempt's value where a step ran twice."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    srv = _Server(tmp_path / "state")
+    try:
+        r = runner.invoke(
+            app, ["submit", str(ROOT / "examples" / "tiny-gpt.yaml"), "--url", srv.url, "--json"]
+        )
+        jid = json.loads(r.stdout)["job"]["id"]
+
+        def rec(step: int, loss: float) -> dict:
+            return {"step": step, "loss": loss, "iter_time_s": 0.02, "samples_per_s": 400.0,
+                    "peak_memory_bytes": {"0": 2**30}}  # fmt: skip
+
+        srv.service.store.add_steps(jid, 0, [rec(s, 5.0 - 0.1 * s) for s in range(6)])
+        srv.service.store.add_steps(jid, 1, [rec(s, 4.0 - 0.1 * s) for s in range(4, 10)])  # relaunched at 4
+        out = tmp_path / "tb"
+        r = runner.invoke(app, ["tensorboard", "tiny-gpt", "--out", str(out), "--url", srv.url])
+        assert r.exit_code == 0, r.output
+        assert "10 steps written" in r.output
+        again = runner.invoke(app, ["tensorboard", str(jid), "--out", str(out), "--url", srv.url])
+        assert again.exit_code == 0, again.output  # re-exported: replaced, not doubled
+        acc = EventAccumulator(str(out))
+        acc.Reload()
+        assert {"train/loss", "train/iteration_time_s", "train/samples_per_s", "memory/peak_GiB"} <= set(
+            acc.Tags()["scalars"]
+        )
+        loss = acc.Scalars("train/loss")
+        assert [e.step for e in loss] == list(range(1, 11))
+        assert [round(e.value, 4) for e in loss] == [5.0, 4.9, 4.8, 4.7, 3.6, 3.5, 3.4, 3.3, 3.2, 3.1]
+        assert acc.Scalars("memory/peak_GiB")[0].value == 1.0
+        r = runner.invoke(app, ["tensorboard", "nope", "--out", str(out), "--url", srv.url])
+        assert r.exit_code == 1 and "nope" in r.output and "Traceback" not in r.output
+    finally:
+        srv.close()
