@@ -92,11 +92,64 @@ def _signal_name(code: int) -> str:
     return f"signal {-code}"
 
 
+def _unguarded_main_call() -> str | None:
+    """Where the running script calls into the launcher at its top level outside ``if __name__ == "__main__":``
+    (``file:line``), else None.
+
+    Workers are started with ``spawn``, which re-imports the main script in every child: an unguarded call
+    would launch again from each child, and Python's error about it surfaces only in a child's traceback.
+    Checked before any process starts, so the user gets one error saying what to change."""
+    import ast
+    import sys
+
+    main_mod = sys.modules.get("__main__")
+    path = getattr(main_mod, "__file__", None)
+    if not path or not path.endswith(".py"):  # -c, a REPL, a notebook: spawn does not re-run them
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
+        frame = frame.f_back
+    if frame is None:  # not called from the script's top level (a thread, a server, a test runner)
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    line = frame.f_lineno
+
+    def is_guard(node: ast.stmt) -> bool:
+        t = node.test if isinstance(node, ast.If) else None
+        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+            return False
+        sides = [t.left, t.comparators[0]]
+        names = [x for x in sides if isinstance(x, ast.Name) and x.id == "__name__"]
+        consts = [x for x in sides if isinstance(x, ast.Constant) and x.value == "__main__"]
+        return bool(names and consts)
+
+    for node in tree.body:
+        if is_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return None
+    return f"{path}:{line}"
+
+
 def launch_many(jobs: Sequence[tuple[Plan, RunOptions]]) -> list[LaunchResult]:
     """Run several jobs one after another in the same worker processes (one start-up for all; tests).
 
     All plans must have the same world size.
     """
+    where = _unguarded_main_call()
+    if where is not None:
+        raise LaunchError(
+            f'launch() called at the top level of a script without an `if __name__ == "__main__":` guard '
+            f"({where}). Tessera starts one worker process per device with multiprocessing's 'spawn', which "
+            "re-runs the script in each worker, so the call would start workers again. Put the code that "
+            'launches under `if __name__ == "__main__":`.',
+            None,
+            "no __main__ guard",
+        )
     worlds = {p.world_size for p, _ in jobs}
     if len(worlds) != 1:
         raise ValueError(f"launch_many: plans of different world sizes {sorted(worlds)}")
