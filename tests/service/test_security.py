@@ -367,3 +367,49 @@ def test_infeasibility_names_the_field_to_change(reason, field):
     from tessera.service.security import field_of_reason
 
     assert field_of_reason(reason) == field
+
+
+@pytest.mark.timeout(300)
+def test_stand_in_module_plans_exactly_like_the_user_model(local):
+    """The server plans a user model on a stand-in with the child's per-layer TaskGraphs; the Plan equals the
+    one the real module gives (built here in a separate process, as the server never builds it)."""
+    import subprocess
+
+    from tessera.jobs import parse_job
+    from tessera.plan import Device
+    from tessera.service.model_source import annotation_stage_count, entrypoint_plan
+
+    target = f"{EXAMPLES / 'whale_resnet_classifier.py'}:Factory"
+    job = parse_job({"name": "whale", "model": "whale", "entrypoint": target, "global_batch": 16, "steps": 5})
+    devices = [
+        Device(i, t, node=t, local_index=i % 4) for i, t in enumerate(["A100-40GB"] * 4 + ["V100-32GB"] * 4)
+    ]
+    ours = entrypoint_plan(job, devices, 1, 1)
+    assert annotation_stage_count(job) == 2 and len(ours.stages) == 2
+    real = textwrap.dedent("""
+        import json, sys
+        from tessera.jobs import parse_job
+        from tessera.plan import Device
+        from tessera.hardware import get_gpu
+        from tessera.runtime.annotations import Config, plan_from_annotations
+        from tessera.service.model_source import build_entrypoint_module
+        job = parse_job(json.loads(sys.argv[1]))
+        devices = [Device(**d) for d in json.loads(sys.argv[2])]
+        module = build_entrypoint_module(job.entrypoint)
+        flops = {d.gpu_type: get_gpu(d.gpu_type).peak_flops(job.precision) for d in devices}
+        plan = plan_from_annotations(module, devices, model_name=job.model, global_batch=job.global_batch,
+            seq_len=1, config=Config(num_micro_batch=1, num_task_graph=1), device_flops=flops,
+            precision=job.precision, optimizer=job.optimizer, recompute="none")
+        print(plan.to_json(indent=None))
+    """)
+    devs = json.dumps(
+        [
+            {"rank": d.rank, "gpu_type": d.gpu_type, "node": d.node, "local_index": d.local_index}
+            for d in devices
+        ]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", real, job.model_dump_json(), devs], capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == json.loads(ours.to_json(indent=None))

@@ -321,6 +321,9 @@ def _info_from(data: Any) -> EntrypointInfo:
     return replace(info, stub=_stub_module(info.taskgraphs))
 
 
+_STUB_LOCK = threading.Lock()
+
+
 def _stub_module(taskgraphs: tuple[TaskGraphInfo | None, ...]) -> Any:
     from torch import nn
 
@@ -332,12 +335,13 @@ def _stub_module(taskgraphs: tuple[TaskGraphInfo | None, ...]) -> Any:
     for i, t in enumerate(taskgraphs):
         if t is not None:
             by_graph.setdefault(t.index, []).append(i)
-    for members in by_graph.values():
-        t = taskgraphs[members[0]]
-        assert t is not None
-        with (replicate if t.kind == "replicate" else split)(t.device_count):
-            for i in members:
-                holder.add_module(f"layer{i}", layers[i])  # registration under the scope annotates it
+    with _STUB_LOCK:  # the annotation scopes are process-global: one stand-in at a time
+        for members in by_graph.values():
+            t = taskgraphs[members[0]]
+            assert t is not None
+            with (replicate if t.kind == "replicate" else split)(t.device_count):
+                for i in members:
+                    holder.add_module(f"layer{i}", layers[i])  # registration under the scope annotates it
     stub = nn.Module()
     stub.layers = nn.ModuleList(layers)
     return stub
