@@ -124,3 +124,42 @@ def test_drop_removes_a_job_for_good():
     r = s.tick(0.0)
     assert [c.kind for c in r.changes] == ["drop"] and s.jobs[1].status is JobStatus.DROPPED
     assert not s.active
+
+
+def test_changes_carry_an_enum_kind_and_a_reason_the_policy_gave_or_the_cores_own():
+    from tessera.scheduler.core import ChangeKind
+
+    a2 = Allocation(((0, 2),), ((A100, 2),))
+    v1 = Allocation(((1, 1),), ((V100, 1),))
+    pol = Scripted(
+        [Decision({1: a2}), Decision({1: v1}, reasons={1: "migrate: the V100 is free"}), Decision({})]
+    )
+    s = Scheduler(_cluster(), pol, KN)
+    s.submit(job(1), 0.0)
+    got = []
+    for t in range(3):
+        s._arrived.append(1)  # force a decision every round
+        got += s.tick(300.0 * (t + 1)).changes
+    assert [c.kind for c in got] == [ChangeKind.START, ChangeKind.RESCALE, ChangeKind.PREEMPT]
+    assert got[0].kind == "start" and isinstance(got[0].kind, str)  # string comparisons keep working
+    assert got[0].reason == "start: 2×A100-40GB, est. 3.6 it/s"  # the core's: GPUs and the Cell estimate
+    assert got[1].reason == "migrate: the V100 is free"  # the policy's, as given
+    assert got[2].reason == "preempted by policy Scripted (no reason given)"
+
+
+def test_a_policy_preemption_reaches_the_change_with_the_job_it_made_room_for():
+    kn = table_knowledge({("m", 8): {(A100, 2): 3.6, (V100, 2): 1.8}, ("big", 8): {(A100, 2): 1.0}})
+    s = Scheduler(_cluster(), get_policy("tessera", depth=0), kn)  # no rescales: only preemption makes room
+    s.submit(job(1, gpus=2, gpu_type=A100, iterations=1e9), 0.0)
+    s.submit(job(2, gpus=2, gpu_type=V100, iterations=1e9), 0.0)
+    s.tick(0.0)
+    for js in s.running.values():
+        js.rate_iters_per_s = 1.0
+    # a short job that only fits two A100s arrives on a full cluster
+    s.submit(job(3, "big", gpus=2, gpu_type=A100, iterations=10.0, arrival_s=5000.0), 5000.0)
+    r = s.tick(5000.0)
+    by_job = {c.job_id: c for c in r.changes}
+    assert by_job[3].kind == "start" and "suspends job" in by_job[3].reason, by_job[3].reason
+    (victim,) = [c for c in r.changes if c.kind == "preempt"]
+    assert victim.reason.startswith("preempted to make room for job 3 (priority 0): it needs"), victim.reason
+    assert "shortest-remaining-first" in victim.reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.errors import UnknownNameError
-from tessera.scheduler import PhasedPolicy, get_policy, policy_names
+from tessera.scheduler import Allocation, PhasedPolicy, get_policy, policy_names
 from tessera.scheduler.knowledge import SyntheticModel, synthetic_table
 from tessera.scheduler.testing import job, make_context, table_knowledge
 
@@ -86,3 +86,38 @@ def test_knowledge_view_hides_the_truth():
     view = KN.view()
     assert not hasattr(view, "true_rate")
     assert view.fits(job(0), ((A100, 1),)) and not view.fits(job(0, "big"), ((A100, 1),))
+
+
+def test_preempt_until_fits_suspends_in_order_gives_back_what_was_not_needed_and_explains():
+    # node 0: 4 A100 held by three jobs (2 + 1 + 1); a 2-GPU job needs room. Victims in order 1, 2, 0: releasing
+    # job 1 (1 GPU) is not enough, job 2 (1 more) is — job 0 is never touched; nothing is given back
+    run = {job(0, gpus=2): {A100: 2}, job(1): {A100: 1}, job(2): {A100: 1}}
+    ctx = make_context([(A100, 4)], KN, pending=[job(5, gpus=2, priority=3)], running=run)
+    out = ctx.preempt_until_fits(5, {A100: 2}, None, [1, 2, 0], why=lambda v: f"job {v} is the shortest")
+    assert out == [1, 2] and ctx.allocation(5).gpus == ((A100, 2),) and ctx.allocation(0) is not None
+    assert ctx.reason(1) == "preempted to make room for job 5 (priority 3): job 1 is the shortest"
+    assert ctx.decision().reasons[2].startswith("preempted to make room for job 5")
+    assert ctx.reason(0) == ""
+
+
+def test_preempt_until_fits_undoes_everything_when_the_job_still_does_not_fit():
+    run = {job(0, gpus=2): {A100: 2}, job(1): {A100: 1}}
+    ctx = make_context([(A100, 4)], KN, pending=[job(5, "big", gpus=4)], running=run)
+    before = dict(ctx.allocations)
+    assert ctx.preempt_until_fits(5, {A100: 4}, None, [1], why="x") is None  # job 0 is not a victim
+    assert dict(ctx.allocations) == before and ctx.free_by_type()[A100] == 1
+    assert ctx.decision().reasons == {}
+
+
+def test_preempt_until_fits_gives_back_a_victim_released_but_not_needed():
+    # node 0: job 1 on both GPUs; node 1: jobs 0 and 2 on one GPU each. Victims in order 0, 1: releasing job 0
+    # frees one GPU of node 1 (not enough for two in one node), job 1 frees node 0 — then job 0 needed not go
+    run = {
+        job(0): Allocation(((1, 1),), ((A100, 1),)),
+        job(1, gpus=2): Allocation(((0, 2),), ((A100, 2),)),
+        job(2): Allocation(((1, 1),), ((A100, 1),)),
+    }
+    ctx = make_context([(A100, 2), (A100, 2)], KN, pending=[job(5, gpus=2)], running=run)
+    out = ctx.preempt_until_fits(5, {A100: 2}, None, [0, 1])
+    assert out == [1] and ctx.allocation(5).placement == ((0, 2),)
+    assert ctx.allocation(0) == run[job(0)] and ctx.reason(0) == ""  # back on its own GPU: no restart

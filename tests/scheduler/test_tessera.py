@@ -265,3 +265,98 @@ def test_a_job_just_suspended_waits_a_round_before_it_may_suspend_others():
     ctx.jobs[0].last_change_s = 850.0  # it lost its GPUs 50 s ago: the small job started before that
     get_policy("tessera", depth=0).schedule(ctx)
     assert 0 not in ctx.decision().allocations and 1 in ctx.decision().allocations
+
+
+# ---------------------------------------------------------------------------- every move explained, no thrash
+V100 = "V100-32GB"
+
+
+def _force_round(s, now: float):
+    """A periodic round with no event (the service forces these): decide, validate, bind."""
+    ctx = s.context(now)
+    d = s.policy.schedule(ctx) or ctx.decision()
+    s.validate(d)
+    return s.bind(d, now)
+
+
+def _ping_pong(policy, rates_by_round, *, iterations=200.0):
+    """One 2-GPU job on 2 A100-40GB + 2 V100-32GB, rounds 10 s apart; each round's estimates change (as calibration changes them in
+    the service, which then resets the policy's Cells); the job runs at its estimate. Returns each round's
+    changes."""
+    from tessera.scheduler import ClusterState, Scheduler
+
+    s = Scheduler(
+        ClusterState.of([(A100, 2), (V100, 2)]),
+        policy,
+        table_knowledge({("m", 8): rates_by_round[0]}).view(),
+        round_s=300.0,
+        restart_estimate=lambda job: 30.0,
+    )
+    s.submit(job(1, gpus=2, gpu_type=A100, iterations=iterations, arrival_s=0.5), 0.0)
+    out = []
+    for k, rates in enumerate(rates_by_round):
+        now = 1000.0 + 10.0 * k  # it waited: a restart budget of 10 % of its age allows a few moves
+        s.knowledge = table_knowledge({("m", 8): rates}).view()
+        policy.reset()
+        changes = s.tick(now).changes if k == 0 else _force_round(s, now)
+        js = s.jobs[1]
+        if js.allocation is not None:
+            js.rate_iters_per_s = rates[(js.allocation.gpus[0][0], js.allocation.n_gpus)]
+        out.append(changes)
+    return out
+
+
+# the live case: 2xA100 -> 1xV100 -> 2xA100 within 20 s. Estimates move a job ~30 % either way between rounds;
+# ~200 s of work left, restart 30 s: each move saves 45-55 s, more than one restart, less than three
+PING_PONG = [
+    {(A100, 1): 1.1, (A100, 2): 2.0, (V100, 1): 0.6, (V100, 2): 1.1},
+    {(A100, 1): 0.55, (A100, 2): 1.0, (V100, 1): 1.3, (V100, 2): 1.2},
+    {(A100, 1): 0.7, (A100, 2): 1.25, (V100, 1): 0.9, (V100, 2): 0.8},
+]
+
+
+def test_a_job_that_just_moved_is_not_moved_back_on_a_small_change_of_estimates():
+    # without hysteresis (settle_factor 1: any move that saves more than its restart) the job ping-pongs
+    rounds = _ping_pong(get_policy("tessera", settle_factor=1.0), PING_PONG)
+    moves = [(c.kind, c.new.gpus) for changes in rounds for c in changes]
+    assert moves == [("start", ((A100, 2),)), ("rescale", ((V100, 1),)), ("rescale", ((A100, 2),))]
+    # with it (default: 3x the restart while the job settles) it stays where it started
+    rounds = _ping_pong(get_policy("tessera"), PING_PONG)
+    assert [c.kind for changes in rounds for c in changes] == ["start"]
+    start = rounds[0][0]
+    assert start.reason.startswith("start: 2×A100-40GB, est. 2 it/s"), start.reason
+
+
+def test_a_large_gain_still_moves_a_job_that_just_moved_and_says_why():
+    big = {(A100, 1): 0.55, (A100, 2): 1.0, (V100, 1): 6.0, (V100, 2): 3.0}  # 6x faster on one V100
+    rounds = _ping_pong(get_policy("tessera"), [PING_PONG[0], big])
+    (ch,) = rounds[1]
+    assert ch.kind == "rescale" and ch.new.gpus == ((V100, 1),)
+    # the reason carries the figures: throughput before and after, the restart and its pay-back, hysteresis
+    assert "migrate 2×A100-40GB → 1×V100-32GB: est. 1 → 6 it/s (+500 %)" in ch.reason, ch.reason
+    assert "restart 30 s pays back in 6 s" in ch.reason and "left" in ch.reason, ch.reason
+    assert "moved 10 s ago, so it had to save ≥ 3× the restart" in ch.reason, ch.reason
+
+
+def test_a_preemption_names_the_job_it_makes_room_for():
+    kn = table_knowledge({("m", 8): {(A100, 1): 1.0}, ("big", 8): {(A100, 4): 1.0}})
+    big = job(0, "big", gpus=4, gpu_type=A100, iterations=BIG, arrival_s=1)
+    short = job(1, gpus=1, gpu_type=A100, iterations=600.0, arrival_s=800)
+    ctx = make_context([(A100, 4)], kn, pending=[short], running={big: {A100: 4}}, now_s=900)
+    get_policy("tessera").schedule(ctx)
+    d = ctx.decision()
+    assert 0 not in d.allocations
+    victim, started = d.reasons[0], d.reasons[1]
+    assert victim.startswith("preempted to make room for job 1 (priority 0)"), victim
+    assert "it needs 4e+09 GPU-s more, job 1 only 600 (shortest-remaining-first)" in victim, victim
+    assert started.startswith("start: 1×A100-40GB, est. 1 it/s") and "job 0" in started, started
+
+
+def test_a_scale_down_for_a_newcomer_reports_throughput_restart_and_gpu_price():
+    running = {job(0, gpus=2, gpu_type=A100, iterations=BIG): {A100: 4}}
+    ctx = make_context([(A100, 4)], KN, pending=[job(1, gpus=2, gpu_type=A100, iterations=BIG, arrival_s=10)],
+                       running=running, now_s=3000)  # fmt: skip
+    get_policy("tessera").schedule(ctx)
+    why = ctx.decision().reasons[0]
+    assert why.startswith("rescale 4×A100-40GB → 2×A100-40GB: est. 3.6 → 1.9 it/s (-47 %)"), why
+    assert "restart 60 s" in why and "LP shadow price A100-40GB" in why, why

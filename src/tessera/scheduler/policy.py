@@ -288,12 +288,12 @@ class SchedulingContext:
         n_stages: int | None,
         victims: Iterable[int],
         *,
-        why: str = "",
+        why: str | Callable[[int], str] = "",
     ) -> list[int] | None:
         """Suspend ``victims`` (running jobs, in the order they should yield) one by one until ``gpus`` can be
         placed, then reserve them for ``job_id`` and give back — on their own GPUs, the last released first —
         the victims that turned out not to be needed. Returns the jobs suspended (each explained as "preempted
-        to make room for job …", plus ``why``), or None with everything as it was when ``gpus`` still do not
+        to make room for job …", plus ``why`` — or ``why(victim)`` for figures of its own), or None with everything as it was when ``gpus`` still do not
         fit. The one preemption loop every preempting policy uses, so none leaves a job half-preempted."""
         gpus = gpus if isinstance(gpus, tuple) else gpus_of(gpus)
         released: list[tuple[int, Allocation]] = []
@@ -313,10 +313,11 @@ class SchedulingContext:
                 out.append(v)
         js = self.jobs[job_id]
         for v in out:
+            note = why(v) if callable(why) else why
             self.explain(
                 v,
                 f"preempted to make room for job {job_id} (priority {js.job.priority})"
-                + (f": {why}" if why else ""),
+                + (f": {note}" if note else ""),
             )
         return out[::-1]
 

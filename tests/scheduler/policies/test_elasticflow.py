@@ -43,6 +43,10 @@ def test_admission_and_drops_follow_the_hand_computed_reservations():
     p.schedule(ctx)
     dec = ctx.decision()
     assert dec.dropped == {4}
+    assert dec.reasons[4].startswith("dropped: no GPU quota finishes it by its deadline"), dec.reasons[4]
+    assert dec.reasons[2] == (
+        "start: 2 GPUs (its reserved share for the deadline, then leftover GPUs by marginal return, ElasticFlow §4.2)"
+    )
     assert p.admitted == {1, 2, 3}
     assert {j: x.n_gpus for j, x in dec.allocations.items()} == {2: 2, 3: 2}
     np.testing.assert_array_equal(p._plans[1][1], [0, 4])

@@ -65,6 +65,13 @@ def test_only_as_many_opportunistic_jobs_as_needed_yield_latest_first():
     policy.schedule(ctx)
     r2 = ctx.decision().allocations
     assert r2[1].gpus == ((A100, 3),) and r2[2] == r1[2] and 3 not in r2
+    why = ctx.decision().reasons
+    victim = why[3]
+    assert victim.startswith("preempted to make room for job 1 (priority 0): it ran opportunistically"), (
+        victim
+    )
+    assert why[1].startswith("start: 3×A100-40GB") and "(job 3)" in why[1], why[1]
+    assert 2 not in why  # kept its GPUs: nothing to explain
 
 
 def test_no_one_yields_when_idle_gpus_suffice():

@@ -91,6 +91,9 @@ def test_policy_on_a_full_cluster_follows_the_objective():
     allocs = ctx.decision().allocations
     assert sorted(a.gpus for a in allocs.values()) == [((A100, 1),)] * 4 + [((V100, 2),)] * 2
     assert set(allocs) == set(range(6))  # the oldest jobs get GPUs
+    why = ctx.decision().reasons
+    assert why[0] == "start: 1×A100-40GB, Sia's ILP (§3): normalized goodput 2.00", why[0]
+    assert why[4] == "start: 2×V100-32GB, Sia's ILP (§3): normalized goodput 2.00", why[4]
 
 
 def test_policy_decides_with_dp_only_data():

@@ -22,6 +22,7 @@ else undo), which explains every suspension by the job it makes room for.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from tessera.scheduler.policies.tessera.cells import Cell
 from tessera.scheduler.policies.tessera.lp import Plan
@@ -158,8 +159,10 @@ def opportunistic_start(r: RoundState, js: JobState) -> list[JobState] | None:
         waited = fmt_s(ctx.now_s - since)
         out = _suspend_for(
             r, js, c, [o for o, _ in later],
-            why=f"it started while job {js.job_id} waited ({waited}), opportunistic execution (Crius §6.1)",
-            start=f"waited {waited}: suspends jobs that started on its GPUs while it waited (opportunistic execution)",
+            why=f"it started while job {js.job_id} waited ({waited}) and holds part of that job's smallest Cell "
+            "(opportunistic execution, Crius §6.1)",
+            start=f"waited {waited}; suspends {{victims}}, started on its GPUs while it waited (opportunistic "
+            "execution)",
         )  # fmt: skip
         if out is not None:
             return out
@@ -195,16 +198,32 @@ def preempt_for(r: RoundState, js: JobState) -> list[JobState] | None:
         cand.sort(key=lambda x: (x[1].job.priority, -x[0], -x[1].job_id))  # lowest priority, then longest
         out = _suspend_for(
             r, js, c, [o for _, o, _ in cand],
-            why=f"job {js.job_id} needs {need:.3g} GPU-s, far less (shortest-remaining-first) or it ranks higher",
-            start=f"needs {need:.3g} GPU-s: suspends longer or lower-priority jobs (shortest-remaining-first)",
+            why=lambda v: _srpt_why(r, js, ctx.jobs[v], need),
+            start=f"needs {need:.3g} GPU-s; suspends {{victims}} (far more work left or a lower priority: "
+            "shortest-remaining-first)",
         )  # fmt: skip
         if out is not None:
             return out
     return None
 
 
+def _srpt_why(r: RoundState, js: JobState, victim: JobState, need: float) -> str:
+    if victim.job.priority < js.job.priority:
+        return f"it ranks lower (priority {victim.job.priority})"
+    return (
+        f"it needs {remaining(r, victim)[1]:.3g} GPU-s more, job {js.job_id} only {need:.3g} "
+        "(shortest-remaining-first)"
+    )
+
+
 def _suspend_for(
-    r: RoundState, js: JobState, c: Cell, victims: list[JobState], *, why: str, start: str
+    r: RoundState,
+    js: JobState,
+    c: Cell,
+    victims: list[JobState],
+    *,
+    why: str | Callable[[int], str],
+    start: str,
 ) -> list[JobState] | None:
     """Suspend ``victims`` in order until Cell ``c`` fits and start ``js`` on it (else undo): the one preemption
     loop, :meth:`SchedulingContext.preempt_until_fits`."""
@@ -214,7 +233,8 @@ def _suspend_for(
         return None
     r.touched.add(js.job_id)
     r.touched.update(out)
-    r.explain_start(js.job_id, c, start + (f" ({', '.join(f'job {v}' for v in out)})" if out else ""))
+    names = ", ".join(f"job {v}" for v in out) or "nothing after all (the GPUs were free)"
+    r.explain_start(js.job_id, c, start.format(victims=names))
     return [ctx.jobs[v] for v in out]
 
 

@@ -108,8 +108,12 @@ class RoundState:
         verb = self.ctx.verb(jid)
         verb = f"move {fmt_gpus(js.allocation.gpus)} →" if js.allocation is not None else f"{verb}:"
         note = self.price_note(c.gpus)
+        before = self.ctx.reason(jid)  # suspended earlier this round and placed again: say both
         self.ctx.explain(
-            jid, f"{verb} {fmt_gpus(c.gpus)}, est. {c.rate:.3g} it/s — {why}" + (f"; {note}" if note else "")
+            jid,
+            f"{verb} {fmt_gpus(c.gpus)}, est. {c.rate:.3g} it/s — {why}"
+            + (f"; {note}" if note else "")
+            + (f"; it was first {before}" if before.startswith("preempted") else ""),
         )
 
     def explain_move(self, js: JobState, old: Cell, new: Cell, gain: float, w: float) -> None:
@@ -129,10 +133,10 @@ class RoundState:
             parts.append(f"restart {fmt_s(c)} pays back in {fmt_s(payback)} of {fmt_s(left)} left")
         else:
             parts.append(f"restart {fmt_s(c)}, {fmt_s(left)} left; frees its GPUs for jobs that gain more")
-        if self.settling(js):
+        if self.settling(js) and self.pol.settle_factor > 1:
             ago = fmt_s(now - js.last_change_s)
             parts.append(f"moved {ago} ago, so it had to save ≥ {self.pol.settle_factor:g}× the restart")
-        parts.append(f"LP value +{gain / max(w, 1e-12):.2f}")
+        parts.append(f"LP gain {gain / max(w, 1e-12):+.2f}")
         note = self.price_note(old.gpus + new.gpus)
         if note:
             parts.append(note)
