@@ -132,3 +132,27 @@ def test_a_job_dp_only_cannot_hold_at_its_scale_still_runs():
     ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(1, gpus=2)])
     get_policy("gavel").schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((A100, 2),)
+
+
+def test_a_time_share_preemption_says_so_with_the_shares():
+    # two identical jobs, one A100: Gavel gives each half of the time; the one that ran yields next round
+    kn = table_knowledge({("m", 8): {(A100, 1): 1.0}})
+    p = get_policy("gavel")
+    j1, j2 = job(1), job(2)
+    ctx = make_context([(A100, 1)], kn, pending=[j1, j2])
+    p.schedule(ctx)
+    first = ctx.decision()
+    (ran,) = first.allocations
+    assert (
+        first.reasons[ran]
+        == f"start: 1×{A100}, Gavel round (§5): time share {A100} 0.50, received 0.00 of its time so far"
+    )
+    other = ({1, 2} - {ran}).pop()
+    ctx = make_context([(A100, 1)], kn, pending=[(j1, j2)[other - 1]], running={(j1, j2)[ran - 1]: first.allocations[ran]},
+                       now_s=300.0)  # fmt: skip
+    p.schedule(ctx)
+    second = ctx.decision()
+    assert set(second.allocations) == {other}
+    assert second.reasons[ran] == (
+        f"preempted: Gavel round (§5): time share {A100} 0.50, received 1.00 of its time so far"
+    ), second.reasons[ran]
