@@ -10,7 +10,7 @@ import pytest
 from tessera.hardware import get_cluster
 from tessera.jobs import parse_job
 from tessera.scheduler import Job, JobConfig, get_policy
-from tessera.scheduler.speed import SpeedSource, cell_table, config_of
+from tessera.scheduler.speed import SpeedSource, cell_table, config_of, job_of
 from tessera.scheduler.state import default_config
 from tessera.service.scheduling import JobInput, LiveCluster, SchedulingAdapter
 from tessera.sim.simulator import SimConfig, Simulator
@@ -102,10 +102,7 @@ def test_simulator_and_service_price_and_decide_identically():
     }
     configs = sorted({config_of(s) for s in specs.values()})
     table = cell_table(LOCAL, configs, max_gpus=4, workers=1, use_cache=False)
-    jobs = {
-        j: Job(j, s.model, s.global_batch, float(j), float(s.total_steps), config=config_of(s))
-        for j, s in specs.items()
-    }
+    jobs = {j: job_of(s, j, float(j)) for j, s in specs.items()}
     sim = Simulator(LOCAL, list(jobs.values()), table, get_policy("tessera"), SimConfig(round_s=60.0))
     adapter = SchedulingAdapter(LiveCluster.from_spec(LOCAL), round_s=60.0)
     adapter.restart_cost_s = sim.restart_s(jobs[1])

@@ -49,7 +49,7 @@ from tessera.hardware import ClusterSpec, get_gpu
 from tessera.jobs import JobSpec
 from tessera.plan import Device, Plan
 from tessera.scheduler.knowledge import PerfTable
-from tessera.scheduler.state import GPUs, JobConfig, as_config
+from tessera.scheduler.state import GPUs, Job, JobConfig, as_config
 
 DIGEST_PACKAGES = ("hardware", "models", "memory", "perf", "planning")
 CACHE_VERSION = 1
@@ -82,6 +82,23 @@ def config_of(spec: JobSpec) -> JobConfig:
         gpu_types=tuple(spec.gpu_types),
         exclude_gpu_types=tuple(spec.exclude_gpu_types),
         max_gpus=spec.max_gpus,
+    )
+
+
+def job_of(spec: JobSpec, job_id: int, arrival_s: float) -> Job:
+    """The scheduler core's job for a job spec submitted at ``arrival_s`` — what the service schedules, and
+    what a simulator replay of the service's arrivals must feed its core to decide alike."""
+    return Job(
+        job_id=job_id,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        arrival_s=arrival_s,
+        total_iterations=float(spec.total_steps),
+        requested_type=spec.gpu_types[0] if spec.gpu_types else None,
+        deadline_s=(arrival_s + spec.deadline_s) if spec.deadline_s else None,
+        name=spec.name,
+        priority=spec.priority,
+        config=config_of(spec),
     )
 
 
@@ -622,6 +639,7 @@ __all__ = [
     "cache_dir",
     "cell_table",
     "config_of",
+    "job_of",
     "packed_devices",
     "speed_table",
 ]

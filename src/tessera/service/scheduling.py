@@ -33,14 +33,13 @@ from tessera.scheduler import (
     Allocation,
     ClusterState,
     Decision,
-    Job,
     PerfTable,
     Policy,
     Scheduler,
     get_policy,
     gpus_of,
 )
-from tessera.scheduler.speed import ConfigError, JobSpeed, SpeedSource, config_of
+from tessera.scheduler.speed import ConfigError, JobSpeed, SpeedSource, config_of, job_of
 from tessera.scheduler.state import JobConfig
 from tessera.service.dry_run import DryRun, dry_run_of
 from tessera.service.job_models import ServiceModels
@@ -223,26 +222,12 @@ class SchedulingAdapter:
             return self._infeasible[key]
 
     # -------------------------------------------------------------- keeping the core in step with the store
-    def _job(self, jid: int, spec: JobSpec, arrival_s: float) -> Job:
-        return Job(
-            job_id=jid,
-            model=spec.model,
-            global_batch=spec.global_batch,
-            arrival_s=arrival_s,
-            total_iterations=float(spec.total_steps),
-            requested_type=spec.gpu_types[0] if spec.gpu_types else None,
-            deadline_s=(arrival_s + spec.deadline_s) if spec.deadline_s else None,
-            name=spec.name,
-            priority=spec.priority,
-            config=config_of(spec),
-        )
-
     def _submit(self, jid: int, spec: JobSpec, arrival_s: float) -> None:
         # Cells first: an unloadable model is remembered (it waits with its reason), not retried per rate
         with contextlib.suppress(ModelSourceError):
             self.cells_of(spec)
         self._specs[jid] = spec
-        self.core.submit(self._job(jid, spec, arrival_s), arrival_s)
+        self.core.submit(job_of(spec, jid, arrival_s), arrival_s)
 
     def _restore(self, assignments: Mapping[int, Assignment]) -> None:
         """Bind jobs that already hold GPUs (server restart, rebuild) without asking the policy."""
