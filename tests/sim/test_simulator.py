@@ -154,3 +154,40 @@ def test_restart_cost_grows_with_model_size():
     big = sim.restart_s(Job(0, "moe-27b", 8, 0, 1))
     assert 30 < small < big and big == pytest.approx(30 + 2 * 16 * 27e9 / 1e9, rel=0.05)
     assert sim.restart_s(Job(0, "unknown-model", 8, 0, 1)) == 30
+
+
+def test_simulator_runs_on_the_shared_speed_source(tmp_path, monkeypatch):
+    """Wiring: the simulator's truth is the speed source's tuned plans (``cell_table``), the same figures the
+    live service prices with; jobs of non-default configurations (fp32, sequence length, GPU limits) run
+    within their limits."""
+    from tessera.hardware import get_cluster
+    from tessera.scheduler import JobConfig
+    from tessera.scheduler.speed import cell_table
+
+    monkeypatch.setenv("TESSERA_HOME", str(tmp_path))
+    local = get_cluster("local")
+    cfgs = [
+        JobConfig("gpt-tiny", 8, seq_len=64, precision="fp32"),
+        JobConfig("gpt-tiny", 8, seq_len=64, precision="fp32", max_gpus=1, exclude_gpu_types=(A100,)),
+    ]
+    table = cell_table(local, cfgs, max_gpus=4, workers=1)
+    jobs = [
+        Job(
+            i,
+            "gpt-tiny",
+            8,
+            10.0 * i,
+            2000.0,
+            config=cfgs[i % 2],
+            requested_gpus=1,
+            requested_type="V100-32GB",
+        )
+        for i in range(4)
+    ]
+    res = Simulator(local, jobs, table, get_policy("tessera"), SimConfig(record_allocations=True)).run()
+    assert all(r.status == "finished" for r in res.jobs)
+    for ev in res.allocation_log:
+        if ev.job_id % 2 and ev.gpus:  # the limited configuration: one V100 at most
+            assert ev.gpus == (("V100-32GB", 1),)
+        if ev.gpus:
+            assert ev.rate_iters_per_s == table.true_rate(jobs[ev.job_id], ev.gpus) > 0
