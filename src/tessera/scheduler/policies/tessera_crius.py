@@ -39,7 +39,9 @@ execution, a deadline mode.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tessera.scheduler.knowledge import CellOption
@@ -70,6 +72,62 @@ class Move:
     new: CriusCell
     delta_norm: float  # change of the cluster's normalized throughput
     freed: tuple[tuple[str, int], ...]
+
+
+class _MoveIndex:
+    """The moves of the jobs holding GPUs: per job, and per GPU type they free sorted by throughput lost per
+    GPU freed (least first); ``reach`` is the most GPUs of a type ``depth`` moves of distinct jobs can free."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.jobs: dict[int, tuple[GPUs, list[Move]]] = {}
+        self.by_type: dict[str, list[tuple[float, int, int, Move]]] = {}
+        self._most: dict[str, dict[int, int]] = {}
+        self._reach: dict[str, int] = {}
+        self._seq = 0
+
+    def sync(self, pol: TesseraCrius, ctx: SchedulingContext, jids: Iterable[int]) -> None:
+        allocs = ctx.allocations
+        for jid in jids:
+            a = allocs.get(jid)
+            have = self.jobs.get(jid)
+            if have is not None and a is not None and have[0] == a.gpus:
+                continue
+            if have is not None:
+                self._drop(jid, have[1])
+            if a is not None:
+                self._add(jid, a.gpus, pol.job_moves(ctx, jid, a))
+        self._reach.clear()
+
+    def _add(self, jid: int, gpus: GPUs, moves: list[Move]) -> None:
+        self.jobs[jid] = (gpus, moves)
+        for m in moves:
+            for t, k in m.freed:
+                if k > 0:
+                    self._seq += 1
+                    bisect.insort(self.by_type.setdefault(t, []), (-m.delta_norm / k, jid, self._seq, m))
+                    mt = self._most.setdefault(t, {})
+                    mt[jid] = max(mt.get(jid, 0), k)
+
+    def _drop(self, jid: int, moves: list[Move]) -> None:
+        del self.jobs[jid]
+        for t in {t for m in moves for t, k in m.freed if k > 0}:
+            lst = self.by_type[t]
+            lst[:] = [e for e in lst if e[1] != jid]
+            self._most[t].pop(jid, None)
+
+    def reach(self, t: str) -> int:
+        r = self._reach.get(t)
+        if r is None:
+            r = self._reach[t] = sum(heapq.nlargest(self.depth, self._most.get(t, {}).values()))
+        return r
+
+    def best_freeing(self, t: str, n: int) -> list[Move]:
+        return [e[3] for e in self.by_type.get(t, [])[:n]]
+
+    def all(self) -> Iterator[Move]:
+        for _, ms in self.jobs.values():
+            yield from ms
 
 
 @dataclass(frozen=True)
@@ -105,10 +163,15 @@ class TesseraCrius(Policy):
         self.opportunistic = opportunistic
         self._cells: dict[tuple, tuple[list[CriusCell], float]] = {}
         self._failed: set[tuple] = set()  # (job key, state version) that found no choice this round
-        self._version = 0
+        self._version = 0  # bumped whenever the virtual state changes (the caches below key on it)
+        self._index = _MoveIndex(depth)
+        self._dirty: set[int] | None = None  # jobs whose GPUs changed since the index was synced (None: all)
+        self._by_arrival: tuple[int, list[tuple[float, int]]] | None = None  # (version, holders latest first)
 
     def reset(self) -> None:
         self._cells.clear()
+        self._index = _MoveIndex(self.depth)
+        self._dirty = None
 
     # ------------------------------------------------------------------ cells_set
     def cells(self, ctx: SchedulingContext, job: Job) -> tuple[list[CriusCell], float]:
@@ -138,7 +201,8 @@ class TesseraCrius(Policy):
     def schedule(self, ctx: SchedulingContext) -> None:
         ev = ctx.events
         self._failed.clear()
-        self._version = 0
+        self._version += 1
+        self._dirty = None  # the round starts from the bound state: resync every job
         arrived = set(ev.arrived) | set(ev.evicted)
         departed = bool(ev.finished or ev.nodes_repaired or ev.evicted)
         # SchedArrival for new jobs; SchedDeparture retries every pending job — both in arrival order
@@ -170,17 +234,27 @@ class TesseraCrius(Policy):
         return False
 
     # ------------------------------------------------------------------ ScaleResource + BestPerf
-    def _moves(self, ctx: SchedulingContext, exclude: int | None) -> list[Move]:
-        """Every move of a job holding GPUs (virtually) to another of its Cells."""
-        out: list[Move] = []
-        for jid, a in ctx.allocations.items():
-            if jid == exclude:
-                continue
-            js = ctx.jobs[jid]
-            cur = self.held_norm(ctx, js, a)
-            for c in self.cells(ctx, js.job)[0]:
-                if c.gpus == a.gpus:
-                    continue
+    def moves(self, ctx: SchedulingContext) -> _MoveIndex:
+        """Every move of a job holding GPUs (virtually) to another of its Cells, indexed by the GPU type it
+        frees; kept in step with the virtual state job by job (the jobs a choice changed)."""
+        idx = self._index
+        if self._dirty is None:
+            idx.sync(self, ctx, set(idx.jobs) | set(ctx.allocations))
+        elif self._dirty:
+            idx.sync(self, ctx, self._dirty)
+        self._dirty = set()
+        return idx
+
+    def _touch(self, jids: Iterable[int]) -> None:
+        if self._dirty is not None:
+            self._dirty.update(jids)
+
+    def job_moves(self, ctx: SchedulingContext, jid: int, a: Allocation) -> list[Move]:
+        js = ctx.jobs[jid]
+        cur = self.held_norm(ctx, js, a)
+        out = []
+        for c in self.cells(ctx, js.job)[0]:
+            if c.gpus != a.gpus:
                 freed = _sub(dict(a.gpus), c.gpus, -1)
                 out.append(Move(jid, a.gpus, c, c.norm - cur, tuple(sorted(freed.items()))))
         return out
@@ -188,11 +262,11 @@ class TesseraCrius(Policy):
     def scale_resource(self, ctx: SchedulingContext, js: JobState | None) -> list[Choice]:
         """The best ``max_choices`` choices that raise cluster throughput, best first (fewer moves on ties)."""
         free = ctx.free_by_type()
-        moves = self._moves(ctx, js.job_id if js is not None else None)
         found: list[Choice] = []
         if js is None:
+            mv = self.moves(ctx)
             cands = [
-                m for m in moves if m.delta_norm > 0 and all(free.get(t, 0) + k >= 0 for t, k in m.freed)
+                m for m in mv.all() if m.delta_norm > 0 and all(free.get(t, 0) + k >= 0 for t, k in m.freed)
             ]
             cands.sort(key=lambda m: (-m.delta_norm, m.job_id))
             self._dfs(cands[: self.branch], 0, (), free, 0.0, None, found)
@@ -202,13 +276,16 @@ class TesseraCrius(Policy):
                 if not lack:
                     found.append(Choice((), c, c.norm))
                     continue
-                cands = []
-                for m in moves:
-                    got = sum(min(k, lack[t]) for t, k in m.freed if t in lack and k > 0)
-                    if got > 0:
-                        cands.append((-m.delta_norm / got, m.job_id, m))
-                cands.sort(key=lambda x: (x[0], x[1]))
-                self._dfs([m for *_, m in cands[: self.branch]], 0, (), free, c.norm, c, found)
+                if self.depth == 0:
+                    continue
+                mv = self.moves(ctx)
+                if any(mv.reach(t) < k for t, k in lack.items()):
+                    continue  # even the depth largest moves cannot free enough
+                # the moves that free a lacking type, least throughput lost per GPU freed first
+                cands: list[Move] = []
+                for t in lack:
+                    cands += [m for m in mv.best_freeing(t, self.branch) if m not in cands]
+                self._dfs(cands, 0, (), free, c.norm, c, found)
         found = [ch for ch in found if ch.gain_norm > 1e-12]
         found.sort(key=lambda ch: (-ch.gain_norm, len(ch.moves)))
         return found[: self.max_choices]
@@ -261,6 +338,7 @@ class TesseraCrius(Policy):
                 if a is not None:
                     ctx.reserve(jid, a.gpus, a.n_stages, placement=a.placement)
             return False
+        self._touch([m.job_id for m in ch.moves] + ([js.job_id] if js is not None else []))
         gain = f"cluster throughput {ch.gain_norm:+.2f} (normalized jobs)"
         who = f"job {js.job_id}" if js is not None else "released GPUs"
         for m in ch.moves:
@@ -285,10 +363,15 @@ class TesseraCrius(Policy):
         """Suspend the jobs launched while ``js`` waited (arrived after it, started since it last queued),
         latest first, once that satisfies its minimum Cell; start it there."""
         since = js.last_change_s
+        if self._by_arrival is None or self._by_arrival[0] != self._version:
+            latest = sorted(((ctx.jobs[j].job.arrival_s, j) for j in ctx.allocations), reverse=True)
+            self._by_arrival = (self._version, latest)
         victims = []
-        for jid in ctx.allocations:
+        for arrival, jid in self._by_arrival[1]:
+            if arrival <= js.job.arrival_s:
+                break
             v = ctx.jobs[jid]
-            if v.job.arrival_s <= js.job.arrival_s or v.job.priority > js.job.priority:
+            if v.job.priority > js.job.priority:
                 continue
             started = v.first_start_s if v.first_start_s is not None else ctx.now_s
             if v.first_start_s is not None and started < since:
@@ -311,6 +394,7 @@ class TesseraCrius(Policy):
                 why="opportunistic execution (Crius §6.1): launched on idle GPUs while it waited",
             )
             if got is not None:
+                self._touch([*got, js.job_id])
                 ctx.explain(
                     js.job_id,
                     f"starts on its minimum Cell {fmt_gpus(c.gpus)} after suspending {len(got)} job(s) "
