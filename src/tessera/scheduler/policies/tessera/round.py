@@ -135,8 +135,10 @@ class RoundState:
             parts.append(f"restart {fmt_s(c)}, {fmt_s(left)} left; frees its GPUs for jobs that gain more")
         if self.settling(js) and self.pol.settle_factor > 1:
             ago = fmt_s(now - js.last_change_s)
-            parts.append(f"moved {ago} ago, so it had to save ≥ {self.pol.settle_factor:g}× the restart")
-        parts.append(f"LP gain {gain / max(w, 1e-12):+.2f}")
+            parts.append(
+                f"its GPUs changed {ago} ago, so it had to save ≥ {self.pol.settle_factor:g}× the restart"
+            )
+        parts.append(f"LP gain {gain / max(w, 1e-12):+.2f} net of the restart")
         note = self.price_note(old.gpus + new.gpus)
         if note:
             parts.append(note)
