@@ -1,5 +1,8 @@
 """Benchmark: the dense two-week Philly window on crius-sim-1280 under every policy (Crius §8.4).
 
+``--policies all`` is every registered policy: ``tessera-crius`` (Crius Algorithm 1 as published) runs beside
+``tessera`` (the project's rework of it), in the main run and in the load sweep.
+
     python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4] [--workers 2] [--densities 2,4]
 
 Writes bench/results/sim_philly.json (per policy under ``policies.<name>``: avg_jct_s, avg_queue_s,
@@ -47,7 +50,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--densities", default="2,4", help="arrival densities of the load sweep ('' skips it)")
-    ap.add_argument("--sweep-policies", default="tessera,sia,gavel,elasticflow-ls,gandiva")
+    ap.add_argument("--sweep-policies", default="tessera,tessera-crius,sia,gavel,elasticflow-ls,gandiva")
     args = ap.parse_args()
     depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
     out = Path(args.out)
