@@ -159,7 +159,7 @@ class Controller:
                 time.sleep(1.0)
             with contextlib.suppress(queue.Empty):
                 item = self._events.get(timeout=self.config.tick_s)
-                self._handle(item)
+                self._handle_safely(item)
 
     def _drain(self) -> None:
         while True:
@@ -167,7 +167,22 @@ class Controller:
                 item = self._events.get_nowait()
             except queue.Empty:
                 return
+            self._handle_safely(item)
+
+    def _handle_safely(self, item: tuple[str, Any]) -> None:
+        """One gang event; an error in it (a refused state change is a bug) is logged, shown in /healthz and
+        in the job's log, and never ends the control loop or the handling of the events after it."""
+        try:
             self._handle(item)
+        except Exception as e:  # noqa: BLE001 - the loop must survive
+            log.exception("gang event %s", item[0])
+            self.error = f"{type(e).__name__}: {e}"
+            gang = item[1][0] if isinstance(item[1], tuple) and item[1] else None
+            if isinstance(gang, Gang):
+                with contextlib.suppress(Exception):
+                    self.store.log(
+                        gang.job_id, f"internal error handling '{item[0]}': {type(e).__name__}: {e}"
+                    )
 
     # ------------------------------------------------------------------ rounds
     def _inputs(self, now: float) -> list[JobInput]:
@@ -363,6 +378,11 @@ class Controller:
         if job is None or self.gangs.get(gang.job_id) is not gang:
             return
         fields: dict[str, Any] = {"state": JobState.RUNNING}
+        if job.state in (
+            JobState.RESIZING,
+            JobState.MIGRATING,
+        ):  # asked to stop before it was ready: stays so
+            del fields["state"]
         if job.started_at is None:
             fields["started_at"] = time.time()
         ended = self._ended_at.pop(gang.job_id, None)

@@ -44,14 +44,15 @@ _ENDS = frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED})
 #   PENDING → STARTING (launched) | FAILED (its model source cannot be loaded at launch) | CANCELLED
 #   STARTING/RUNNING/RECOVERING → RUNNING (every rank ready) | RESIZING | MIGRATING (a scheduling change)
 #           | PENDING (preempted) | RECOVERING (a worker failed, its node was lost, the server stopped) | an end
-#   RESIZING/MIGRATING → STARTING | RECOVERING (relaunched) | PENDING (the new allocation was withdrawn) | an end
+#   RESIZING/MIGRATING → STARTING | RECOVERING (relaunched) | PENDING (preempted instead) | an end
+#           | RUNNING (a restarted server reattached to the gang on an external cluster: the stop was abandoned)
 #   a terminal state → nothing
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _S.PENDING: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
     _S.STARTING: frozenset({_S.RUNNING, _S.RESIZING, _S.MIGRATING, _S.PENDING, _S.RECOVERING}) | _ENDS,
     _S.RUNNING: frozenset({_S.RESIZING, _S.MIGRATING, _S.PENDING, _S.RECOVERING}) | _ENDS,
-    _S.RESIZING: frozenset({_S.STARTING, _S.RECOVERING, _S.PENDING, _S.MIGRATING}) | _ENDS,
-    _S.MIGRATING: frozenset({_S.STARTING, _S.RECOVERING, _S.PENDING, _S.RESIZING}) | _ENDS,
+    _S.RESIZING: frozenset({_S.STARTING, _S.RECOVERING, _S.PENDING, _S.MIGRATING, _S.RUNNING}) | _ENDS,
+    _S.MIGRATING: frozenset({_S.STARTING, _S.RECOVERING, _S.PENDING, _S.RESIZING, _S.RUNNING}) | _ENDS,
     _S.RECOVERING: frozenset({_S.RUNNING, _S.RESIZING, _S.MIGRATING, _S.PENDING}) | _ENDS,
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
