@@ -7,7 +7,17 @@ import json
 import typer
 from rich.table import Table
 
-from tessera.commands.common import GiB, Typer, clean_errors, console, err_console, tessera_version
+from tessera.commands.common import (
+    GiB,
+    Typer,
+    clean_errors,
+    complete_clusters,
+    complete_gpus,
+    complete_models,
+    console,
+    err_console,
+    tessera_version,
+)
 from tessera.hardware import cluster_presets, gpu_catalog
 
 app = Typer(
@@ -125,8 +135,16 @@ def _count(n: int) -> str:
 @app.command()
 @clean_errors
 def memory(
-    model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
-    gpu: str = typer.Option("A100-80GB", "--gpu", help="GPU type (see `tessera gpus`)"),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="zoo name or path to a Hugging Face config.json",
+        autocompletion=complete_models,
+    ),
+    gpu: str = typer.Option(
+        "A100-80GB", "--gpu", help="GPU type (see `tessera gpus`)", autocompletion=complete_gpus
+    ),
     global_batch: int | None = typer.Option(None, "--global-batch", help="samples per step"),
     micro_batch: int = typer.Option(1, "--micro-batch", help="samples per micro-batch per DP rank"),
     seq: int | None = typer.Option(None, "--seq", help="sequence length (default: the model's)"),
@@ -176,6 +194,7 @@ def plan(
         None,
         "--cluster",
         help="cluster preset or YAML file (see `tessera clusters`; default: local, or exactly --gpus when given)",
+        autocompletion=complete_clusters,
     ),
     gpus: str | None = typer.Option(
         None, "--gpus", help="only these GPUs, e.g. 4xA100-40GB,4xV100-32GB (of --cluster, when given)"
@@ -202,8 +221,14 @@ def plan(
 @app.command()
 @clean_errors
 def estimate(
-    model: str = typer.Option(..., "--model", "-m", help="zoo name or path to a Hugging Face config.json"),
-    gpu: str = typer.Option(..., "--gpu", help="GPU type (see `tessera gpus`)"),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="zoo name or path to a Hugging Face config.json",
+        autocompletion=complete_models,
+    ),
+    gpu: str = typer.Option(..., "--gpu", help="GPU type (see `tessera gpus`)", autocompletion=complete_gpus),
     num_gpus: int | None = typer.Option(None, "--num-gpus", help="must equal dp × tp × pp when given"),
     dp: int = typer.Option(1, "--dp"),
     tp: int = typer.Option(1, "--tp"),

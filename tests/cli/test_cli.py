@@ -116,6 +116,13 @@ def test_shell_completion_is_enabled():
         env={**os.environ, "_TESSERA_COMPLETE": "complete_bash", "COMP_WORDS": "tessera clu", "COMP_CWORD": "1"},
     )  # fmt: skip
     assert words.stdout.split() == ["clusters"], (words.stdout, words.stderr)
+    for line, expected in (("tessera memory --gpu A10", {"A10", "A100-40GB", "A100-80GB"}),
+                           ("tessera plan x.yaml --cluster crius", {"crius-sim-1280", "crius-testbed-64"}),
+                           ("tessera estimate --model llama2-1", {"llama2-13b"})):  # fmt: skip
+        env = {**os.environ, "_TESSERA_COMPLETE": "complete_bash", "COMP_WORDS": line}
+        env["COMP_CWORD"] = str(len(line.split()) - 1)
+        got = subprocess.run([exe], capture_output=True, text=True, timeout=120, env=env).stdout.split()
+        assert set(got) == expected, (line, got)
 
 
 def test_plan_with_gpus_and_no_cluster_plans_on_exactly_those_gpus(tmp_path):

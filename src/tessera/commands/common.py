@@ -101,3 +101,25 @@ class Typer(typer.Typer):
     def command(self, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("cls", FlagsCommand)
         return super().command(*args, **kwargs)
+
+
+# ------------------------------------------------------------------------------ shell completion of names
+def complete_gpus(incomplete: str) -> list[str]:
+    """GPU types of the catalog (``--gpu`` completion)."""
+    from tessera.hardware import gpu_catalog
+
+    return [n for n in gpu_catalog() if n.lower().startswith(incomplete.lower())]
+
+
+def complete_clusters(incomplete: str) -> list[str]:
+    """Shipped cluster presets (``--cluster`` completion; a YAML path completes as a file by the shell)."""
+    from tessera.hardware import cluster_presets
+
+    return [n for n in cluster_presets() if n.startswith(incomplete)]
+
+
+def complete_models(incomplete: str) -> list[str]:
+    """Zoo model names (``--model`` completion)."""
+    from tessera.models.zoo import list_models
+
+    return [e.name for e in list_models() if e.name.startswith(incomplete)]
