@@ -40,8 +40,10 @@ change.
 max(``settle_rounds`` = 2 rounds, ``settle_s`` = 600 s) ago is *settling*; it is moved again only when the move
 saves at least ``settle_factor`` = 3 × its restart cost over its remaining work: in the LP its other Cells are
 charged 3 × the restart (a Cell of rate r_new is worth r_new · T ÷ (3c + T), T = R ÷ r_new the time it would
-take, which beats the held Cell's r_old exactly when R ÷ r_old − R ÷ r_new > 3c). A move then never undoes itself on a small change of estimates (a job 2×A100 → 1×V100 → 2×A100 within
-seconds), while a large gain still moves it at once.
+take, which beats the held Cell's r_old exactly when R ÷ r_old − R ÷ r_new > 3c; a move made for other jobs must
+add that much to the cluster's throughput). A move then does not undo itself on a small change of estimates (a job
+2×A100 → 1×V100 → 2×A100 within seconds, as calibration moved the estimates), while a large gain still moves it
+at once. After the window the restart is charged once: a move must save more than it costs.
 
 **Every move explained**: each start, rescale, migration and preemption carries its reason with figures (the
 estimated throughput before and after, the restart it pays and when that pays back, the time left, the job a
