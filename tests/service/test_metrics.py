@@ -93,6 +93,7 @@ def test_metrics_after_submissions(service):
     # the scheduler's last round
     assert m["tessera_scheduler_last_decision_seconds"][()] == pytest.approx(0.012)
     assert m["tessera_scheduler_last_round_changes"][()] == 1
+    assert m["tessera_scheduler_last_round_decided"][()] == 1
     assert m["tessera_scheduler_round_interval_seconds"][()] == 30.0
     # per-job throughput of the running job: 8 samples / 0.04 s
     key = (("job_id", str(run)), ("name", "m0"))

@@ -11,7 +11,8 @@ Metrics (all prefixed ``tessera_``):
 * ``job_queue_wait_seconds`` — histogram of submission → first start over the jobs that started;
 * ``gpus{gpu_type}`` / ``gpus_allocated{gpu_type}`` — GPUs of live nodes, and GPUs held by active jobs;
 * ``scheduler_last_decision_seconds``, ``scheduler_last_round_timestamp_seconds``,
-  ``scheduler_last_round_changes``, ``scheduler_round_interval_seconds`` — the controller's last round;
+  ``scheduler_last_round_decided``, ``scheduler_last_round_changes``, ``scheduler_round_interval_seconds`` —
+  the controller's last round (the controller keeps no history of rounds, so neither do these);
 * ``jobs_submitted_total`` — submissions accepted (idempotent retries count once);
 * ``job_restarts_total`` / ``job_rescales_total`` — relaunches after failures and rescales, over all jobs;
 * per active job (labels ``job_id``, ``name``): ``job_samples_per_second`` (global batch / measured iteration
@@ -148,6 +149,11 @@ class ServiceCollector(Collector):
             "tessera_scheduler_last_round_timestamp_seconds",
             "Unix time of the last scheduling round.",
             value=_finite(last.get("at")) or 0.0,
+        )
+        yield GaugeMetricFamily(
+            "tessera_scheduler_last_round_decided",
+            "1 when the policy was asked in the last round (something happened), else 0.",
+            value=1.0 if last.get("decided") else 0.0,
         )
         yield GaugeMetricFamily(
             "tessera_scheduler_last_decision_seconds",
