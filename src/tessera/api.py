@@ -18,6 +18,7 @@ from tessera.models.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
 from tessera.plan import Device, Plan, simple_plan
+from tessera.planning.partition import block_range
 from tessera.planning.planner import PlanningResult, plan_job
 
 GPUS_PER_NODE = 8
@@ -94,6 +95,7 @@ def estimate(
         model=model, n_layers=spec.n_layers, gpu=gpu, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
         global_batch=batch, seq_len=spec.seq_len, gpus_per_node=gpus_per_node, precision=precision,
         recompute=recompute, zero=zero, attention=attention, optimizer=optimizer, schedule=schedule,
+        blocks=block_range(spec),
     )  # fmt: skip
     return estimate_plan(plan, spec, cost=cost if cost is not None else CostModel.load())
 

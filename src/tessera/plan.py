@@ -315,6 +315,24 @@ class Plan:
         return replace(self, **changes)
 
 
+def even_cuts(n_layers: int, pp: int, blocks: tuple[int, int] | None = None) -> tuple[int, ...]:
+    """The ``pp − 1`` cut positions (first layer of every stage but the first) of an even partition.
+
+    With ``blocks`` = [start, end) and at least ``pp`` blocks, the blocks are divided evenly and the layers
+    outside the range join the first/last stage; blocks that do not divide evenly go one each to the stages
+    after the first (whose embedding already adds work), wrapping to the first last. Otherwise every layer
+    counts alike and the first ``n_layers mod pp`` stages take one more."""
+    if blocks is not None and blocks[1] - blocks[0] >= pp:
+        start, end = blocks
+        base, extra = divmod(end - start, pp)
+        order = list(range(1, pp)) + [0]
+        sizes = [base + (1 if i in order[:extra] else 0) for i in range(pp)]
+        return tuple(start + sum(sizes[: i + 1]) for i in range(pp - 1))
+    base, extra = divmod(n_layers, pp)
+    sizes = [base + (1 if i < extra else 0) for i in range(pp)]
+    return tuple(sum(sizes[: i + 1]) for i in range(pp - 1))
+
+
 def simple_plan(
     model: str,
     *,
@@ -327,15 +345,22 @@ def simple_plan(
     gpu_type: str = "cpu",
     micro_batches: int | None = None,
     layer_cuts: tuple[int, ...] | None = None,
+    blocks: tuple[int, int] | None = None,
     **options: Any,
 ) -> Plan:
-    """A regular dp x tp x pp plan with even shares and an even (or given) layer partition."""
+    """A regular dp x tp x pp plan with even shares and an even (or given) layer partition.
+
+    ``blocks``: the [start, end) range of the model's repeated blocks among its ``n_layers`` (an embedding
+    before, a head after). Given, the default cut divides the *blocks* evenly, as Megatron does: the layers
+    before them ride with the first stage and those after with the last, taking no block's slot (counting
+    them as layers would put a third block on one stage of a 64-stage pipeline of 128 blocks). Without it, or
+    with fewer blocks than stages, all layers are divided evenly."""
     if pp > n_layers:
         raise PlanError("pp", f"{pp} stages for {n_layers} layers")
+    if blocks is not None and not 0 <= blocks[0] <= blocks[1] <= n_layers:
+        raise PlanError("blocks", f"block range {blocks} outside the model's {n_layers} layers")
     if layer_cuts is None:
-        base, extra = divmod(n_layers, pp)
-        sizes = [base + (1 if i < extra else 0) for i in range(pp)]
-        layer_cuts = tuple(sum(sizes[: i + 1]) for i in range(pp - 1))
+        layer_cuts = even_cuts(n_layers, pp, blocks)
     bounds = (0, *layer_cuts, n_layers)
     if len(bounds) != pp + 1:
         raise PlanError("layer_cuts", f"{len(layer_cuts)} cuts for {pp} stages")

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from tessera.models.zoo import get_spec
-from tessera.planning.partition import map_gpus, partition_model, partition_stages
+from tessera.api import estimate
+from tessera.models.zoo import get_spec, gpt
+from tessera.plan import PlanError, even_cuts, simple_plan
+from tessera.planning.partition import block_range, map_gpus, partition_model, partition_stages
 
 # Crius Figure 7: six operators, eight GPUs. The text gives OP1 = 1/16 of the FLOPs (0.5 GPU) and OP2 = 3/16
 # (1.5 GPU) and says the three smallest inter-operator traffics become the boundaries of 4 stages whose GPU
@@ -55,3 +57,55 @@ def test_bad_input():
         partition_stages([1, 1], [1, 1], 2, 1)
     with pytest.raises(ValueError):
         partition_stages([1, 1], [1], 2, 3)
+
+
+def _megatron_1t_shape():
+    """A 128-block GPT (the 1T shape of Korthikanti et al. 2022, scaled down in width: the cut counts layers)."""
+    arch = gpt.gpt_arch(256, 128, 4, vocab=1024, max_positions=128)
+    return gpt.spec("gpt-128-blocks", arch, 128)
+
+
+def test_block_range_leaves_out_embedding_and_head():
+    spec = _megatron_1t_shape()
+    assert block_range(spec) == (1, 129)
+    assert spec.layers[0].kind == "embedding" and spec.layers[-1].kind == "head"
+
+
+def test_deep_pipeline_divides_blocks_evenly():
+    """64 stages over 128 blocks: every stage holds exactly 2 blocks, the embedding rides with the first and
+    the head with the last (counting them as layers put 3 blocks on one stage)."""
+    spec = _megatron_1t_shape()
+    plan = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=64, seq_len=128, pp=64,
+                       blocks=block_range(spec))  # fmt: skip
+    blocks = [
+        sum(1 for i in range(st.layer_start, st.layer_end) if spec.layers[i].kind == "transformer")
+        for st in plan.stages
+    ]
+    assert blocks == [2] * 64
+    assert plan.stages[0].layer_start == 0 and plan.stages[-1].layer_end == spec.n_layers
+    # without the block range all 130 layers count alike, and some stage holds 3 blocks
+    legacy = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=64, seq_len=128, pp=64)
+    assert max(st.layer_end - st.layer_start for st in legacy.stages) == 3
+    # the Cell planner's FLOPs-proportional cut agrees on this homogeneous pipeline
+    cut = partition_model(spec, 64, 64)
+    assert all(sum(spec.layers[i].kind == "transformer" for i in range(a, b)) == 2 for a, b in cut.bounds)
+
+
+def test_even_cuts_uneven_and_too_few_blocks():
+    # 10 blocks in 4 stages: 2 stages get 3 blocks, the stages after the first first
+    cuts = even_cuts(12, 4, (1, 11))
+    sizes = [b - a for a, b in zip((1, *cuts), (*cuts, 11), strict=True)]
+    assert sorted(sizes) == [2, 2, 3, 3] and sizes[0] == 2
+    # fewer blocks than stages: every layer counts alike
+    assert even_cuts(4, 4, (1, 3)) == (1, 2, 3)
+    with pytest.raises(PlanError, match="blocks"):
+        simple_plan("m", n_layers=4, global_batch=4, seq_len=8, pp=2, blocks=(0, 9))
+
+
+def test_estimate_divides_a_deep_pipeline_evenly():
+    """`tessera estimate`'s layout (api.estimate) passes the block range: GPT-2's 12 blocks on 12 stages are
+    one block each, so the middle stages take the same time (counting the embedding as a layer gave stage 1
+    two blocks)."""
+    est = estimate(model="gpt2", gpu="A100-80GB", pp=12, global_batch=12, micro_batch=1)
+    t = est.stage_times_s
+    assert t[1] == pytest.approx(t[5], rel=1e-6) and t[1] == pytest.approx(t[10], rel=1e-6)

@@ -121,6 +121,22 @@ def partition_stages(
     )
 
 
+EDGE_KINDS = frozenset({"embedding", "head", "stem", "classifier"})  # layers that are not a repeated block
+
+
+def block_range(spec: ModelSpec) -> tuple[int, int]:
+    """[start, end) of the spec's repeated blocks: everything but its leading and trailing edge layers
+    (embedding/stem, head/classifier). Megatron divides these evenly among stages; the edges ride with the
+    first and last stage (:func:`tessera.plan.even_cuts`)."""
+    kinds = [layer.kind for layer in spec.layers]
+    start, end = 0, len(kinds)
+    while start < end and kinds[start] in EDGE_KINDS:
+        start += 1
+    while end > start and kinds[end - 1] in EDGE_KINDS:
+        end -= 1
+    return start, end
+
+
 def partition_model(
     spec: ModelSpec, n_gpus: int, n_stages: int, *, balance_tolerance: float = 0.25
 ) -> StagePartition:
