@@ -319,14 +319,13 @@ def even_cuts(n_layers: int, pp: int, blocks: tuple[int, int] | None = None) -> 
     """The ``pp − 1`` cut positions (first layer of every stage but the first) of an even partition.
 
     With ``blocks`` = [start, end) and at least ``pp`` blocks, the blocks are divided evenly and the layers
-    outside the range join the first/last stage; blocks that do not divide evenly go one each to the stages
-    after the first (whose embedding already adds work), wrapping to the first last. Otherwise every layer
-    counts alike and the first ``n_layers mod pp`` stages take one more."""
+    outside the range join the first/last stage; blocks that do not divide evenly go one each to the first
+    stages (as ``ModelSpec.even_partition``, which the memory layouts use). Otherwise every layer counts alike
+    and the first ``n_layers mod pp`` stages take one more."""
     if blocks is not None and blocks[1] - blocks[0] >= pp:
         start, end = blocks
         base, extra = divmod(end - start, pp)
-        order = list(range(1, pp)) + [0]
-        sizes = [base + (1 if i in order[:extra] else 0) for i in range(pp)]
+        sizes = [base + (1 if i < extra else 0) for i in range(pp)]
         return tuple(start + sum(sizes[: i + 1]) for i in range(pp - 1))
     base, extra = divmod(n_layers, pp)
     sizes = [base + (1 if i < extra else 0) for i in range(pp)]

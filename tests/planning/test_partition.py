@@ -92,10 +92,13 @@ def test_deep_pipeline_divides_blocks_evenly():
 
 
 def test_even_cuts_uneven_and_too_few_blocks():
-    # 10 blocks in 4 stages: 2 stages get 3 blocks, the stages after the first first
+    # 10 blocks in 4 stages: the first 2 stages get 3 blocks, as ModelSpec.even_partition (memory layouts)
     cuts = even_cuts(12, 4, (1, 11))
     sizes = [b - a for a, b in zip((1, *cuts), (*cuts, 11), strict=True)]
-    assert sorted(sizes) == [2, 2, 3, 3] and sizes[0] == 2
+    assert sizes == [3, 3, 2, 2]
+    spec = get_spec("gpt2")
+    bounds = spec.even_partition(5)
+    assert even_cuts(spec.n_layers, 5, block_range(spec)) == tuple(a for a, _ in bounds[1:])
     # fewer blocks than stages: every layer counts alike
     assert even_cuts(4, 4, (1, 3)) == (1, 2, 3)
     with pytest.raises(PlanError, match="blocks"):
