@@ -357,7 +357,27 @@ class Chaos:
                 return
             time.sleep(0.5)
         states = {j["id"]: j["state"] for j in self.train_jobs() if j["state"] not in ENDED}
-        self.fail(f"not settled {self.plan.settle_timeout_s:.0f} s {what}: {states}")
+        self.fail(f"not settled {self.plan.settle_timeout_s:.0f} s {what}: {states}; {self.scheduler_age()}")
+
+    def scheduler_age(self) -> str:
+        """How long ago the scheduler last ran a round (a dead control loop stops them; /api/health may not say)."""
+        with contextlib.suppress(Exception):
+            at = self.api.call("GET", "/api/cluster", patience_s=10).json()["last_round"]["at"]
+            return f"the scheduler's last round was {time.time() - at:.0f} s ago"
+        return "the scheduler's last round is unknown"
+
+    def server_log_errors(self) -> list[str]:
+        """Uncaught exceptions in the servers' logs (a thread that died, the control loop's errors)."""
+        out: dict[str, str] = {}  # the exception's line → where it was first seen
+        for f in sorted(self.server.state.glob("server-*.log")):
+            lines = f.read_text(errors="replace").splitlines()
+            for i, line in enumerate(lines):
+                if line.startswith(("Exception in thread", "Traceback")) or "control loop" in line:
+                    end = next((k for k in range(i + 1, min(i + 80, len(lines)))
+                                if lines[k] and not lines[k].startswith((" ", "Traceback"))), None)  # fmt: skip
+                    if end is not None:
+                        out.setdefault(lines[end].strip()[:400], f"{f.name}: {line.strip()[:80]}")
+        return [f"{where} … {exc}" for exc, where in out.items()]
 
     def snapshot(self, kill: int, only: set[int] | None = None) -> list[dict[str, Any]]:
         """Just before a kill: every running training job's attempt and steps done."""
@@ -793,7 +813,7 @@ def main() -> None:
     t_start = time.time()
     log(f"chaos ({'quick' if args.quick else 'full'}, seed {args.seed}): {Counter(events)} over {len(events)} "
         f"events; state {state}; server on {server.url}")  # fmt: skip
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"mode": "quick" if args.quick else "full", "seed": args.seed}
     try:
         up = server.start()
         log(f"server up in {up:.1f} s")
@@ -830,6 +850,8 @@ def main() -> None:
             fz = fuzz(server.url, plan.fuzz_requests, args.seed, log)
             for e in fz.get("fuzz_errors", []):
                 chaos.fail(f"fuzz: {e}")
+        for e in chaos.server_log_errors():
+            chaos.fail(f"server log: {e}")
         kinds = Counter(k["kind"] for k in chaos.kills)
         acks = sum(b["acks_missing"] + b["acks_changed"] for b in chaos.bursts)
         result = {
@@ -872,6 +894,12 @@ def main() -> None:
                 "platform": platform.platform(),
             },
         }
+    except BaseException as e:  # an interrupted run still leaves its record (marked) behind
+        result.update({"interrupted": f"{type(e).__name__}: {e}", "failures": chaos.failures, "kills": chaos.kills,
+                       "bursts": chaos.bursts, "wall_s": round(time.time() - t_start, 1)})  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        raise
     finally:
         log("stopping the server")
         server.stop()
