@@ -14,6 +14,7 @@ from tessera.perf.comm import (
     Link,
     alpha_beta,
     comm_time,
+    hierarchical_link,
     inter_node_link,
     intra_node_link,
 )
@@ -91,3 +92,61 @@ def test_late_arrival_points_are_their_own_and_fall_back_to_together(tmp_path):
     )
     with pytest.raises(ValueError):
         t.add("all_reduce", "loopback", 2, 1e3, 1e-3, "early")
+
+
+NVL = Link("nvlink3", bandwidth_Bps=300e9, latency_s=5e-6)
+IB = Link("infiniband", bandwidth_Bps=200e9, latency_s=15e-6)
+
+
+def _textbook(level_ranks: int, nbytes: float, bw: float, factor: float) -> float:
+    """factor · (n−1)/n · bytes / bw: the bandwidth term of a ring at one level (2 for all-reduce)."""
+    return factor * (level_ranks - 1) / level_ranks * nbytes / bw
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_hierarchical_all_reduce_is_the_textbook_sum_of_two_levels(nodes):
+    """8 ranks per node on ``nodes`` nodes: 2(L−1)/L · bytes / intra + 2(N−1)/N · bytes / inter, plus the
+    latency steps (ring inside, ring or tree between the nodes)."""
+    link = hierarchical_link(IB, NVL, 8)
+    nbytes = 1e9  # bandwidth-bound: the ring between nodes is faster than the tree
+    n = 8 * nodes
+    want = _textbook(8, nbytes, NVL.bandwidth_Bps, 2) + _textbook(nodes, nbytes, IB.bandwidth_Bps, 2)
+    latency = 2 * 7 * NVL.latency_s + 2 * (nodes - 1) * IB.latency_s
+    assert alpha_beta("all_reduce", nbytes, n, link) == pytest.approx(want + latency)
+    for c in ("all_gather", "reduce_scatter"):
+        want = _textbook(8, nbytes, NVL.bandwidth_Bps, 1) + _textbook(nodes, nbytes, IB.bandwidth_Bps, 1)
+        latency = 7 * NVL.latency_s + (nodes - 1) * IB.latency_s
+        assert alpha_beta(c, nbytes, n, link) == pytest.approx(want + latency)
+
+
+def test_hierarchical_latency_grows_with_log_of_nodes_for_small_messages():
+    """A 1 KiB all-reduce across 512 nodes: the tree's 2⌈log2 N⌉ steps, not the ring's 2(N−1)."""
+    link = hierarchical_link(IB, NVL, 8)
+    small = 1024.0
+    t = alpha_beta("all_reduce", small, 8 * 512, link)
+    # 1 GB over 64 nodes: the ring's 126 latency steps outweigh its 1.6 % volume edge, the tree is taken
+    big = 1e9
+    ring = 2 * 63 * IB.latency_s + 2 * 63 / 64 * big / IB.bandwidth_Bps
+    tree = 12 * IB.latency_s + 2 * big / IB.bandwidth_Bps
+    inside = 2 * 7 * NVL.latency_s + 2 * 7 / 8 * big / NVL.bandwidth_Bps
+    assert tree < ring
+    assert alpha_beta("all_reduce", big, 8 * 64, link) == pytest.approx(inside + tree)
+    intra = 2 * 7 * NVL.latency_s + 2 * 7 / 8 * small / NVL.bandwidth_Bps
+    assert t == pytest.approx(intra + 18 * IB.latency_s + 2 * small / IB.bandwidth_Bps)
+    flat = alpha_beta("all_reduce", small, 8 * 512, IB)
+    assert t < flat / 50  # the flat ring pays 2(n−1) = 8190 latency steps
+
+
+def test_hierarchical_degenerate_cases():
+    link = hierarchical_link(IB, NVL, 8)
+    # one node: only the intra level
+    assert alpha_beta("all_reduce", 1e9, 8, link) == pytest.approx(alpha_beta("all_reduce", 1e9, 8, NVL))
+    # one rank per node: only the network level, as the flat ring
+    one = hierarchical_link(IB, NVL, 1)
+    assert alpha_beta("all_gather", 1e9, 16, one) == pytest.approx(alpha_beta("all_gather", 1e9, 16, IB))
+    # uneven spread (12 ranks, 8 per node): a flat ring on the network
+    assert alpha_beta("all_reduce", 1e9, 12, link) == pytest.approx(alpha_beta("all_reduce", 1e9, 12, IB))
+    # send/recv crosses the network once
+    assert alpha_beta("send_recv", 1e9, 2, link) == pytest.approx(alpha_beta("send_recv", 1e9, 2, IB))
+    with pytest.raises(ValueError, match="ranks_per_node"):
+        Link("x", 1e9, 0.0, ranks_per_node=0)

@@ -47,15 +47,24 @@ class Arrival(StrEnum):
 @dataclass(frozen=True)
 class Link:
     """One link class: its name (``nvlink3``, ``pcie4``, ``infiniband``, ``ethernet``, ``loopback``), per-rank
-    bandwidth in bytes/s (one direction) and per-step latency in seconds."""
+    bandwidth in bytes/s (one direction) and per-step latency in seconds.
+
+    A group spread over several nodes is a two-level link: ``intra`` is the link inside a node and
+    ``ranks_per_node`` how many of the group's ranks each node holds; ``bandwidth_Bps`` is then what the
+    group gets of a node's network (all its NICs, shared by the node's ranks). Collectives on it are priced
+    hierarchically (:func:`hierarchical_alpha_beta`), as NCCL's ring/tree run them across nodes."""
 
     kind: str
     bandwidth_Bps: float
     latency_s: float
+    intra: Link | None = None
+    ranks_per_node: int = 1
 
     def __post_init__(self) -> None:
         if self.bandwidth_Bps <= 0 or self.latency_s < 0:
             raise ValueError(f"link {self.kind}: bandwidth must be > 0 and latency >= 0")
+        if self.ranks_per_node < 1:
+            raise ValueError(f"link {self.kind}: ranks_per_node must be >= 1, got {self.ranks_per_node}")
 
 
 # Per-step latency of each link class (NCCL small-message latencies; gloo over TCP loopback is far slower).
@@ -94,11 +103,65 @@ def inter_node_link(bandwidth_Bps: float) -> Link:
     return make_link("infiniband" if bandwidth_Bps >= INFINIBAND_MIN_BPS else "ethernet", bandwidth_Bps)
 
 
+def hierarchical_link(inter: Link, intra: Link, ranks_per_node: int) -> Link:
+    """``inter`` (the group's share of a node's network) with ``intra`` under it: a group of
+    ``ranks_per_node`` ranks on each of several nodes."""
+    return Link(inter.kind, inter.bandwidth_Bps, inter.latency_s, intra=intra, ranks_per_node=ranks_per_node)
+
+
+def _tree_steps(n: int) -> int:
+    """Latency steps of a (double binary) tree all-reduce among ``n`` ranks: up and down, ⌈log2 n⌉ each."""
+    return 2 * max(1, math.ceil(math.log2(n)))
+
+
+def hierarchical_alpha_beta(collective: Collective | str, nbytes: float, n: int, link: Link) -> float:
+    """One collective among ``n`` ranks, ``link.ranks_per_node`` (= L) on each of N = n / L nodes, in two
+    levels as NCCL runs it across nodes.
+
+    * all-reduce: reduce-scatter inside each node (``(L−1)/L · bytes / intra``), all-reduce of each rank's
+      ``bytes / L`` shard between the nodes — the L shards cross a node's network side by side, so
+      ``2(N−1)/N · bytes / inter`` with ``inter`` the node network's share of the group — then all-gather
+      inside each node: ``2(L−1)/L · bytes / intra + 2(N−1)/N · bytes / inter``, the textbook
+      ``2(n−1)/n · bytes / bw`` per level. The inter-node stage takes the faster of a ring (2(N−1) latency
+      steps) and a tree (2⌈log2 N⌉ steps, about the ring's volume at 2 · bytes), as NCCL picks by size: the
+      latency does not grow linearly with the node count for small messages.
+    * all-gather / reduce-scatter (``bytes`` = the gathered tensor): ``(L−1)/L · bytes / intra +
+      (N−1)/N · bytes / inter``, ring steps ``(L−1) + (N−1)``.
+    * send/recv: one step on the network.
+    """
+    c = Collective(collective)
+    intra, L = link.intra, link.ranks_per_node
+    if nbytes <= 0:
+        return 0.0
+    if c == Collective.SEND_RECV or intra is None:
+        return alpha_beta(c, nbytes, n, Link(link.kind, link.bandwidth_Bps, link.latency_s))
+    if n <= 1:
+        return 0.0
+    N = max(1, n // L) if n % L == 0 else 0
+    if N == 0:  # ranks spread unevenly: one flat ring over the network
+        return alpha_beta(c, nbytes, n, Link(link.kind, link.bandwidth_Bps, link.latency_s))
+    a_in, b_in = intra.latency_s, intra.bandwidth_Bps
+    a_ex, b_ex = link.latency_s, link.bandwidth_Bps
+    if c == Collective.ALL_REDUCE:
+        t_intra = 2 * (L - 1) * a_in + 2 * (L - 1) / L * nbytes / b_in if L > 1 else 0.0
+        if N <= 1:
+            return t_intra
+        ring = 2 * (N - 1) * a_ex + 2 * (N - 1) / N * nbytes / b_ex
+        tree = _tree_steps(N) * a_ex + 2 * nbytes / b_ex
+        return t_intra + min(ring, tree)
+    t_intra = (L - 1) * a_in + (L - 1) / L * nbytes / b_in if L > 1 else 0.0
+    t_inter = (N - 1) * a_ex + (N - 1) / N * nbytes / b_ex if N > 1 else 0.0
+    return t_intra + t_inter
+
+
 def alpha_beta(collective: Collective | str, nbytes: float, n: int, link: Link) -> float:
-    """Ring-algorithm time of one collective of ``nbytes`` among ``n`` ranks on ``link``."""
+    """Ring-algorithm time of one collective of ``nbytes`` among ``n`` ranks on ``link`` (two levels where
+    the link has an ``intra`` one: :func:`hierarchical_alpha_beta`)."""
     c = Collective(collective)
     if nbytes <= 0:
         return 0.0
+    if link.intra is not None:
+        return hierarchical_alpha_beta(c, nbytes, n, link)
     if c == Collective.SEND_RECV:
         return link.latency_s + nbytes / link.bandwidth_Bps
     if n <= 1:
