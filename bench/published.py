@@ -54,6 +54,7 @@ from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, Topology, estimate_plan
 from tessera.perf.pipeline import pipeline_time
 from tessera.plan import Plan, simple_plan
+from tessera.planning.partition import block_range
 
 OUT = Path(__file__).parent / "results" / "published.json"
 SOURCE = (
@@ -126,11 +127,10 @@ def build_spec(c: Config) -> ModelSpec:
 def build_plan(c: Config, spec: ModelSpec) -> Plan:
     """Megatron's layout: layers/pp blocks per stage (embedding on the first, head on the last), one TP group
     of 8 per DGX node, so every TP all-reduce stays on NVLink and every stage boundary crosses InfiniBand."""
-    per = c.layers // c.pp
-    cuts = tuple(1 + per * (i + 1) for i in range(c.pp - 1))  # spec layer 0 is the embedding
+    # simple_plan's default cut with the block range: layers/pp blocks per stage, the edges riding along
     plan = simple_plan(
         spec.name, n_layers=spec.n_layers, global_batch=c.global_batch, seq_len=SEQ_LEN, tp=c.tp, pp=c.pp,
-        gpu_type=GPU, micro_batches=c.micro_batches, layer_cuts=cuts, precision=PRECISION,
+        gpu_type=GPU, micro_batches=c.micro_batches, blocks=block_range(spec), precision=PRECISION,
         recompute=RECOMPUTE, attention=ATTENTION, model_heads=c.heads,
     )  # fmt: skip
     gpn = 8

@@ -30,7 +30,13 @@ class NodeGroupSpec(BaseModel):
     gpus_per_node: int = Field(ge=1, le=64)
     intra_node_link: str | None = None  # e.g. nvlink3, pcie4; default: the GPU's typical link
     intra_node_bandwidth_Bps: float | None = Field(default=None, gt=0)
-    inter_node_bandwidth_Bps: float | None = Field(default=None, gt=0)
+    inter_node_bandwidth_Bps: float | None = Field(
+        default=None, gt=0
+    )  # the node's whole network, one direction
+    nics_per_node: int | None = Field(default=None, ge=1)  # default: the cluster's
+    nic_bandwidth_Bps: float | None = Field(
+        default=None, gt=0
+    )  # per NIC, one direction; default: the cluster's
 
     @field_validator("gpu")
     @classmethod
@@ -46,7 +52,11 @@ class ClusterSpec(BaseModel):
 
     name: str
     description: str = ""
-    inter_node_bandwidth_Bps: float = Field(default=12.5e9, gt=0)  # 100 Gb/s InfiniBand / RoCE
+    inter_node_bandwidth_Bps: float = Field(default=12.5e9, gt=0)  # 100 Gb/s InfiniBand / RoCE, per node
+    # A node's network as its NICs: with a NIC bandwidth, a node's inter-node bandwidth is nics × that (a
+    # group's own inter_node_bandwidth_Bps still wins); collectives share it among the node's GPUs.
+    nics_per_node: int = Field(default=1, ge=1)
+    nic_bandwidth_Bps: float | None = Field(default=None, gt=0)
     node_groups: tuple[NodeGroupSpec, ...] = Field(min_length=1)
 
     def nodes(self) -> tuple[Node, ...]:
@@ -59,6 +69,11 @@ class ClusterSpec(BaseModel):
         for gi, g in enumerate(self.node_groups):
             gpu = get_gpu(g.gpu)
             prefix = g.name or f"{gpu.name.lower()}-g{gi}"
+            nics = g.nics_per_node or self.nics_per_node
+            nic_Bps = g.nic_bandwidth_Bps or self.nic_bandwidth_Bps
+            inter = g.inter_node_bandwidth_Bps or (
+                nics * nic_Bps if nic_Bps else self.inter_node_bandwidth_Bps
+            )
             for i in range(g.count):
                 out.append(
                     Node(
@@ -67,7 +82,8 @@ class ClusterSpec(BaseModel):
                         n_gpus=g.gpus_per_node,
                         intra_link=g.intra_node_link or gpu.link.kind,
                         intra_bandwidth_Bps=g.intra_node_bandwidth_Bps or gpu.link.bandwidth_Bps,
-                        inter_bandwidth_Bps=g.inter_node_bandwidth_Bps or self.inter_node_bandwidth_Bps,
+                        inter_bandwidth_Bps=inter,
+                        nics=nics,
                     )
                 )
         return tuple(out)
@@ -90,7 +106,8 @@ class Node:
     n_gpus: int
     intra_link: str
     intra_bandwidth_Bps: float
-    inter_bandwidth_Bps: float
+    inter_bandwidth_Bps: float  # all of the node's NICs together, one direction
+    nics: int = 1
 
 
 def parse_cluster(data: dict, source: str = "cluster spec") -> ClusterSpec:

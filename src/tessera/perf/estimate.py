@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -52,6 +53,7 @@ from tessera.perf.comm import (
     Collective,
     Link,
     alpha_beta,
+    hierarchical_link,
     inter_node_link,
     interpolate,
     intra_node_link,
@@ -119,17 +121,47 @@ class Topology:
         return hit
 
     def link(self, devices: tuple[Device, ...]) -> Link:
-        """The slowest link a group of devices communicates over (memoized by the devices' nodes and types)."""
-        key = tuple(sorted({(d.node, d.gpu_type) for d in devices}, key=str))
+        """The slowest link a group of devices communicates over (memoized by the devices' nodes, types and
+        ranks per node)."""
+        key = tuple(sorted(Counter((d.node, d.gpu_type) for d in devices).items(), key=str))
         hit = self._links.get(key)
         if hit is None:
             hit = self._links[key] = self._link(devices)
         return hit
 
     def _link(self, devices: tuple[Device, ...]) -> Link:
-        if len({d.node for d in devices}) > 1:
-            bws = [self.nodes[d.node].inter_bandwidth_Bps for d in devices if d.node in self.nodes]
-            return inter_node_link(min(bws, default=self.inter_Bps))
+        per_node = Counter(d.node for d in devices)
+        if len(per_node) > 1:
+            return self._network_link(devices, per_node)
+        return self._intra_link(devices)
+
+    def _network_link(self, devices: tuple[Device, ...], per_node: Counter) -> Link:
+        """A group across nodes: two levels (:func:`~tessera.perf.comm.hierarchical_link`), the intra-node
+        link under the network. The group gets the share of each node's network that its ranks hold of the
+        node's GPUs (NCCL's rails: the other GPUs' groups run the same collective at the same time, one
+        DP group per TP rank); the slowest node bounds it. Nodes the topology does not know get
+        ``inter_Bps`` whole."""
+        shares = []
+        for name, count in per_node.items():
+            node = self.nodes.get(name)
+            if node is None:
+                shares.append(self.inter_Bps)
+            else:
+                shares.append(node.inter_bandwidth_Bps * min(1.0, count / max(1, node.n_gpus)))
+        network = inter_node_link(min(shares))
+        ranks = set(per_node.values())
+        if len(ranks) != 1:  # uneven spread: a flat ring on the network
+            return network
+        by_node: dict[str | None, list[Device]] = {}
+        for d in devices:
+            by_node.setdefault(d.node, []).append(d)
+        intra = min(
+            (self._intra_link(tuple(group)) for group in by_node.values()),
+            key=lambda link: link.bandwidth_Bps,
+        )
+        return hierarchical_link(network, intra, ranks.pop())
+
+    def _intra_link(self, devices: tuple[Device, ...]) -> Link:
         links = []
         for d in devices:
             node = self.nodes.get(d.node)
