@@ -435,7 +435,8 @@ class Chaos:
                       f"{self.plan.settle_timeout_s:.0f} s after the restart")  # fmt: skip
         else:
             rec["recover_s"] = round(up_s + back, 2)
-            self.recover_s.append(up_s + back)
+            if running:  # with no job running there is nothing to recover: not a sample
+                self.recover_s.append(up_s + back)
         rec["down_s"] = round(time.time() - t_kill, 2)
         self.kills.append(rec)
         self.log(f"kill {n}: {rec['kind']} kill -9 after {wait:.1f} s; server up in {up_s:.1f} s; "
