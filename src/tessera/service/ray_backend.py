@@ -489,7 +489,9 @@ class Gang:
                 records.sort(key=lambda d: d["step"])
                 self.events.on_steps(self, records)
             states = [rep["state"] for rep in replies]
-            if any(s == "diverged" for s in states):  # every rank ends at that step; no need to wait for all
+            ended = ("diverged", "failed", "finished", "stopped")
+            if any(s == "diverged" for s in states) and all(s in ended for s in states):
+                # every rank ended at that step, so every rank's record of it is in these replies
                 err = next(rep["error"] for rep in replies if rep["state"] == "diverged")
                 return "diverged", err, replies[0]["checkpoint_step"]
             if any(s == "failed" for s in states):
