@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tessera.hardware import ClusterSpec, get_gpu
+from tessera.hardware import ClusterSpec, Node, get_cluster, get_gpu
 from tessera.jobs import JobSpec
 from tessera.models.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
@@ -81,14 +81,22 @@ def estimate(
     schedule: str = "1f1b",
     gpus_per_node: int = GPUS_PER_NODE,
     cost: CostModel | None = None,
+    cluster: ClusterSpec | str | None = None,
 ) -> Estimate:
     """Iteration time, throughput, MFU and memory of one regular layout (``tessera estimate``).
 
     ``model``: a zoo name or a Hugging Face ``config.json``; ``zero=3`` is fully sharded data parallelism.
     ``cost``: measured profiles/tables/calibration (default: whatever is saved in ``$TESSERA_HOME/perf``).
+    ``cluster``: the machine whose links price the collectives (a preset name, a YAML path or a spec, e.g.
+    :func:`tessera.hardware.cluster.network_cluster`); the ranks fill its ``gpu`` nodes in order, at their
+    own GPUs per node. Without one, ``gpus_per_node`` ranks to a node on a 12.5 GB/s network.
     """
     if num_gpus is not None and num_gpus != dp * tp * pp:
         raise ValueError(f"--num-gpus: {num_gpus} != dp × tp × pp = {dp * tp * pp}")
+    machine = get_cluster(cluster) if isinstance(cluster, str) else cluster
+    nodes = _gpu_nodes(machine, gpu, dp * tp * pp) if machine is not None else ()
+    if nodes:
+        gpus_per_node = nodes[0].n_gpus
     spec = resolve_spec(model, seq)
     batch = global_batch if global_batch is not None else dp * micro_batch * pp
     plan = layout_plan(
@@ -97,7 +105,37 @@ def estimate(
         recompute=recompute, zero=zero, attention=attention, optimizer=optimizer, schedule=schedule,
         blocks=block_range(spec),
     )  # fmt: skip
-    return estimate_plan(plan, spec, cost=cost if cost is not None else CostModel.load())
+    if nodes:
+        plan = _place(plan, nodes)
+    return estimate_plan(plan, spec, machine, cost=cost if cost is not None else CostModel.load())
+
+
+def _gpu_nodes(machine: ClusterSpec, gpu: str, n_gpus: int) -> tuple[Node, ...]:
+    """The cluster's ``gpu`` nodes that a layout of ``n_gpus`` ranks fills, in order."""
+    name = get_gpu(gpu).name
+    out: list[Node] = []
+    for node in machine.nodes():
+        if sum(n.n_gpus for n in out) >= n_gpus:
+            break
+        if node.gpu_type == name:
+            out.append(node)
+    have = sum(n.n_gpus for n in out)
+    if have < n_gpus:
+        raise ValueError(f"--cluster: {machine.name} has {have} {name} GPUs, the layout needs {n_gpus}")
+    return tuple(out)
+
+
+def _place(plan: Plan, nodes: tuple[Node, ...]) -> Plan:
+    """The plan's ranks on the cluster's nodes, filling each in order (TP groups innermost stay together)."""
+    where = [(node.name, i) for node in nodes for i in range(node.n_gpus)]
+    stages = []
+    for st in plan.stages:
+        devs = tuple(
+            Device(d.rank, d.gpu_type, node=where[d.rank][0], local_index=where[d.rank][1])
+            for d in st.devices
+        )
+        stages.append(st.__class__(**{**st.__dict__, "devices": devs}))
+    return plan.with_(stages=tuple(stages))
 
 
 def plan(

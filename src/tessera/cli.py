@@ -243,6 +243,25 @@ def estimate(
     zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3 = fully sharded data parallel)"),
     schedule: str = typer.Option("1f1b", "--schedule", help="1f1b | gpipe"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="ranks per node (TP groups innermost)"),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="preset name or YAML file whose links price the collectives",
+        autocompletion=complete_clusters,
+    ),  # fmt: skip
+    intra_node_link: str | None = typer.Option(
+        None, "--intra-node-link", help="nvlink3, pcie4, … (default: the GPU's)"
+    ),
+    intra_node_bandwidth_Bps: float | None = typer.Option(
+        None, "--intra-node-bandwidth-Bps", help="per GPU, one direction"
+    ),
+    nics_per_node: int | None = typer.Option(None, "--nics-per-node", help="network cards per node"),
+    nic_bandwidth_Bps: float | None = typer.Option(
+        None, "--nic-bandwidth-Bps", help="per NIC, one direction (25e9 = 200 Gb/s)"
+    ),
+    inter_node_bandwidth_Bps: float | None = typer.Option(
+        None, "--inter-node-bandwidth-Bps", help="a node's whole network (default 12.5e9)"
+    ),
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
     ),
@@ -254,7 +273,10 @@ def estimate(
     estimate_command(
         console=console, as_json=as_json, cost_dir=cost_dir, model=model, gpu=gpu, num_gpus=num_gpus, dp=dp,
         tp=tp, pp=pp, micro_batch=micro_batch, global_batch=global_batch, seq=seq, precision=precision,
-        recompute=recompute, zero=zero, schedule=schedule, gpus_per_node=gpus_per_node,
+        recompute=recompute, zero=zero, schedule=schedule, gpus_per_node=gpus_per_node, cluster=cluster,
+        intra_node_link=intra_node_link, intra_node_bandwidth_Bps=intra_node_bandwidth_Bps,
+        nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
+        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps,
     )  # fmt: skip
 
 

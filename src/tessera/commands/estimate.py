@@ -9,13 +9,34 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.api import estimate
+from tessera.hardware import ClusterSpec
+from tessera.hardware.cluster import network_cluster
 from tessera.perf.costmodel import CostModel
 
 GiB = 2**30
 
 
-def estimate_command(*, console: Console, as_json: bool, cost_dir: str | None, **kw: Any) -> None:
-    e = estimate(cost=CostModel.load(cost_dir), **kw)
+LINK_OPTIONS = ("intra_node_link", "intra_node_bandwidth_Bps", "nics_per_node", "nic_bandwidth_Bps",
+                "inter_node_bandwidth_Bps")  # fmt: skip
+
+
+def estimate_command(
+    *, console: Console, as_json: bool, cost_dir: str | None, cluster: str | None = None, **kw: Any
+) -> None:
+    """``--cluster`` (a preset or YAML file) or the explicit link options price the collectives; both at once
+    would leave it unclear which network is meant, so that is refused."""
+    links = {k: kw.pop(k) for k in LINK_OPTIONS if kw.get(k) is not None}
+    for k in LINK_OPTIONS:
+        kw.pop(k, None)
+    machine: ClusterSpec | str | None = cluster
+    if cluster is not None and links:
+        named = ", ".join("--" + k.replace("_", "-") for k in links)
+        raise ValueError(f"--cluster: give a cluster or link options ({named}), not both")
+    if links:
+        machine = network_cluster(
+            kw["gpu"], kw["dp"] * kw["tp"] * kw["pp"], gpus_per_node=kw.get("gpus_per_node", 8), **links
+        )
+    e = estimate(cost=CostModel.load(cost_dir), cluster=machine, **kw)
     row = {
         "iteration_time_s": e.iteration_time_s,
         "samples_per_s": e.samples_per_s,
@@ -45,4 +66,8 @@ def estimate_command(*, console: Console, as_json: bool, cost_dir: str | None, *
     t.add_row("peak tensor memory (max device)", f"{max(e.peak_bytes_per_device) / GiB:.2f} GiB")
     t.add_row("device memory incl. context", f"{max(e.device_bytes_per_device) / GiB:.2f} GiB")
     t.add_row("fits", "yes" if e.feasible else "[red]no[/]")
+    if isinstance(machine, ClusterSpec):
+        t.add_row("network", machine.name)
+    elif machine is not None:
+        t.add_row("cluster", machine)
     console.print(t)

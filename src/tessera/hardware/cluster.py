@@ -146,3 +146,35 @@ def get_cluster(name_or_path: str) -> ClusterSpec:
     if name_or_path.endswith((".yaml", ".yml")) or Path(name_or_path).is_file():
         return load_cluster_file(name_or_path)
     raise UnknownNameError("cluster", name_or_path, presets.keys())
+
+
+def network_cluster(
+    gpu: str,
+    n_gpus: int,
+    *,
+    gpus_per_node: int,
+    intra_node_link: str | None = None,
+    intra_node_bandwidth_Bps: float | None = None,
+    nics_per_node: int | None = None,
+    nic_bandwidth_Bps: float | None = None,
+    inter_node_bandwidth_Bps: float | None = None,
+) -> ClusterSpec:
+    """The smallest cluster of ``gpu`` nodes holding ``n_gpus``, with the given links (``tessera estimate``'s
+    link options): what a layout is priced on when no preset describes the machine. Unset figures take the
+    GPU's typical intra-node link and the cluster defaults; the field names in errors are the options'."""
+    if gpus_per_node < 1:
+        raise SpecError(f"--gpus-per-node: must be >= 1, got {gpus_per_node}")
+    group: dict = {"name": "node", "count": max(1, -(-n_gpus // gpus_per_node)), "gpu": gpu,
+                   "gpus_per_node": gpus_per_node}  # fmt: skip
+    if intra_node_link is not None:
+        group["intra_node_link"] = intra_node_link
+    if intra_node_bandwidth_Bps is not None:
+        group["intra_node_bandwidth_Bps"] = intra_node_bandwidth_Bps
+    top: dict = {"name": f"{gpu}-x{n_gpus}", "node_groups": [group]}
+    if nics_per_node is not None:
+        top["nics_per_node"] = nics_per_node
+    if nic_bandwidth_Bps is not None:
+        top["nic_bandwidth_Bps"] = nic_bandwidth_Bps
+    if inter_node_bandwidth_Bps is not None:
+        top["inter_node_bandwidth_Bps"] = inter_node_bandwidth_Bps
+    return parse_cluster(top, "link options")
