@@ -204,6 +204,15 @@ def plan(
     ),
     top: int = typer.Option(15, "--top", help="Cells to show"),
     exhaustive: bool = typer.Option(False, "--exhaustive", help="tune exhaustively instead of Cell-guided"),
+    nics_per_node: int | None = typer.Option(
+        None, "--nics-per-node", help="restate the cluster's NICs per node"
+    ),
+    nic_bandwidth_Bps: float | None = typer.Option(
+        None, "--nic-bandwidth-Bps", help="per NIC, one direction (25e9 = 200 Gb/s)"
+    ),
+    inter_node_bandwidth_Bps: float | None = typer.Option(
+        None, "--inter-node-bandwidth-Bps", help="a node's whole network, where no NIC bandwidth is given"
+    ),
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
     ),
@@ -214,7 +223,8 @@ def plan(
 
     plan_command(
         console=console, job=job, cluster=cluster, gpus=gpus, out=out, top=top, exhaustive=exhaustive,
-        cost_dir=cost_dir, as_json=as_json,
+        cost_dir=cost_dir, as_json=as_json, nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
+        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps,
     )  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.hardware import SpecError, get_cluster, parse_cluster
+from tessera.hardware.cluster import with_network
 from tessera.perf.comm import alpha_beta
 from tessera.perf.estimate import Topology
 from tessera.plan import Device
@@ -71,3 +72,35 @@ def test_topology_prices_a_cross_node_group_hierarchically():
     assert alpha_beta("all_reduce", nbytes, 32, whole) < flat
     # one node: the intra-node link alone
     assert topo.link(_devices(c, 8, 1)).intra is None
+
+
+def test_with_network_restates_a_presets_network():
+    base = get_cluster("crius-testbed-64")
+    fast = with_network(base, nics_per_node=2, nic_bandwidth_Bps=25e9)
+    assert [n.inter_bandwidth_Bps for n in fast.nodes()] == [50e9] * len(base.nodes())
+    assert base.nodes()[0].inter_bandwidth_Bps == 12.5e9  # the preset itself is untouched
+    assert with_network(base) is base
+    with pytest.raises(SpecError, match="nic_bandwidth_Bps"):
+        with_network(base, nic_bandwidth_Bps=-1.0)
+
+
+def test_plan_cli_takes_the_network(tmp_path):
+    """`tessera plan --nics-per-node/--nic-bandwidth-Bps` plans on the restated network (a 16-GPU job over two
+    nodes: a faster network never makes the chosen plan slower)."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from tessera.cli import app
+
+    job = Path(__file__).parents[2] / "examples" / "tiny-gpt.yaml"
+    runner = CliRunner()
+    base = ["plan", str(job), "--gpus", "16xA100-40GB", "--json", "--top", "1"]
+    slow = runner.invoke(app, [*base, "--out", str(tmp_path / "a.json"), "--inter-node-bandwidth-Bps", "1e9"])
+    fast = runner.invoke(app, [*base, "--out", str(tmp_path / "b.json"), "--nics-per-node", "4",
+                               "--nic-bandwidth-Bps", "25e9"])  # fmt: skip
+    assert slow.exit_code == 0 and fast.exit_code == 0, slow.output + fast.output
+    t_slow = json.loads(slow.output)["chosen"]["iteration_time_s"]
+    t_fast = json.loads(fast.output)["chosen"]["iteration_time_s"]
+    assert t_fast <= t_slow

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.commands.common import GiB
-from tessera.hardware.cluster import ClusterSpec, NodeGroupSpec
+from tessera.hardware.cluster import ClusterSpec, NodeGroupSpec, get_cluster, with_network
 from tessera.perf.costmodel import CostModel
 from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
 
@@ -65,12 +65,20 @@ def plan_command(
     exhaustive: bool,
     cost_dir: str | None,
     as_json: bool,
+    nics_per_node: int | None = None,
+    nic_bandwidth_Bps: float | None = None,
+    inter_node_bandwidth_Bps: float | None = None,
 ) -> None:
+    """The link options restate the chosen cluster's network (:func:`~tessera.hardware.cluster.with_network`)."""
     if top < 1:
         raise ValueError(f"--top: must be >= 1, got {top}")
     target: ClusterSpec | str = cluster or DEFAULT_CLUSTER
     if gpus is not None and cluster is None:
         target = cluster_of(parse_gpus(gpus))
+    network = dict(nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
+                   inter_node_bandwidth_Bps=inter_node_bandwidth_Bps)  # fmt: skip
+    if any(v is not None for v in network.values()):
+        target = with_network(get_cluster(target) if isinstance(target, str) else target, **network)
     where = target if isinstance(target, str) else f"the cluster of {target.name}"
     with console.status("estimating Cells…") if not as_json else _Null():
         result = plan_job(job, target, gpus, cost=CostModel.load(cost_dir), guided=not exhaustive)

@@ -178,3 +178,26 @@ def network_cluster(
     if inter_node_bandwidth_Bps is not None:
         top["inter_node_bandwidth_Bps"] = inter_node_bandwidth_Bps
     return parse_cluster(top, "link options")
+
+
+def with_network(
+    spec: ClusterSpec,
+    *,
+    nics_per_node: int | None = None,
+    nic_bandwidth_Bps: float | None = None,
+    inter_node_bandwidth_Bps: float | None = None,
+) -> ClusterSpec:
+    """``spec`` with its cluster-wide network restated (``tessera plan``'s link options); node groups that
+    state their own inter-node bandwidth keep it. A new spec, parsed again, so nothing cached carries over."""
+    over = {
+        k: v
+        for k, v in (
+            ("nics_per_node", nics_per_node),
+            ("nic_bandwidth_Bps", nic_bandwidth_Bps),
+            ("inter_node_bandwidth_Bps", inter_node_bandwidth_Bps),
+        )
+        if v is not None
+    }
+    if not over:
+        return spec
+    return parse_cluster({**spec.model_dump(exclude_none=True), **over}, "link options")
