@@ -13,6 +13,8 @@ from tessera.scheduler.policies.sia import normalize_goodput, realloc_factor, si
 from tessera.scheduler.policy import get_policy
 from tessera.scheduler.testing import job, make_context, table_knowledge
 
+SOLVER_S = 10.0  # the ILP's per-round budget here: a busy 2-core host must not cut a solve short
+
 A100, V100 = "A100-40GB", "V100-32GB"
 
 
@@ -25,14 +27,14 @@ def test_ilp_prefers_the_job_that_scales():
     # cost of a configuration = G^-0.5 − 1.1:  a: −0.1, −0.393, −0.6   b: −0.1, −0.147, −0.187
     # a4 = −0.600 beats a2+b2 = −0.540, a2+b1 = −0.493, a1+b2 = −0.287 → a gets all 4 GPUs
     G = np.array([[1.0, 2.0, 4.0], [1.0, 1.1, 1.2]])
-    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4], time_limit_s=SOLVER_S)
     np.testing.assert_array_equal(y, [[0, 0, 1], [0, 0, 0]])
 
 
 def test_ilp_shares_when_both_scale_fairness():
     # b scales too (1, 1.9, 3.6): a2+b2 = −0.393 − 0.375 = −0.768 beats a4 = −0.600 → two GPUs each
     G = np.array([[1.0, 2.0, 4.0], [1.0, 1.9, 3.6]])
-    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [4], time_limit_s=SOLVER_S)
     np.testing.assert_array_equal(y, [[0, 1, 0], [0, 1, 0]])
 
 
@@ -40,13 +42,13 @@ def test_ilp_puts_each_job_where_its_relative_speedup_is_largest():
     # configs: (A100, 1), (V100, 1); a is 3x faster on A100, b 1.2x.
     # a→A100, b→V100: (3^-0.5 − 1.1) + (1 − 1.1) = −0.623;  a→V100, b→A100: −0.1 + (1.2^-0.5 − 1.1) = −0.287
     G = np.array([[3.0, 1.0], [1.2, 1.0]])
-    y = sia_ilp(G, [0, 1], [1, 1], [1, 1])
+    y = sia_ilp(G, [0, 1], [1, 1], [1, 1], time_limit_s=SOLVER_S)
     np.testing.assert_array_equal(y, [[1, 0], [0, 1]])
 
 
 def test_ilp_groups_equal_the_per_job_problem():
     G = np.array([[1.0, 2.0, 4.0]])
-    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [8], count=[3])
+    y = sia_ilp(G, [0, 0, 0], [1, 2, 4], [8], count=[3], time_limit_s=SOLVER_S)
     # three identical linear jobs on 8 GPUs: the ILP uses all GPUs: 4 + 2 + 2 (cost −0.6 −0.393 −0.393)
     assert (y[0] * [1, 2, 4]).sum() == 8 and y.sum() == 3
 
@@ -56,15 +58,15 @@ def test_realloc_factor_and_penalty_keep_a_running_job_in_place():
     assert realloc_factor(300.0, 2, 30.0) == pytest.approx(240 / 330)
     # a job on V100 (config 1) that would be 1.2x faster on A100: with r = 0.5 the move is worth 0.6 < 1
     G = np.array([[1.2, 1.0]])
-    stay = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[0.5])
-    move = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[1.0])
+    stay = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[0.5], time_limit_s=SOLVER_S)
+    move = sia_ilp(G, [0, 1], [1, 1], [1, 1], current=[1], realloc=[1.0], time_limit_s=SOLVER_S)
     np.testing.assert_array_equal(stay, [[0, 1]])
     np.testing.assert_array_equal(move, [[1, 0]])
 
 
 def test_pinned_jobs_keep_their_configuration():
     G = np.array([[1.0, 5.0]])
-    y = sia_ilp(G, [0, 0], [1, 2], [2], current=[0], pinned=[True])
+    y = sia_ilp(G, [0, 0], [1, 2], [2], current=[0], pinned=[True], time_limit_s=SOLVER_S)
     np.testing.assert_array_equal(y, [[1, 0]])
 
 
@@ -76,7 +78,7 @@ def _linear(types=(A100, V100), speed=None):
 def test_policy_scales_a_lone_job_up_to_its_bound():
     kn = table_knowledge({("m", 8): _linear()})
     ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(1, gpus=1)])
-    get_policy("sia").schedule(ctx)
+    get_policy("sia", time_limit_s=SOLVER_S).schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((A100, 4),)  # 4 × the request, on the faster type
 
 
@@ -87,7 +89,7 @@ def test_policy_on_a_full_cluster_follows_the_objective():
     # A100 each, 2 jobs on two V100 each, and leaves 2 queued (λ_n = 1.1 makes scaling pay more than admitting)
     kn = table_knowledge({("m", 8): _linear()})
     ctx = make_context([(A100, 4), (V100, 4)], kn, pending=[job(i, gpus=1) for i in range(8)])
-    get_policy("sia").schedule(ctx)
+    get_policy("sia", time_limit_s=SOLVER_S).schedule(ctx)
     allocs = ctx.decision().allocations
     assert sorted(a.gpus for a in allocs.values()) == [((A100, 1),)] * 4 + [((V100, 2),)] * 2
     assert set(allocs) == set(range(6))  # the oldest jobs get GPUs
@@ -102,7 +104,7 @@ def test_policy_decides_with_dp_only_data():
     dp = {(A100, 1): 1.0, (V100, 1): 2.0}
     kn = table_knowledge({("m", 8): true}, dp={("m", 8): dp})
     ctx = make_context([(A100, 1), (V100, 1)], kn, pending=[job(1, gpus=1)])
-    get_policy("sia", max_scale=1).schedule(ctx)
+    get_policy("sia", time_limit_s=SOLVER_S, max_scale=1).schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((V100, 1),)
 
 
@@ -122,7 +124,7 @@ def test_ilp_matches_brute_force_within_the_gap(rows, cap):
     # configurations: (type 0, 1 GPU), (type 0, 2), (type 1, 1), (type 1, 2); one job per group
     G = np.array(rows)
     ctype, cgpus = [0, 0, 1, 1], [1, 2, 1, 2]
-    y = sia_ilp(G, ctype, cgpus, cap)
+    y = sia_ilp(G, ctype, cgpus, cap, time_limit_s=SOLVER_S)
     used = [sum(y[g, c] * cgpus[c] for g in range(len(G)) for c in range(4) if ctype[c] == k) for k in (0, 1)]
     assert used[0] <= cap[0] and used[1] <= cap[1] and (y.sum(axis=1) <= 1).all()
     assert ((y == 0) | (G > 0)).all()
@@ -149,7 +151,7 @@ def test_policy_gives_a_job_the_gpus_its_dp_data_needs():
     # DP-only data over-estimates large jobs' shares), beyond its usual 4x bound
     kn = table_knowledge({("m", 8): _linear()}, dp={("m", 8): {(A100, 8): 8.0}})
     ctx = make_context([(A100, 8)], kn, pending=[job(1, gpus=1)])
-    get_policy("sia").schedule(ctx)
+    get_policy("sia", time_limit_s=SOLVER_S).schedule(ctx)
     assert ctx.decision().allocations[1].gpus == ((A100, 8),)
 
 
@@ -166,7 +168,7 @@ def test_rounding_fallback_is_feasible_and_fills_cheapest_first():
 
 
 def test_an_unchanged_problem_is_not_solved_again():
-    kn, p = table_knowledge({("m", 8): _linear()}), get_policy("sia")
+    kn, p = table_knowledge({("m", 8): _linear()}), get_policy("sia", time_limit_s=SOLVER_S)
     jobs = [job(i, gpus=1) for i in range(8)]
     ctx = make_context([(A100, 4), (V100, 4)], kn, pending=jobs)
     p.schedule(ctx)

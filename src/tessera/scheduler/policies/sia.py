@@ -237,8 +237,10 @@ class Sia(Policy):
         max_scale: int = 4,
         max_gpus: int = 64,
         realloc_step: float = 0.05,
+        time_limit_s: float = SIA_TIME_LIMIT_S,
     ) -> None:
         self.p, self.lambda_n = p, lambda_n
+        self.time_limit_s = time_limit_s  # the ILP's budget per round (tests on a busy host give it more)
         self.restart_penalty_s = restart_penalty_s  # Sia's default, when the backend gives no estimate
         self.max_scale, self.max_gpus = max_scale, max_gpus
         self.realloc_step = realloc_step  # factors are bucketed (Sia rounds its matrix to 2 decimals too)
@@ -342,6 +344,7 @@ class Sia(Policy):
                 pinned=[k[3] for k in keys],
                 p=self.p,
                 lambda_n=self.lambda_n,
+                time_limit_s=self.time_limit_s,
             )
             self._last = (signature, y)
             self.solves += 1
