@@ -1,0 +1,184 @@
+"""Replaying a live service run in the simulator, and comparing the two (``bench/fidelity.py``).
+
+The replay feeds the simulator the live run's arrivals (same job specs, same policy, same round length, same
+speed source) and nothing the live run measured: the speed source holds only what the service knew before
+the run, and restarts cost what ``bench/service.py`` measured. This module records the replay's decisions
+with their Cells and scores a replay against a live run:
+
+* per-job JCT error ``(replay - live) / live`` and its mean absolute value;
+* average-throughput error: samples processed ÷ makespan, replay vs live;
+* decision match: decisions (start, resume, rescale, migrate, preempt — each with its Cell) are grouped into
+  rounds; a round matches when every decision in it has a counterpart in the other run (the same job's k-th
+  decision, of the same kind and Cell). The figure is the matching rounds of both runs over all their rounds,
+  so neither extra nor missing decisions go unnoticed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tessera.scheduler.core import Change
+from tessera.scheduler.state import GPUs
+from tessera.sim.simulator import Simulator
+
+# the service's allocation history kinds → the core's change kinds ("recover"/"restart" are failure
+# relaunches, not scheduling decisions: they are left out)
+LIVE_KINDS = {"start": "start", "resume": "resume", "resize": "rescale", "rescale": "rescale",
+              "migrate": "migrate", "preempt": "preempt"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One allocation change of one job: ``cell`` like ``"2xA100-40GB S1"`` (empty for a preemption)."""
+
+    time_s: float
+    job_id: int
+    kind: str
+    cell: str
+
+
+def cell_label(gpus: GPUs, n_stages: int | None) -> str:
+    """A Cell as the service labels it: ``"1xA100-40GB+1xV100-32GB S1"`` (types sorted)."""
+    text = "+".join(f"{n}x{t}" for t, n in sorted(gpus))
+    return f"{text} S{n_stages}" if n_stages is not None else text
+
+
+def normalize_cell(cell: str | None) -> str:
+    """The canonical form of a Cell label (its GPU parts sorted), so both runs' labels compare."""
+    if not cell:
+        return ""
+    head, _, stages = cell.partition(" S")
+    parts = "+".join(sorted(p.strip() for p in head.split("+") if p.strip()))
+    return f"{parts} S{stages}" if stages else parts
+
+
+def gpus_of_cell(cell: str) -> GPUs:
+    """The GPUs of a Cell label: ``"1xA100-40GB+1xV100-32GB S1"`` → ``(("A100-40GB", 1), ("V100-32GB", 1))``;
+    raises naming the label when a part is not ``NxTYPE``."""
+    head = cell.partition(" S")[0]
+    out: dict[str, int] = {}
+    for part in head.split("+"):
+        n, x, t = part.strip().partition("x")
+        if not x or not n.isdigit() or not t:
+            raise ValueError(f"cell label {cell!r}: part {part!r} is not NxTYPE")
+        out[t] = out.get(t, 0) + int(n)
+    return tuple(sorted(out.items()))
+
+
+class ReplaySimulator(Simulator):
+    """The simulator, recording every change with its Cell, with a fixed measured restart cost.
+
+    ``restart_s`` is the pause a rescale, migration or resume costs (measured by ``bench/service.py``);
+    ``believed_restart_s`` is what the policy is told a restart costs — the service's own figure before the
+    run (its configured initial guess), so the replay's core weighs moves as the live core did."""
+
+    def __init__(self, *args, restart_s: float, believed_restart_s: float, **kw) -> None:  # type: ignore[no-untyped-def]
+        self._restart_cost_s = restart_s
+        super().__init__(*args, **kw)
+        self.sched.restart_estimate = lambda job: believed_restart_s
+        self.decisions: list[Decision] = []
+
+    def restart_s(self, job) -> float:  # type: ignore[no-untyped-def, override]
+        return self._restart_cost_s
+
+    def _stages(self, ch: Change) -> int:
+        """The Cell's stage count; where the policy left it to the planner (baselines), the one the service
+        launches: the best Cell estimate's on those GPUs (as ``service/scheduling.py`` resolves it)."""
+        assert ch.new is not None
+        if ch.new.n_stages:
+            return ch.new.n_stages
+        source = getattr(self.table, "source", None)
+        job = self.sched.jobs[ch.job_id].job
+        if source is not None and hasattr(source, "job") and job.config is not None:
+            return source.job(job.config).best_stages(ch.new.gpus) or 1
+        return 1
+
+    def _apply(self, ch: Change, now: float) -> None:
+        cell = cell_label(ch.new.gpus, self._stages(ch)) if ch.new is not None else ""
+        self.decisions.append(Decision(now, ch.job_id, str(getattr(ch.kind, "value", ch.kind)), cell))
+        super()._apply(ch, now)
+
+
+def live_decisions(history: Iterable[Mapping]) -> list[Decision]:
+    """Decisions from the service's allocation history (``GET /api/timeline``'s ``allocations``): each
+    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption."""
+    out: list[Decision] = []
+    for a in history:
+        kind = LIVE_KINDS.get(str(a.get("kind", "")).lower())
+        if kind is not None and a.get("started_at") is not None:
+            out.append(
+                Decision(float(a["started_at"]), int(a["job_id"]), kind, normalize_cell(a.get("cell")))
+            )
+        end = str(a.get("end_reason") or "").lower()
+        if "preempt" in end and a.get("ended_at") is not None:
+            out.append(Decision(float(a["ended_at"]), int(a["job_id"]), "preempt", ""))
+    return sorted(out, key=lambda d: (d.time_s, d.job_id))
+
+
+def group_rounds(decisions: Sequence[Decision], window_s: float) -> list[list[Decision]]:
+    """Decisions into rounds: one that follows the previous within ``window_s`` joins its round (the live
+    service launches a round's decisions over a short span; the simulator's share one instant)."""
+    rounds: list[list[Decision]] = []
+    for d in sorted(decisions, key=lambda d: (d.time_s, d.job_id)):
+        if rounds and d.time_s - rounds[-1][-1].time_s <= window_s:
+            rounds[-1].append(d)
+        else:
+            rounds.append([d])
+    return rounds
+
+
+def _ordered(decisions: Sequence[Decision]) -> list[tuple[int, int, str, str]]:
+    """(job, ordinal of the job's decision, kind, cell) of each decision, in time order."""
+    seen: dict[int, int] = {}
+    out = []
+    for d in sorted(decisions, key=lambda d: (d.time_s, d.job_id)):
+        k = seen.get(d.job_id, 0)
+        seen[d.job_id] = k + 1
+        out.append((d.job_id, k, d.kind, normalize_cell(d.cell)))
+    return out
+
+
+def decision_match(live: Sequence[Decision], replay: Sequence[Decision], window_s: float) -> float:
+    """The fraction of rounds, of both runs together, whose every decision the other run made too (the same
+    job's k-th decision, same kind and Cell). 1.0 when neither run decided anything."""
+    live_keys, replay_keys = set(_ordered(live)), set(_ordered(replay))
+    total = matched = 0
+    for mine, other in ((live, replay_keys), (replay, live_keys)):
+        ordered = sorted(mine, key=lambda d: (d.time_s, d.job_id))
+        keys = _ordered(ordered)
+        start = 0
+        for rnd in group_rounds(ordered, window_s):
+            total += 1
+            if all(k in other for k in keys[start : start + len(rnd)]):
+                matched += 1
+            start += len(rnd)
+    return matched / total if total else 1.0
+
+
+def relative_error(replay: float, live: float) -> float:
+    """``(replay - live) / live``; raises naming the figure when the live one is not positive."""
+    if live <= 0:
+        raise ValueError(f"live figure must be > 0 to compare against, got {live}")
+    return (replay - live) / live
+
+
+def throughput(samples: float, makespan_s: float) -> float:
+    """Average throughput, samples/s over the makespan (first arrival to last completion)."""
+    if makespan_s <= 0:
+        raise ValueError(f"makespan_s must be > 0, got {makespan_s}")
+    return samples / makespan_s
+
+
+__all__ = [
+    "Decision",
+    "ReplaySimulator",
+    "cell_label",
+    "decision_match",
+    "gpus_of_cell",
+    "group_rounds",
+    "live_decisions",
+    "normalize_cell",
+    "relative_error",
+    "throughput",
+]

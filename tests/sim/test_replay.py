@@ -1,0 +1,108 @@
+"""The replay helpers of bench/fidelity.py: decisions from the service's history, round matching, and a replay
+on the embedded ``local`` cluster that records Cells (fast, no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.hardware.cluster import get_cluster
+from tessera.jobs.spec import parse_job
+from tessera.scheduler.policy import get_policy
+from tessera.scheduler.speed import SpeedSource, job_of, speed_table
+from tessera.sim.replay import (
+    Decision,
+    ReplaySimulator,
+    cell_label,
+    decision_match,
+    gpus_of_cell,
+    group_rounds,
+    live_decisions,
+    normalize_cell,
+    relative_error,
+    throughput,
+)
+from tessera.sim.simulator import SimConfig
+
+
+def test_cell_labels_compare_regardless_of_type_order() -> None:
+    assert cell_label((("V100-32GB", 1), ("A100-40GB", 1)), 1) == "1xA100-40GB+1xV100-32GB S1"
+    assert normalize_cell("1xV100-32GB+1xA100-40GB S2") == "1xA100-40GB+1xV100-32GB S2"
+    assert normalize_cell(None) == ""
+
+
+def test_live_decisions_map_kinds_and_add_preemptions() -> None:
+    history = [
+        {"job_id": 1, "kind": "start", "cell": "2xA100-40GB S1", "started_at": 10.0, "ended_at": 20.0,
+         "end_reason": "resize"},
+        {"job_id": 1, "kind": "resize", "cell": "1xA100-40GB S1", "started_at": 25.0, "ended_at": 30.0,
+         "end_reason": "preempted"},
+        {"job_id": 2, "kind": "recover", "cell": "1xA100-40GB S1", "started_at": 26.0, "ended_at": None,
+         "end_reason": None},
+    ]  # fmt: skip
+    got = live_decisions(history)
+    assert [(d.job_id, d.kind, d.cell) for d in got] == [
+        (1, "start", "2xA100-40GB S1"),
+        (1, "rescale", "1xA100-40GB S1"),
+        (1, "preempt", ""),
+    ]  # a failure relaunch ("recover") is no scheduling decision
+
+
+def test_rounds_group_within_the_window() -> None:
+    ds = [Decision(0.0, 1, "start", "a"), Decision(0.5, 2, "start", "b"), Decision(5.0, 3, "start", "c")]
+    assert [[d.job_id for d in r] for r in group_rounds(ds, 1.0)] == [[1, 2], [3]]
+
+
+def test_decision_match_counts_rounds_of_both_runs() -> None:
+    live = [Decision(0.0, 1, "start", "2xA100-40GB S1"), Decision(0.3, 2, "start", "2xV100-32GB S1"),
+            Decision(10.0, 2, "rescale", "2xA100-40GB S1")]  # fmt: skip
+    same = [Decision(0.0, 1, "start", "2xA100-40GB S1"), Decision(0.0, 2, "start", "2xV100-32GB S1"),
+            Decision(12.0, 2, "rescale", "2xA100-40GB S1")]  # fmt: skip
+    assert decision_match(live, same, window_s=1.0) == 1.0
+    # the replay never rescales job 2: the live rescale round misses; the replay's one round still matches
+    missing = same[:2]
+    assert decision_match(live, missing, window_s=1.0) == pytest.approx(2 / 3)
+    # another Cell for job 1: the first round of each run misses
+    other = [Decision(0.0, 1, "start", "1xA100-40GB S1"), *same[1:]]
+    assert decision_match(live, other, window_s=1.0) == pytest.approx(2 / 4)
+    assert decision_match([], [], window_s=1.0) == 1.0
+
+
+def test_errors_name_the_bad_figure() -> None:
+    assert relative_error(11.0, 10.0) == pytest.approx(0.1)
+    assert throughput(100.0, 4.0) == 25.0
+    with pytest.raises(ValueError, match="live figure"):
+        relative_error(1.0, 0.0)
+    with pytest.raises(ValueError, match="makespan_s"):
+        throughput(1.0, 0.0)
+
+
+def test_replay_records_cells_and_charges_the_measured_restart() -> None:
+    cluster = get_cluster("local")
+    speed = SpeedSource(cluster)
+    specs = [
+        {"name": "a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 2000},
+        {"name": "b", "model": "llama-tiny", "global_batch": 8, "seq_len": 64, "steps": 500, "max_gpus": 1},
+    ]
+    jobs = [job_of(parse_job(s), i + 1, float(i)) for i, s in enumerate(specs)]
+    sim = ReplaySimulator(
+        cluster, jobs, speed_table(speed), get_policy("fcfs"), SimConfig(round_s=2.0, startup_s=3.0),
+        restart_s=7.0, believed_restart_s=20.0,
+    )  # fmt: skip
+    res = sim.run()
+    assert {r.job_id for r in res.jobs if r.finish_s is not None} == {1, 2}
+    starts = [d for d in sim.decisions if d.kind == "start"]
+    assert sorted(d.job_id for d in starts) == [1, 2]
+    for d in starts:
+        assert d.cell.endswith(tuple(f" S{s}" for s in range(1, 9))), d.cell
+        assert "x" in d.cell
+    assert sim.restart_s(jobs[0]) == 7.0
+    assert sim.sched.restart_estimate(jobs[0]) == 20.0
+    # the capped job gets one GPU
+    assert next(d for d in starts if d.job_id == 2).cell.startswith("1x")
+
+
+def test_gpus_of_cell_parses_labels_and_names_a_bad_one() -> None:
+    assert gpus_of_cell("1xV100-32GB+1xA100-40GB S1") == (("A100-40GB", 1), ("V100-32GB", 1))
+    assert gpus_of_cell("2xA100-40GB") == (("A100-40GB", 2),)
+    with pytest.raises(ValueError, match="A100"):
+        gpus_of_cell("A100-40GB S1")
