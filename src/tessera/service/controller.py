@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import queue
 import statistics
 import threading
@@ -291,9 +292,13 @@ class Controller:
             placement_timeout_s=max(60.0, self.config.pg_timeout_s),
         )  # fmt: skip
 
-    def _launch(self, job: JobRecord, a: Assignment, kind: str, note: str = "") -> None:
+    def _launch(
+        self, job: JobRecord, a: Assignment, kind: str, note: str = "", reuse: list[Any] | None = None
+    ) -> None:
         """Start a gang for ``a`` from the job's latest checkpoint on disk. Its progress restarts there
-        (``steps_done`` = the checkpoint's step) and the steps earlier attempts ran past it are superseded."""
+        (``steps_done`` = the checkpoint's step) and the steps earlier attempts ran past it are superseded.
+        ``reuse``: the previous gang's actors, kept alive for a fast rescale (the gang adopts those on nodes
+        of ``a`` and stops the rest)."""
         if self.cluster is None:
             return
         attempt = job.attempt + 1
@@ -301,6 +306,7 @@ class Controller:
             kind = "recover"
         try:
             gang = self._gang(job, a, attempt)
+            gang.reuse = reuse
         except ModelSourceError as e:
             self.store.update(
                 job.id, state=JobState.FAILED, error=str(e), finished_at=time.time(), log=str(e)
@@ -349,6 +355,11 @@ class Controller:
             self.store.update(job.id, state=state, log=msg)
         else:
             self.store.log(job.id, msg)
+        # fast rescale: keep the workers alive through the stop, for the relaunch to adopt. Embedded only:
+        # on an external cluster a restarted server reattaches to actors by their attempt's names.
+        gang.keep_on_stop = (
+            new is not None and _fast_rescale() and self.cluster is not None and self.cluster.embedded
+        )
         gang.request_stop()
 
     def _on_steps(self, gang: Gang, records: list[dict[str, Any]]) -> None:
@@ -394,6 +405,12 @@ class Controller:
 
     def _on_end(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
         """A gang ended: its stop reason decides the job's next state (see the module docstring)."""
+        try:
+            self._ended(gang, outcome, err, ck)
+        finally:
+            gang.release_kept()  # actors kept for a fast rescale that no relaunch took
+
+    def _ended(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
         jid = gang.job_id
         if self.gangs.get(jid) is gang:
             del self.gangs[jid]
@@ -453,7 +470,12 @@ class Controller:
                 self.store.update(jid, rescales=job.rescales + 1)
                 fresh = self.store.get(jid)
                 assert fresh is not None
-                self._launch(fresh, a, kind, note)
+                reuse = gang.kept
+                self._launch(fresh, a, kind, note, reuse=reuse)
+                if self.gangs.get(jid) not in (None, gang):
+                    gang.kept = None  # the new gang owns them now (else the caller stops them)
+                if reuse is None and gang.keep_on_stop and jid in self.gangs:
+                    self.gangs[jid].fast_note = f"fast rescale not used: the gang ended {outcome}"
                 return
             if why == StopReason.NODE_LOST:
                 self.store.update(
@@ -571,6 +593,12 @@ class Controller:
     def gang_pids(self, job_id: int) -> list[int]:
         g = self.gangs.get(job_id)
         return list(g.pids) if g else []
+
+
+def _fast_rescale() -> bool:
+    """Whether a rescale or migration keeps the workers that stay (``TESSERA_FAST_RESCALE=0``: always tear
+    down and relaunch, the slow path, e.g. to measure what the fast path saves)."""
+    return os.environ.get("TESSERA_FAST_RESCALE", "1") != "0"
 
 
 def _stop_reason(outcome: str, asked: StopReason | None, cancel_requested: bool) -> StopReason:

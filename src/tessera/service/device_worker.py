@@ -102,6 +102,25 @@ class DeviceWorker:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def reform(self, rank: int, world_size: int, gpu_type: str) -> bool:
+        """Make this actor a rank of the job's next gang (fast rescale): allowed only once its training
+        thread ended ``stopped`` — its process group is destroyed and its checkpoint written — so the new
+        ``start`` re-forms the process group with the new rank and world size and reshards from that
+        checkpoint, without paying a new process, Ray actor and torch import. False: not reusable."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout=30)  # the state says "stopped" a moment before the thread has returned
+        with self._lock:
+            if self._thread is None or self._thread.is_alive() or self._state != "stopped":
+                return False
+            self._thread = None
+            self.rank, self.world_size, self.gpu_type = rank, world_size, gpu_type
+            self._messages, self._acked = [], 0
+            self._state, self._error, self._checkpoint_step = "created", None, None
+            self._stop = threading.Event()
+            self._started_at = time.time()
+            return True
+
     def poll(self, cursor: int) -> dict[str, Any]:
         """Messages from index ``cursor`` on (earlier ones are dropped: the caller has them) and the state."""
         with self._lock:

@@ -302,7 +302,14 @@ class Gang:
         self.watchdog_s = watchdog_s
         self.actors: list[Any] = []
         self.pids: list[int] = []
-        self.pg: Any = None
+        self.pgs: list[Any] = []  # one single-bundle placement group per rank: a rescale frees ranks singly
+        # fast rescale: ``keep_on_stop`` (set by the controller before a resize/migrate stop) leaves the
+        # actors alive when the gang ends ``stopped``, in ``kept``; the next gang takes them as ``reuse``
+        self.keep_on_stop = False
+        self.kept: list[tuple[Any, Any, Any]] | None = None  # (actor, its placement group, its Device)
+        self.reuse: list[tuple[Any, Any, Any]] | None = None
+        self.reused = 0  # ranks of this gang that are actors kept from the previous gang
+        self.fast_note = ""  # why the fast path was (not) used
         self._stop = threading.Event()
         self._kill = threading.Event()
         self._thread: threading.Thread | None = None
@@ -320,11 +327,12 @@ class Gang:
         """Where the launch time went: placement group, worker processes, model build + process group."""
         t0, m = self.started_at, self.marks
         if self.ready_at is None or "placed" not in m or "workers" not in m:
-            return ""
-        return (
+            return self.fast_note
+        text = (
             f"placement {m['placed'] - t0:.1f} s, worker processes {m['workers'] - m['placed']:.1f} s, "
             f"model + process group {self.ready_at - m['workers']:.1f} s"
         )
+        return f"{text}; {self.fast_note}" if self.fast_note else text
 
     def actor_name(self, rank: int) -> str:
         return f"{self.name}-r{rank}"
@@ -368,49 +376,33 @@ class Gang:
         except Exception as e:  # noqa: BLE001 - reported as the gang's failure
             outcome, error = "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
         finally:
-            self._teardown(ray)
+            self._teardown(ray, keep=self.keep_on_stop and outcome == "stopped")
             self.outcome = outcome
             self.events.on_end(self, outcome, error, ckpt)
 
     def _launch(self) -> None:
         import ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from tessera.service.device_worker import DeviceWorker
 
         devices = sorted(self.plan.devices, key=lambda d: d.rank)
-        bundles = [{"GPU": 1, "CPU": self.cluster.cpus_per_gpu} for _ in devices]
-        selectors = [{RAY_NODE_ID_LABEL: self.cluster.node_id(d.node)} for d in devices]
-        # detached like the actors: a placement group dies with the driver that made it, and its actors with it
-        self.pg = placement_group(
-            bundles, strategy="PACK", name=self.name, bundle_label_selector=selectors, lifetime="detached"
-        )
-        ready = self.pg.ready()
-        deadline = time.time() + self.placement_timeout_s
-        while True:
-            done, _ = ray.wait([ready], timeout=0.5)
-            if done:
-                break
-            if self._kill.is_set():
-                raise RuntimeError("cancelled while placing")
-            if time.time() > deadline:
-                raise RuntimeError(f"placement group not ready after {self.placement_timeout_s:.0f} s")
+        kept: dict[int, tuple[Any, Any]] = {}  # rank → (actor, placement group) kept from the last gang
+        if self.reuse:
+            try:
+                kept = self._adopt(ray, devices)
+            except Exception as e:  # noqa: BLE001 - fall back to a cold launch, saying why
+                self.fast_note = f"fast rescale failed ({type(e).__name__}: {str(e)[:200]}); cold launch"
+                self._release(ray, [(a, pg) for a, pg, _ in self.reuse])
+                kept = {}
+            self.reuse = None
+        self.reused = len(kept)
+        self.actors = [a for a, _ in kept.values()]  # so a failure from here on still stops them
+        self.pgs = [pg for _, pg in kept.values()]
+        fresh = [d for d in devices if d.rank not in kept]
+        pgs = self._place(ray, fresh)
         self.marks["placed"] = time.time()
-        worker = ray.remote(DeviceWorker)
-        for d in devices:
-            opts = {
-                "name": self.actor_name(d.rank),
-                "namespace": NAMESPACE,
-                "lifetime": "detached",
-                "num_cpus": self.cluster.cpus_per_gpu,
-                "num_gpus": 1,
-                "max_restarts": 0,
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                    self.pg, placement_group_bundle_index=d.rank
-                ),
-            }
-            self.actors.append(worker.options(**opts).remote(d.rank, len(devices), d.gpu_type))
+        actors = self._spawn(ray, fresh, pgs)
+        by_rank = {**kept, **{d.rank: (a, pg) for d, a, pg in zip(fresh, actors, pgs, strict=True)}}
+        self.actors = [by_rank[d.rank][0] for d in devices]
+        self.pgs = [by_rank[d.rank][1] for d in devices]
         self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=self.placement_timeout_s)
         self.marks["workers"] = time.time()
         master = ray.get(self.actors[0].address.remote(bool(self.run.get("loopback", True))), timeout=60)
@@ -420,6 +412,105 @@ class Gang:
             for a in self.actors:
                 a.request_stop.remote()
 
+    def _adopt(self, ray: Any, devices: list[Any]) -> dict[int, tuple[Any, Any]]:
+        """Fast rescale: give the kept actors on nodes of the new allocation its ranks (``reform``: they
+        re-form the process group and reshard from the checkpoint they just wrote), stop the rest. Raises
+        when an actor cannot be reused (the caller stops them all and launches cold)."""
+        assert self.reuse is not None
+        pool: dict[str, list[tuple[Any, Any]]] = {}
+        for a, pg, d in self.reuse:
+            pool.setdefault(d.node, []).append((a, pg))
+        kept: dict[int, tuple[Any, Any]] = {}
+        for d in devices:
+            if pool.get(d.node):
+                kept[d.rank] = pool[d.node].pop(0)
+        leaving = [x for xs in pool.values() for x in xs]
+        self._release(ray, leaving)  # before placing the new ranks: their GPUs may be the ones freed
+        self.reuse = [(a, pg, None) for a, pg in kept.values()]  # a failure below releases these
+        world = len(devices)
+        by_rank = {d.rank: d for d in devices}
+        oks = ray.get(
+            [a.reform.remote(r, world, by_rank[r].gpu_type) for r, (a, _) in kept.items()],
+            timeout=60,
+        )
+        if not all(oks):
+            raise RuntimeError("a kept worker had not stopped cleanly")
+        if kept:
+            self.fast_note = f"fast rescale: kept {len(kept)} of {world} worker(s), stopped {len(leaving)}"
+        else:
+            self.fast_note = "fast rescale not used: no kept worker is on the new allocation's nodes"
+        return kept
+
+    def _place(self, ray: Any, devices: list[Any]) -> list[Any]:
+        """One single-bundle placement group per device, pinned to its node (detached like the actors: a
+        placement group dies with the driver that made it, and its actors with it)."""
+        from ray.util.placement_group import placement_group
+
+        pgs = []
+        for d in devices:
+            pgs.append(
+                placement_group(
+                    [{"GPU": 1, "CPU": self.cluster.cpus_per_gpu}],
+                    strategy="PACK",
+                    name=f"{self.name}-r{d.rank}",
+                    bundle_label_selector=[{RAY_NODE_ID_LABEL: self.cluster.node_id(d.node)}],
+                    lifetime="detached",
+                )
+            )
+        self.pgs.extend(pgs)  # so a failure while placing still removes them
+        deadline = time.time() + self.placement_timeout_s
+        pending = [pg.ready() for pg in pgs]
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            if not pending:
+                break
+            if self._kill.is_set():
+                raise RuntimeError("cancelled while placing")
+            if time.time() > deadline:
+                raise RuntimeError(f"placement group not ready after {self.placement_timeout_s:.0f} s")
+        return pgs
+
+    def _spawn(self, ray: Any, devices: list[Any], pgs: list[Any]) -> list[Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from tessera.service.device_worker import DeviceWorker
+
+        worker = ray.remote(DeviceWorker)
+        world = self.plan.world_size
+        out = []
+        for d, pg in zip(devices, pgs, strict=True):
+            opts = {
+                "name": self.actor_name(d.rank),
+                "namespace": NAMESPACE,
+                "lifetime": "detached",
+                "num_cpus": self.cluster.cpus_per_gpu,
+                "num_gpus": 1,
+                "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+            }
+            out.append(worker.options(**opts).remote(d.rank, world, d.gpu_type))
+            self.actors.append(out[-1])  # so a failure from here on still kills it
+        return out
+
+    @staticmethod
+    def _release(ray: Any, pairs: list[tuple[Any, Any]]) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for a, pg in pairs:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+            if pg is not None:
+                with contextlib.suppress(Exception):
+                    remove_placement_group(pg)
+
+    def release_kept(self) -> None:
+        """Stop the actors this gang kept for a fast rescale that will not happen (idempotent)."""
+        import ray
+
+        kept, self.kept = self.kept, None
+        if kept:
+            self._release(ray, [(a, pg) for a, pg, _ in kept])
+
     def _attach(self) -> None:
         import ray
         from ray.util.placement_group import get_placement_group
@@ -427,8 +518,9 @@ class Gang:
         world = self.plan.world_size
         self.actors = [ray.get_actor(self.actor_name(r), namespace=NAMESPACE) for r in range(world)]
         self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=30)
-        with contextlib.suppress(Exception):
-            self.pg = get_placement_group(self.name)
+        for r in range(world):
+            with contextlib.suppress(Exception):
+                self.pgs.append(get_placement_group(f"{self.name}-r{r}"))
         self.ready_at = time.time()  # its "ready" messages went to the previous server
 
     def _watch(self) -> tuple[str, str | None, int | None]:
@@ -509,16 +601,22 @@ class Gang:
                 return "failed", "workers did not get ready", None
             time.sleep(self.poll_s)
 
-    def _teardown(self, ray: Any) -> None:
-        from ray.util.placement_group import remove_placement_group
-
-        for a in self.actors:
-            with contextlib.suppress(Exception):
-                ray.kill(a, no_restart=True)
-        if self.pg is not None:
-            with contextlib.suppress(Exception):
-                remove_placement_group(self.pg)
+    def _teardown(self, ray: Any, *, keep: bool = False) -> None:
+        """Kill the actors and remove the placement groups — or, ``keep`` (a clean stop for a fast
+        rescale), hand every rank's actor and placement group to :attr:`kept` for the next gang."""
+        if self.reuse:  # kept actors never adopted (failed or cancelled before ``_launch`` took them)
+            self._release(ray, [(a, pg) for a, pg, _ in self.reuse])
+            self.reuse = None
+        devices = sorted(self.plan.devices, key=lambda d: d.rank)
+        if keep and len(self.actors) == len(devices) and len(self.pgs) == len(devices):
+            self.kept = list(zip(self.actors, self.pgs, devices, strict=True))
+        else:
+            pgs = self.pgs + [None] * (len(self.actors) - len(self.pgs))
+            self._release(ray, list(zip(self.actors, pgs, strict=False)))
+            for pg in self.pgs[len(self.actors) :]:
+                self._release(ray, [(None, pg)])
         self.actors = []
+        self.pgs = []
 
 
 def _record_dict(rec: Any) -> dict[str, Any]:
