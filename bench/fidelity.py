@@ -1,0 +1,361 @@
+"""Fidelity: the live embedded service vs the simulator replaying the same arrivals (issue 17, item 3).
+
+    python bench/fidelity.py [--policies tessera,gavel,fcfs] [--quick] [--round 2]
+
+For each policy, one live run: ``tessera server --policy NAME --round R`` (embedded Ray emulating the
+``local`` preset, 2×A100-40GB + 2×V100-32GB, as its own process on a free loopback port) takes a workload of 8
+jobs of different zoo CPU models and sizes, submitted at staggered times; the bench records each job's
+submission, completion and allocation history (``GET /api/timeline``). Then the simulator replays the same
+arrivals (same job specs via ``job_of``, same policy, same round length) on the ``local`` cluster through the
+same speed source (``SpeedSource(..., models=ServiceModels())``).
+
+What the replay may know is what the service knew BEFORE the run — never the run's own timings:
+
+* the cost model of the state dir's ``perf-emulated`` calibration, snapshotted before the live run starts
+  (a warm-up workload runs first in the same state dir so the first policy's run has calibration too; later
+  policies also inherit the calibration of the runs before theirs, as a long-lived service would);
+* speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
+* restart costs measured by ``bench/service.py`` (``bench/results/service.json``: ``rescale_pause_s_p50``
+  and ``cold_launch_s_p50`` when present, else ``submit_to_running_s_p50`` for both), and the service's own
+  initial restart-cost belief (``ServiceConfig.restart_cost_s``) as what the policy is told.
+
+Writes ``bench/results/fidelity.json``: per policy ``mean_abs_jct_error``, ``throughput_error``,
+``decision_match`` (fractions), ``jobs`` (live vs replay JCT per job), makespans. See
+:mod:`tessera.sim.replay` for how decisions are matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+for _k, _v in {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}.items():
+    os.environ.setdefault(_k, _v)
+
+import httpx  # noqa: E402
+
+from tessera.hardware.cluster import get_cluster  # noqa: E402
+from tessera.jobs.spec import parse_job  # noqa: E402
+from tessera.perf.costmodel import CostModel  # noqa: E402
+from tessera.scheduler.policy import get_policy  # noqa: E402
+from tessera.scheduler.speed import SpeedSource, config_of, job_of, speed_table  # noqa: E402
+from tessera.scheduler.state import JobConfig  # noqa: E402
+from tessera.service.client import Client  # noqa: E402
+from tessera.service.config import ServiceConfig  # noqa: E402
+from tessera.service.job_models import ServiceModels  # noqa: E402
+from tessera.sim.replay import (  # noqa: E402
+    ReplaySimulator,
+    decision_match,
+    gpus_of_cell,
+    live_decisions,
+    relative_error,
+    throughput,
+)
+from tessera.sim.simulator import SimConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "results" / "fidelity.json"
+SERVICE_JSON = ROOT / "bench" / "results" / "service.json"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+BASE = {"precision": "fp32", "learning_rate": 0.003}
+# (arrival offset s, spec): different models and sizes; 8 jobs on 4 GPUs, so some wait; the long llama job
+# starts on what is left and may grow when the short ones finish (a rescale under the Cell policies).
+WORKLOAD: list[tuple[float, dict[str, Any]]] = [
+    (0.0, {"name": "f-llama-long", "model": "llama-tiny", "global_batch": 8, "seq_len": 64, "steps": 240}),
+    (0.0, {"name": "f-gpt-a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 80}),
+    (4.0, {"name": "f-gpt-capped", "model": "gpt-tiny", "global_batch": 16, "seq_len": 32, "steps": 60,
+           "max_gpus": 1}),
+    (8.0, {"name": "f-llama-b", "model": "llama-tiny", "global_batch": 16, "seq_len": 64, "steps": 60}),
+    (12.0, {"name": "f-gpt-small", "model": "gpt-small-cpu", "global_batch": 8, "seq_len": 64, "steps": 20}),
+    (16.0, {"name": "f-gpt-short-seq", "model": "gpt-tiny", "global_batch": 16, "seq_len": 16, "steps": 60}),
+    (20.0, {"name": "f-llama-small", "model": "llama-small-cpu", "global_batch": 8, "seq_len": 64, "steps": 15}),
+    (24.0, {"name": "f-gpt-wide", "model": "gpt-tiny", "global_batch": 32, "seq_len": 64, "steps": 40}),
+]  # fmt: skip
+WARMUP: list[tuple[float, dict[str, Any]]] = [
+    (0.0, {"name": "w-gpt", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 30}),
+    (0.0, {"name": "w-llama", "model": "llama-tiny", "global_batch": 8, "seq_len": 64, "steps": 30}),
+]
+
+
+def workload(quick: bool) -> list[tuple[float, dict[str, Any]]]:
+    """The workload; ``quick`` halves steps and arrival gaps (still 8 jobs)."""
+    if not quick:
+        return [(t, {**BASE, **s}) for t, s in WORKLOAD]
+    return [(t / 2, {**BASE, **s, "steps": max(5, s["steps"] // 2)}) for t, s in WORKLOAD]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``tessera server`` in its own session (so exactly its process group is stopped), logging to the state
+    dir."""
+
+    def __init__(self, state: Path, policy: str, round_s: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "tessera.cli", "server", "--state-dir", str(state), "--port", str(self.port),
+               "--round", str(round_s), "--policy", policy]  # fmt: skip
+        self.log = state / f"server-{policy}-{self.port}.log"
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 240
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/api/health", timeout=2).status_code == 200:
+                    break
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"server did not answer within 240 s: {self.log.read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, dict[str, Any]]],
+             timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    """One live run: submit at the offsets, wait until every job ends, read jobs and the allocation history."""
+    server = Server(state, policy, round_s)
+    try:
+        with Client(server.url, timeout_s=120) as c:
+            t0 = time.time()
+            ids: list[int] = []
+            for offset, spec in sorted(jobs, key=lambda x: x[0]):
+                time.sleep(max(0.0, t0 + offset - time.time()))
+                ids.append(int(c.submit(spec)["job"]["id"]))
+                print(
+                    f"    submitted {spec['name']} as job {ids[-1]} at +{time.time() - t0:.1f} s", flush=True
+                )
+            deadline = time.time() + timeout_s
+            last = ""
+            while True:
+                views = {i: c.job(i) for i in ids}
+                states = [v["state"] for v in views.values()]
+                line = " ".join(f"{i}:{v['state'][:4]}:{v['steps_done']}" for i, v in views.items())
+                if line != last and int(time.time() - t0) % 15 == 0:
+                    print(f"    +{time.time() - t0:.0f} s {line}", flush=True)
+                    last = line
+                if all(s in TERMINAL for s in states):
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError(f"live run of {policy} not done after {timeout_s:.0f} s: {line}")
+                time.sleep(1.0)
+            timeline = c.timeline()["allocations"]
+    finally:
+        server.stop()
+    failed = {i: v["error"] for i, v in views.items() if v["state"] != "SUCCEEDED"}
+    if failed:
+        raise RuntimeError(f"live run of {policy}: jobs did not succeed: {failed}")
+    return {"ids": ids, "views": views, "allocations": [a for a in timeline if a["job_id"] in set(ids)]}
+
+
+def measured_factors(
+    runs: list[dict[str, Any]], specs: dict[int, dict[str, Any]], cost: CostModel
+) -> dict[JobConfig, float]:
+    """Estimated ÷ measured iteration time per configuration (median over earlier runs' allocations), the
+    estimate taken from ``cost`` — the cost model the replay uses, so a calibration that already moved the
+    estimates towards the measured times is not counted twice. What a later run may know from earlier ones."""
+    speed = SpeedSource(get_cluster("local"), cost, models=ServiceModels())
+    seen: dict[JobConfig, list[float]] = {}
+    for run in runs:
+        for a in run["allocations"]:
+            meas, jid = a.get("measured_iter_s"), a["job_id"]
+            if not meas or jid not in specs or not a.get("cell"):
+                continue
+            config = config_of(parse_job(specs[jid]))
+            rate = speed.true(config, gpus_of_cell(a["cell"]))
+            if rate > 0:
+                seen.setdefault(config, []).append((1.0 / rate) / meas)
+    return {k: statistics.median(v) for k, v in seen.items()}
+
+
+def restart_costs() -> dict[str, Any]:
+    """Start-up and restart pauses as ``bench/service.py`` measured them (before this bench runs)."""
+    data = json.loads(SERVICE_JSON.read_text())
+    fallback = float(data["submit_to_running_s_p50"])
+    startup = float(data.get("cold_launch_s_p50", fallback))
+    restart = float(data.get("rescale_pause_s_p50", startup))
+    src = {
+        k: data[k]
+        for k in ("cold_launch_s_p50", "rescale_pause_s_p50", "submit_to_running_s_p50")
+        if k in data
+    }
+    return {"startup_s": startup, "restart_s": restart, "from": src}
+
+
+def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
+           cost: CostModel, factors: dict[JobConfig, float], costs: dict[str, Any]) -> ReplaySimulator:  # fmt: skip
+    """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
+    cluster = get_cluster("local")
+    speed = SpeedSource(cluster, cost, models=ServiceModels())
+    speed.factors = dict(factors)
+    t0 = min(v["submitted_at"] for v in live["views"].values())
+    jobs = [job_of(parse_job(specs[i]), i, live["views"][i]["submitted_at"] - t0) for i in live["ids"]]
+    for i in live["ids"]:
+        speed.models.register(parse_job(specs[i]))  # type: ignore[attr-defined]
+    sim = ReplaySimulator(
+        cluster, jobs, speed_table(speed), get_policy(policy),
+        SimConfig(round_s=round_s, startup_s=costs["startup_s"]),
+        restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
+    )  # fmt: skip
+    sim.result = sim.run()  # type: ignore[attr-defined]
+    return sim
+
+
+def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimulator,
+            specs: dict[int, dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    res = sim.result  # type: ignore[attr-defined]
+    views = live["views"]
+    t0 = min(v["submitted_at"] for v in views.values())
+    rec = {r.job_id: r for r in res.jobs}
+    jobs = []
+    for i in live["ids"]:
+        v = views[i]
+        live_jct = v["finished_at"] - v["submitted_at"]
+        r = rec[i]
+        rep_jct = (r.finish_s - r.arrival_s) if r.finish_s is not None else float("nan")
+        jobs.append({
+            "job": i, "name": v["name"], "model": v["model"], "steps": v["total_steps"],
+            "arrival_s": v["submitted_at"] - t0, "live_jct_s": live_jct, "replay_jct_s": rep_jct,
+            "jct_error": relative_error(rep_jct, live_jct), "live_cell_first": (
+                live["allocations_by_job"].get(i) or [None])[0], "live_rescales": v["rescales"],
+            "replay_restarts": r.restarts,
+        })  # fmt: skip
+    live_end = max(v["finished_at"] for v in views.values()) - t0
+    rep_end = max(
+        r.finish_s for r in res.jobs if r.finish_s is not None
+    )  # the replay's clock: 0 = first arrival
+    samples = sum(specs[i]["steps"] * specs[i]["global_batch"] for i in live["ids"])
+    live_tp, rep_tp = throughput(samples, live_end), throughput(samples, rep_end)
+    live_dec = live_decisions(live["allocations"])
+    # shift live times to the replay's clock (0 = first arrival); one round window groups a round's launches
+    live_dec = [type(d)(d.time_s - t0, d.job_id, d.kind, d.cell) for d in live_dec]
+    match = decision_match(live_dec, sim.decisions, window_s=round_s)
+    errs = [abs(j["jct_error"]) for j in jobs]
+    return {
+        "mean_abs_jct_error": statistics.fmean(errs),
+        "max_abs_jct_error": max(errs),
+        "throughput_error": abs(relative_error(rep_tp, live_tp)),
+        "decision_match": match,
+        "makespan_live_s": live_end,
+        "makespan_replay_s": rep_end,
+        "throughput_live_samples_per_s": live_tp,
+        "throughput_replay_samples_per_s": rep_tp,
+        "live_decisions": [d.__dict__ for d in live_dec],
+        "replay_decisions": [d.__dict__ for d in sim.decisions],
+        "live_rescales": sum(1 for d in live_dec if d.kind in ("rescale", "migrate")),
+        "replay_rescales": sum(1 for d in sim.decisions if d.kind in ("rescale", "migrate")),
+        "live_waits": sum(1 for j in jobs if views[j["job"]]["started_at"] - views[j["job"]]["submitted_at"] > round_s),
+        "jobs": jobs,
+    }  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policies", default="tessera,gavel,fcfs", help="comma-separated policy names")
+    ap.add_argument("--quick", action="store_true", help="half the steps and arrival gaps")
+    ap.add_argument("--round", type=float, default=2.0, dest="round_s", help="scheduling round, seconds")
+    ap.add_argument("--timeout", type=float, default=480.0, help="per live run, seconds")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--keep-state", action="store_true", help="keep the temp state dir (its path is printed)")
+    args = ap.parse_args()
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        get_policy(p)  # an unknown name fails now, listing the known ones
+    costs = restart_costs()
+    print(f"restart costs from {SERVICE_JSON.name}: start-up {costs['startup_s']:.2f} s, "
+          f"restart {costs['restart_s']:.2f} s ({costs['from']})", flush=True)  # fmt: skip
+    jobs = workload(args.quick)
+    state = Path(tempfile.mkdtemp(prefix="tsr-fidelity-"))
+    print(f"state dir {state}", flush=True)
+    result: dict[str, Any] = {"policies": {}}
+    t_all = time.time()
+    try:
+        print("warm-up (calibration for the first run, same state dir)…", flush=True)
+        warm_specs = [(t, {**BASE, **s}) for t, s in WARMUP]
+        warm = run_live(state, "fcfs", args.round_s, warm_specs, args.timeout)
+        runs = [warm]
+        specs_by_id = {i: s for i, (_, s) in zip(warm["ids"], warm_specs, strict=True)}
+        for policy in policies:
+            cost_dir = ServiceConfig(state_dir=state).cost_dir
+            snap = state / f"perf-before-{policy}"
+            if cost_dir.exists():
+                shutil.copytree(cost_dir, snap, dirs_exist_ok=True)
+            cost = CostModel.load(snap) if snap.exists() else CostModel()
+            factors = measured_factors(runs, specs_by_id, cost)
+            print(f"  [{policy}] prior speed factors (estimated ÷ measured, earlier runs, this cost model): "
+                  f"{sorted(round(f, 3) for f in factors.values())}", flush=True)  # fmt: skip
+            print(f"[{policy}] live run of {len(jobs)} jobs (round {args.round_s} s)…", flush=True)
+            t = time.time()
+            live = run_live(state, policy, args.round_s, jobs, args.timeout)
+            specs = {i: s for i, (_, s) in zip(live["ids"], sorted(jobs, key=lambda x: x[0]), strict=True)}
+            by_job: dict[int, list[str]] = {}
+            for a in live["allocations"]:
+                by_job.setdefault(a["job_id"], []).append(a["cell"])
+            live["allocations_by_job"] = by_job
+            print(f"  live run took {time.time() - t:.0f} s; replaying…", flush=True)
+            sim = replay(policy, args.round_s, live, specs, cost, factors, costs)
+            fig = compare(policy, args.round_s, live, sim, specs)
+            result["policies"][policy] = fig
+            for j in fig["jobs"]:
+                print(f"    job {j['job']} {j['name']:<16} live {j['live_jct_s']:7.1f} s  replay "
+                      f"{j['replay_jct_s']:7.1f} s  error {j['jct_error']:+.1%}", flush=True)  # fmt: skip
+            print(f"  [{policy}] mean |JCT error| {fig['mean_abs_jct_error']:.1%}, throughput error "
+                  f"{fig['throughput_error']:.1%}, decisions matching {fig['decision_match']:.1%} of rounds; "
+                  f"makespan live {fig['makespan_live_s']:.1f} s vs replay {fig['makespan_replay_s']:.1f} s; "
+                  f"rescales live {fig['live_rescales']} / replay {fig['replay_rescales']}, "
+                  f"waits {fig['live_waits']}", flush=True)  # fmt: skip
+            # what the next run may know: this run's measurements join the earlier ones
+            runs.append(live)
+            specs_by_id.update(specs)
+    finally:
+        if not args.keep_state:
+            shutil.rmtree(state, ignore_errors=True)
+    result.update({
+        "targets": {"mean_abs_jct_error": 0.10, "throughput_error": 0.05, "decision_match": 0.90},
+        "crius_reported": {"mean_abs_jct_error": 0.0731, "throughput_error": 0.0316},
+        "quick": args.quick, "round_s": args.round_s, "cluster": "local (embedded Ray, CPU workers)",
+        "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "workload": jobs,
+        "wall_s": time.time() - t_all,
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+    })  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"wrote {args.out} ({time.time() - t_all:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
