@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "fidelity.json"
 SERVICE_JSON = ROOT / "bench" / "results" / "service.json"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TICK_S = ServiceConfig().tick_s  # the service's control-loop tick: rounds on events at this granularity
 
 BASE = {"precision": "fp32", "learning_rate": 0.003}
 # (arrival offset s, spec): different models and sizes; 8 jobs on 4 GPUs, so some wait; the long llama job
@@ -228,8 +229,9 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
         speed.models.register(parse_job(specs[i]))  # type: ignore[attr-defined]
     sim = ReplaySimulator(
         cluster, jobs, speed_table(speed), get_policy(policy),
-        SimConfig(round_s=round_s, startup_s=costs["startup_s"]),
+        SimConfig(round_s=TICK_S, startup_s=costs["startup_s"]),
         restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
+        service_round_s=round_s,
     )  # fmt: skip
     sim.result = sim.run()  # type: ignore[attr-defined]
     return sim

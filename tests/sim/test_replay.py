@@ -106,3 +106,22 @@ def test_gpus_of_cell_parses_labels_and_names_a_bad_one() -> None:
     assert gpus_of_cell("2xA100-40GB") == (("A100-40GB", 2),)
     with pytest.raises(ValueError, match="A100"):
         gpus_of_cell("A100-40GB S1")
+
+
+def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -> None:
+    cluster = get_cluster("local")
+    spec = {"name": "a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 500}
+    jobs = [job_of(parse_job(spec), 1, 0.0), job_of(parse_job({**spec, "name": "b"}), 2, 1.1)]
+    sim = ReplaySimulator(
+        cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=0.25),
+        restart_s=1.0, believed_restart_s=20.0, service_round_s=5.0,
+    )  # fmt: skip
+    sim.run()
+    started = {d.job_id: d.time_s for d in sim.decisions if d.kind == "start"}
+    assert started[2] == pytest.approx(1.25)  # the tick after its arrival, not the 5 s round
+    assert sim.sched.round_s == 5.0
+    with pytest.raises(ValueError, match="service_round_s"):
+        ReplaySimulator(
+            cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=2.0),
+            restart_s=1.0, believed_restart_s=20.0, service_round_s=1.0,
+        )  # fmt: skip

@@ -67,17 +67,42 @@ def gpus_of_cell(cell: str) -> GPUs:
 
 
 class ReplaySimulator(Simulator):
-    """The simulator, recording every change with its Cell, with a fixed measured restart cost.
+    """The simulator, recording every change with its Cell, with a fixed measured restart cost, and rounds
+    timed as the live service times them.
 
     ``restart_s`` is the pause a rescale, migration or resume costs (measured by ``bench/service.py``);
     ``believed_restart_s`` is what the policy is told a restart costs — the service's own figure before the
-    run (its configured initial guess), so the replay's core weighs moves as the live core did."""
+    run (its configured initial guess), so the replay's core weighs moves as the live core did.
 
-    def __init__(self, *args, restart_s: float, believed_restart_s: float, **kw) -> None:  # type: ignore[no-untyped-def]
+    The service's controller ticks every ``tick_s`` (asking the policy only when an arrival or completion
+    happened) and forces a round every ``service_round_s``; the simulator's own rounds are fixed boundaries.
+    With ``service_round_s`` set, the simulator's round length must be ``tick_s``: every tick is a round the
+    core answers only on events, and every ``service_round_s`` one is forced, as live."""
+
+    def __init__(  # type: ignore[no-untyped-def]
+        self, *args, restart_s: float, believed_restart_s: float, service_round_s: float | None = None, **kw
+    ) -> None:
         self._restart_cost_s = restart_s
         super().__init__(*args, **kw)
         self.sched.restart_estimate = lambda job: believed_restart_s
         self.decisions: list[Decision] = []
+        if service_round_s is not None:
+            if service_round_s < self.cfg.round_s:
+                raise ValueError(
+                    f"service_round_s ({service_round_s}) must be >= the simulator's round_s (the tick, "
+                    f"{self.cfg.round_s})"
+                )
+            self.sched.round_s = service_round_s  # what policies are told a round lasts
+            tick = self.sched.tick
+            next_forced = [-float("inf")]
+
+            def service_tick(now_s: float, *, force: bool = False):  # type: ignore[no-untyped-def]
+                periodic = now_s >= next_forced[0] - 1e-9
+                if periodic:
+                    next_forced[0] = now_s + service_round_s
+                return tick(now_s, force=force or periodic)
+
+            self.sched.tick = service_tick  # type: ignore[method-assign]
 
     def restart_s(self, job) -> float:  # type: ignore[no-untyped-def, override]
         return self._restart_cost_s
