@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -47,6 +48,14 @@ def path_policy(config: ServiceConfig) -> PathPolicy:
     return PathPolicy.of(roots, denied)
 
 
+def warm_planning() -> None:
+    """Import torch and build one tiny model on the meta device, as every Cell estimate first does: the first
+    submission's feasibility check would otherwise pay both (~10 s on a busy 2-core host) and time out."""
+    from tessera.models.zoo import build_model
+
+    build_model("gpt-tiny", layer_range=(0, 2), device="meta")
+
+
 class Service:
     """Everything one ``tessera server`` runs."""
 
@@ -65,6 +74,8 @@ class Service:
                 tmp_dir=config.ray_tmp_dir if config.ray_address is None else None,
             )
         self.controller = Controller(self.store, config, cluster)
+        if config.scheduler:  # in the background, beside Ray's start-up
+            threading.Thread(target=warm_planning, name="tessera-warm-planning", daemon=True).start()
         self.started_at = time.time()
         self._started = False
 
