@@ -266,7 +266,7 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
     )  # the replay's clock: 0 = first arrival
     samples = sum(specs[i]["steps"] * specs[i]["global_batch"] for i in live["ids"])
     live_tp, rep_tp = throughput(samples, live_end), throughput(samples, rep_end)
-    live_dec = live_decisions(live["allocations"])
+    live_dec = live_decisions(live["allocations"], move_window_s=round_s)
     # shift live times to the replay's clock (0 = first arrival); one round window groups a round's launches
     live_dec = [type(d)(d.time_s - t0, d.job_id, d.kind, d.cell) for d in live_dec]
     match = decision_match(live_dec, sim.decisions, window_s=round_s)
@@ -286,6 +286,7 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
         "replay_rescales": sum(1 for d in sim.decisions if d.kind in ("rescale", "migrate")),
         "live_waits": sum(1 for j in jobs if views[j["job"]]["started_at"] - views[j["job"]]["submitted_at"] > round_s),
         "jobs": jobs,
+        "live_allocations": live["allocations"],  # the raw history, to recompute the match offline
     }  # fmt: skip
 
 

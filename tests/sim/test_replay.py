@@ -45,6 +45,15 @@ def test_live_decisions_map_kinds_and_add_preemptions() -> None:
         (1, "rescale", "1xA100-40GB S1"),
         (1, "preempt", ""),
     ]  # a failure relaunch ("recover") is no scheduling decision
+    # an allocation ended "preempt" whose job starts again at once was moved, not preempted
+    moved = [
+        {"job_id": 3, "kind": "start", "cell": "1xA100-40GB S1", "started_at": 1.0, "ended_at": 5.0,
+         "end_reason": "preempt: preempted: Gavel round"},
+        {"job_id": 3, "kind": "migrate", "cell": "1xV100-32GB S1", "started_at": 5.01, "ended_at": None,
+         "end_reason": None},
+    ]  # fmt: skip
+    assert [d.kind for d in live_decisions(moved, move_window_s=1.0)] == ["start", "migrate"]
+    assert [d.kind for d in live_decisions(moved[:1], move_window_s=1.0)] == ["start", "preempt"]
 
 
 def test_rounds_group_within_the_window() -> None:

@@ -125,19 +125,27 @@ class ReplaySimulator(Simulator):
         super()._apply(ch, now)
 
 
-def live_decisions(history: Iterable[Mapping]) -> list[Decision]:
+def live_decisions(history: Iterable[Mapping], move_window_s: float = 1.0) -> list[Decision]:
     """Decisions from the service's allocation history (``GET /api/timeline``'s ``allocations``): each
-    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption."""
+    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption unless the
+    job's next allocation starts within ``move_window_s`` (the service ends the old allocation of a move
+    with that reason too: the move itself is the decision)."""
+    rows = sorted(history, key=lambda a: (float(a.get("started_at") or 0.0), int(a["job_id"])))
+    starts: dict[int, list[float]] = {}
+    for a in rows:
+        if a.get("started_at") is not None:
+            starts.setdefault(int(a["job_id"]), []).append(float(a["started_at"]))
     out: list[Decision] = []
-    for a in history:
+    for a in rows:
+        jid = int(a["job_id"])
         kind = LIVE_KINDS.get(str(a.get("kind", "")).lower())
         if kind is not None and a.get("started_at") is not None:
-            out.append(
-                Decision(float(a["started_at"]), int(a["job_id"]), kind, normalize_cell(a.get("cell")))
-            )
+            out.append(Decision(float(a["started_at"]), jid, kind, normalize_cell(a.get("cell"))))
         end = str(a.get("end_reason") or "").lower()
         if "preempt" in end and a.get("ended_at") is not None:
-            out.append(Decision(float(a["ended_at"]), int(a["job_id"]), "preempt", ""))
+            t = float(a["ended_at"])
+            if not any(t - 1e-6 <= s <= t + move_window_s for s in starts.get(jid, ())):
+                out.append(Decision(t, jid, "preempt", ""))
     return sorted(out, key=lambda d: (d.time_s, d.job_id))
 
 
