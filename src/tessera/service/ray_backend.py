@@ -1,9 +1,9 @@
 """The Ray backend: a local Ray emulating heterogeneous GPU nodes (embedded default) or an existing cluster,
-one placement group per allocation, one actor per device, and the gang lifecycle.
+one single-bundle placement group and one actor per device, and the gang lifecycle (with fast rescale).
 
-**We place, Ray enforces** (``notes/ray.md`` §4): the scheduler picks nodes and GPUs; each allocation gets
-one placement group with one ``{GPU: 1, CPU: 1}`` bundle per rank, each bundle pinned to its node by a
-per-bundle label selector (``ray.io/node-id``), and rank ``r``'s actor sits in bundle ``r``. Nothing is left
+**We place, Ray enforces** (``notes/ray.md`` §4): the scheduler picks nodes and GPUs; each rank gets its own
+placement group of one ``{GPU: 1, CPU: 1}`` bundle pinned to its node by a label selector (``ray.io/node-id``),
+and its actor sits in it — per rank, so a fast rescale can free leaving ranks singly and keep the others. Nothing is left
 to Ray's own choice of GPU type. The embedded cluster gives every emulated node exactly the shape of a real
 GPU node — ``GPU`` count, the ``accelerator_type:<T>`` marker and the ``ray.io/accelerator-type`` label — plus
 ``tessera.io/gpu-type`` (the catalog name) and ``tessera.io/node``; the control path is identical either way.
