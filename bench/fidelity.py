@@ -260,6 +260,17 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
     return sim
 
 
+def live_waits(live: dict[str, Any], round_s: float) -> int:
+    """Jobs whose first allocation came more than a round after their submission (they waited for GPUs)."""
+    first: dict[int, float] = {}
+    for a in live["allocations"]:
+        if a.get("started_at") is not None:
+            first[a["job_id"]] = min(first.get(a["job_id"], float("inf")), float(a["started_at"]))
+    return sum(
+        1 for i, v in live["views"].items() if first.get(i, float("inf")) - v["submitted_at"] > round_s
+    )
+
+
 def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimulator,
             specs: dict[int, dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     res = sim.result  # type: ignore[attr-defined]
@@ -303,7 +314,7 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
         "replay_decisions": [d.__dict__ for d in sim.decisions],
         "live_rescales": sum(1 for d in live_dec if d.kind in ("rescale", "migrate")),
         "replay_rescales": sum(1 for d in sim.decisions if d.kind in ("rescale", "migrate")),
-        "live_waits": sum(1 for j in jobs if views[j["job"]]["started_at"] - views[j["job"]]["submitted_at"] > round_s),
+        "live_waits": live_waits(live, round_s),
         "jobs": jobs,
         "live_allocations": live["allocations"],  # the raw history, to recompute the match offline
     }  # fmt: skip
