@@ -217,9 +217,12 @@ def test_api_submit_get_list_cancel_idempotent(served):
     for ref in ("999999", str(2**31), str(2**63 - 1), "9" * 30, "%C2%B9", "no-such-job"):
         assert httpx.get(f"{url}/api/jobs/{ref}").status_code == 404, ref
         assert httpx.post(f"{url}/api/jobs/{ref}/cancel").status_code == 404, ref
-    huge = httpx.post(
-        f"{url}/api/jobs", json={**TINY, "name": "pg-huge", "steps": 2**53}
-    )  # the API's maximum
+    huge = httpx.post(  # the API's maximum: ~10^8 days of work, so it must ask to wait for a larger cluster
+        f"{url}/api/jobs", json={**TINY, "name": "pg-huge", "steps": 2**53, "wait_for_resources": True}
+    )
+    assert (
+        httpx.post(f"{url}/api/jobs", json={**TINY, "name": "pg-huge", "steps": 2**53}).status_code == 422
+    )  # refused as infeasible without it
     assert huge.status_code == 201, huge.text
     assert httpx.get(f"{url}/api/jobs/{huge.json()['job']['id']}").json()["total_steps"] == 2**53
 
