@@ -54,8 +54,10 @@ def _torch_version() -> str:
 
 def cache_dir() -> Path:
     """Where built shims live: ``TESSERA_CACHE_DIR``, else ``$TESSERA_HOME``, else ``~/.cache/tessera``."""
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.environ.get("TESSERA_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tessera"
+    root = (
+        os.environ.get("TESSERA_CACHE_DIR")
+        or os.environ.get("TESSERA_HOME")
+        or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tessera")
     )
     return Path(root)
 
