@@ -62,6 +62,16 @@ class Served:
         self.thread.join(timeout=20)
 
 
+def submit(s: Served, body: dict) -> int:
+    r = httpx.post(f"{s.url}/api/jobs", json=body, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()["job"]["id"]
+
+
+def job(s: Served, jid: int) -> dict:
+    return httpx.get(f"{s.url}/api/jobs/{jid}", timeout=30).json()
+
+
 def wait_for(pred, timeout_s: float, what: str, interval_s: float = 0.5):
     """Poll ``pred`` until it returns something truthy (returned), or fail naming ``what``."""
     deadline = time.time() + timeout_s

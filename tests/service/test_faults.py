@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Served, free_port, start_server_process, wait_for
+from conftest import Served, free_port, job, start_server_process, submit, wait_for
 
 from tessera.service.config import ServiceConfig
 from tessera.service.ray_backend import kill_leftovers
@@ -46,16 +46,6 @@ def served(tmp_path_factory):
     yield s
     s.close()
     service.stop()
-
-
-def submit(s: Served, body: dict) -> int:
-    r = httpx.post(f"{s.url}/api/jobs", json=body, timeout=30)
-    assert r.status_code == 201, r.text
-    return r.json()["job"]["id"]
-
-
-def job(s: Served, jid: int) -> dict:
-    return httpx.get(f"{s.url}/api/jobs/{jid}", timeout=30).json()
 
 
 def ended(s: Served, jid: int) -> dict | None:

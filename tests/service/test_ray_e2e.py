@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import EXAMPLES, Served, wait_for
+from conftest import EXAMPLES, Served, job, submit, wait_for
 
 from tessera.service.config import ServiceConfig
 from tessera.service.server import Service
@@ -44,16 +44,6 @@ def served(tmp_path_factory):
     s.close()
     service.stop()
     assert not service.controller.gangs
-
-
-def submit(s: Served, body: dict) -> int:
-    r = httpx.post(f"{s.url}/api/jobs", json=body, timeout=30)
-    assert r.status_code == 201, r.text
-    return r.json()["job"]["id"]
-
-
-def job(s: Served, jid: int) -> dict:
-    return httpx.get(f"{s.url}/api/jobs/{jid}", timeout=30).json()
 
 
 def done(s: Served, ids: list[int]) -> list[dict] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import Served, wait_for
+from conftest import Served, job, submit, wait_for
 
 from tessera.service.config import ServiceConfig
 from tessera.service.server import Service
@@ -33,16 +33,6 @@ def served(tmp_path_factory):
     s.close()
     service.stop()
     assert not service.controller.gangs
-
-
-def submit(s: Served, body: dict) -> int:
-    r = httpx.post(f"{s.url}/api/jobs", json=body, timeout=30)
-    assert r.status_code == 201, r.text
-    return r.json()["job"]["id"]
-
-
-def job(s: Served, jid: int) -> dict:
-    return httpx.get(f"{s.url}/api/jobs/{jid}", timeout=30).json()
 
 
 @pytest.mark.timeout(600)
