@@ -101,6 +101,12 @@ class JobSpec(BaseModel):
         min_length=1,
         description="a local text file read as byte-level tokens (default: seeded synthetic tokens)",
     )
+    from_scratch: bool = Field(
+        default=False,
+        strict=True,
+        description="keep random initialization for pre-training; with a Hugging Face model directory the "
+        "weights are loaded unless this is set",
+    )
     on_nonfinite_loss: Literal["fail", "skip"] = Field(
         default="fail",
         description="a NaN or infinite loss: `fail` ends the job FAILED at that step (no relaunch); `skip` "
