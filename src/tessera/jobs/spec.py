@@ -6,7 +6,7 @@ import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -46,6 +46,54 @@ class JobSpecError(ValueError):
 # ``1e309``, which JSON parsers read as inf, are refused naming the field): pydantic's lax mode would coerce them.
 _INT = {"strict": True}
 _FLOAT = {"strict": True, "allow_inf_nan": False}
+
+
+class DataSpec(BaseModel):
+    """A local dataset read through ``datasets``, tokenized once (cached on disk), packed into ``seq_len``
+    sequences and shuffled by the job's seed, with an optional held-out validation split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(
+        min_length=1,
+        description="a .jsonl/.json/.parquet/.txt file, a directory of such files, or a directory written by "
+        "`datasets.Dataset.save_to_disk`",
+    )
+    format: Literal["auto", "jsonl", "json", "parquet", "text", "arrow"] = Field(
+        default="auto", description="auto: from the file suffixes (a save_to_disk directory: arrow)"
+    )
+    text_field: str = Field(default="text", min_length=1, description="the column holding the text")
+    tokenizer: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a tokenizer directory (`save_pretrained`) or tokenizer.json, or `bytes` (byte-level ids); "
+        "default: the model directory's",
+    )
+    val_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="share of the packed sequences held out", **_FLOAT
+    )
+    val_samples: int | None = Field(
+        default=None, ge=1, description="held-out sequences (instead of val_fraction)", **_INT
+    )
+    val_every_steps: int | None = Field(
+        default=None, ge=1, description="steps between validation losses (default: ~10 per run)", **_INT
+    )
+    cache_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        description="where tokenized data is cached (default: $TESSERA_HOME/cache/datasets or "
+        "~/.cache/tessera/datasets)",
+    )
+
+    @model_validator(mode="after")
+    def _one_val_size(self) -> DataSpec:
+        if self.val_samples is not None and self.val_fraction > 0:
+            raise ValueError("give val_fraction or val_samples, not both")
+        return self
+
+    def to_runtime(self) -> dict[str, Any]:
+        """Plain data for ``tessera.runtime.dataset.TokenizedData(**...)`` (the runtime never sees a JobSpec)."""
+        return self.model_dump(mode="json")
 
 
 class JobSpec(BaseModel):
@@ -96,10 +144,44 @@ class JobSpec(BaseModel):
         description="queue the job even when no Cell of the cluster can run it now (it waits for larger "
         "or more GPUs); by default such a job is refused at submission with the planner's reason",
     )
-    data: str | None = Field(
+    data: Annotated[str, Field(min_length=1)] | DataSpec | None = Field(
         default=None,
-        min_length=1,
-        description="a local text file read as byte-level tokens (default: seeded synthetic tokens)",
+        description="a local text file read as byte-level tokens, or a dataset mapping (path, text_field, "
+        "tokenizer, val_fraction | val_samples, val_every_steps, cache_dir); default: seeded synthetic tokens",
+    )
+    force_data_change: bool = Field(
+        default=False,
+        strict=True,
+        description="resume from a checkpoint written on other data (by default such a resume is refused)",
+    )
+    warmup_steps: int = Field(
+        default=0, ge=0, description="learning rate rises linearly from 0 over these steps", **_INT
+    )
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        default="constant",
+        description="after warm-up: keep, or decay linearly / by cosine to min_learning_rate",
+    )
+    min_learning_rate: float = Field(
+        default=0.0, ge=0, description="where linear or cosine decay ends (at the last step)", **_FLOAT
+    )
+    grad_clip_norm: float | None = Field(
+        default=None,
+        gt=0,
+        description="clip the gradient to this global L2 norm (default: no clipping)",
+        **_FLOAT,
+    )
+    weight_decay: float | None = Field(
+        default=None,
+        ge=0,
+        description="default: the optimizer's (adamw 0.01, adam and sgd 0); applied to every parameter",
+        **_FLOAT,
+    )
+    dropout: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="dropout probability of every dropout in the model (default: the model's own)",
+        **_FLOAT,
     )
     from_scratch: bool = Field(
         default=False,
@@ -160,6 +242,24 @@ class JobSpec(BaseModel):
             raise ValueError(e.args[0] if e.args else str(e)) from None
         return v
 
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_form(cls, v: Any) -> Any:
+        """A path string or a dataset mapping; a mapping's error names its own field (``data.text_field``)."""
+        if isinstance(v, dict):
+            try:
+                return DataSpec.model_validate(v)
+            except ValidationError as e:
+                first = e.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"])
+                msg = first["msg"].removeprefix("Value error, ")
+                raise ValueError(f"{loc}: {msg}" if loc else msg) from None
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("an empty path")
+        if v is not None and not isinstance(v, str | DataSpec):
+            raise ValueError(f"expected a file path or a mapping, got {type(v).__name__}")
+        return v
+
     @field_validator("gpu_types", "exclude_gpu_types")
     @classmethod
     def _known_gpus(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -174,10 +274,26 @@ class JobSpec(BaseModel):
     def _work_and_preferences(self) -> JobSpec:
         if (self.steps is None) == (self.samples is None):
             raise ValueError("give exactly one of steps or samples (the amount of work)")
+        if self.min_learning_rate > self.learning_rate:
+            raise ValueError(
+                f"min_learning_rate {self.min_learning_rate} is above learning_rate {self.learning_rate}"
+            )
         clash = set(self.gpu_types) & set(self.exclude_gpu_types)
         if clash:
             raise ValueError(f"GPU types both preferred and excluded: {', '.join(sorted(clash))}")
         return self
+
+    def training_options(self) -> dict[str, Any]:
+        """The optimizer-side fields as plain data for ``tessera.runtime.schedule.Training(**...)``."""
+        return {
+            "learning_rate": self.learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "lr_schedule": self.lr_schedule,
+            "min_learning_rate": self.min_learning_rate,
+            "grad_clip_norm": self.grad_clip_norm,
+            "weight_decay": self.weight_decay,
+            "dropout": self.dropout,
+        }
 
     @property
     def total_steps(self) -> int:
@@ -249,4 +365,11 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     data_file = out.get("data")
     if isinstance(data_file, str) and (base / data_file).is_file():
         out["data"] = str((base / data_file).resolve())
+    elif isinstance(data_file, dict):
+        data_map = dict(data_file)
+        for key in ("path", "tokenizer", "cache_dir"):
+            value = data_map.get(key)
+            if isinstance(value, str) and value != "bytes" and (base / value).exists():
+                data_map[key] = str((base / value).resolve())
+        out["data"] = data_map
     return out
