@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -37,6 +37,9 @@ class GPUSpec:
     link: LinkSpec
     context_bytes: int
     aliases: tuple[str, ...] = ()
+    threads: int | None = (
+        None  # CPU stand-ins: torch threads per device (None: the host's cores shared by its ranks)
+    )
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s for a training precision, falling back when the part lacks that mode."""
@@ -90,8 +93,8 @@ def _alias_index() -> dict[str, str]:
 
 def get_gpu(name: str) -> GPUSpec:
     """Look a GPU type up by name or alias (case-insensitive); unknown names list the nearest matches."""
-    if name.lower() == "cpu":
-        return CPU_DEVICE
+    if name.lower() in CPU_DEVICES:
+        return CPU_DEVICES[name.lower()]
     canonical = _alias_index().get(name.lower())
     if canonical is None:
         raise UnknownNameError("GPU type", name, gpu_catalog().keys())
@@ -108,3 +111,12 @@ CPU_DEVICE = GPUSpec(
     link=LinkSpec(kind="loopback", bandwidth_Bps=5e9),
     context_bytes=0,
 )
+# The embedded service cluster's devices (preset ``embedded``): one pinned core each, one torch thread, priced
+# from profiles of this machine taken under the same conditions. ``cpu-half`` shares its core with a busy
+# neighbour process at equal priority, so it really gets half the core: a slower device type whose speed
+# difference is real and measured, never a label.
+CPU_CORE_DEVICE = replace(CPU_DEVICE, name="cpu-core", memory_bytes=8 * 2**30, threads=1)
+CPU_HALF_DEVICE = replace(
+    CPU_CORE_DEVICE, name="cpu-half", flops={"fp32": 0.5e11, "tf32": None, "fp16": None, "bf16": 0.5e11}
+)
+CPU_DEVICES = {d.name: d for d in (CPU_DEVICE, CPU_CORE_DEVICE, CPU_HALF_DEVICE)}

@@ -229,10 +229,13 @@ def _host_cpus() -> int:
 
 def device_key(plan: Plan, d: Device, topo: Topology) -> str:
     """The profile key of device ``d`` in ``plan``: its GPU type; on the CPU stand-in, the threads its process
-    gets when all of the plan's processes on its node share the host's cores (as the runtime sets them)."""
+    gets when all of the plan's processes on its node share the host's cores (as the runtime sets them), or
+    the fixed thread count of a CPU device type that has one (the embedded service's pinned-core devices)."""
     gpu = topo.gpu(d)
     if gpu.arch != "cpu":
         return gpu.name
+    if gpu.threads:
+        return profile_device(gpu.name, gpu.threads)
     sharing = sum(1 for x in plan.devices if x.node == d.node)
     return profile_device(gpu.name, max(1, _host_cpus() // max(1, sharing)))
 
