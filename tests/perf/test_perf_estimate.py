@@ -49,10 +49,18 @@ def test_estimate_is_frozen_and_parts_add_up(gpt2):
 def test_single_stage_single_device_matches_layer_sum(gpt2):
     """One device, one micro-batch: iteration = Σ layers (fwd + bwd + optimizer step) — nothing else to add."""
     from tessera.hardware import get_gpu
+    from tessera.perf.compute import block_shape
 
-    e = estimate_plan(_plan(gpt2, gpu_type="A100-40GB", micro_batches=1, precision="bf16"), gpt2)
+    plan = _plan(gpt2, gpu_type="A100-40GB", micro_batches=1, precision="bf16")
+    e = estimate_plan(plan, gpt2)
     gpu = get_gpu("A100-40GB")
-    expect = sum(layer_time(layer, gpu, micro_batch=16, precision="bf16").total_s for layer in gpt2.layers)
+    shape = block_shape(gpt2.arch, gpt2.seq_len, plan.attention.value)  # blocks priced by kernel class
+    expect = sum(
+        layer_time(
+            layer, gpu, micro_batch=16, precision="bf16", shape=shape if layer.kind == "transformer" else None
+        ).total_s
+        for layer in gpt2.layers
+    )
     step = sum(optimizer_time(layer, gpu, precision="bf16")[0] for layer in gpt2.layers)
     assert step > 0 and e.optimizer_s == pytest.approx(step)
     assert e.iteration_time_s == pytest.approx(expect + step)

@@ -24,12 +24,17 @@ On the CPU stand-in device the "device" of one process is the cores it is given:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
+import yaml
+
 from tessera.hardware import GPUSpec
-from tessera.models.spec import RECOMPUTED_KINDS, Layer, TPShard
+from tessera.models.spec import RECOMPUTED_KINDS, Layer, TPShard, TransformerArch
 
 HALF_PRECISIONS = ("bf16", "fp16", "bf16-master")
 
@@ -82,6 +87,192 @@ DEFAULT_CURVES: dict[str, EfficiencyCurve] = {
     "hopper": EfficiencyCurve(max_fraction=0.6, half_flops=4.0e9),
     "cpu": EfficiencyCurve(max_fraction=0.5, half_flops=1.0e7, memory_fraction=0.6),
 }
+
+
+@dataclass(frozen=True)
+class MeasuredKernels:
+    """Published kernel measurements of one GPU type (``tessera/hardware/efficiency.yaml``).
+
+    ``gemm``: a curve fitted to measured single-GEMM throughputs by size (None: no size-resolved table, the
+    arch curve stays); ``attention_fwd``/``attention_bwd``: FlashAttention's achieved fraction of peak
+    (None: not measured). ``sources`` names where each figure was published."""
+
+    gemm: EfficiencyCurve | None = None
+    attention_fwd: float | None = None
+    attention_bwd: float | None = None
+    sources: tuple[str, ...] = ()
+
+
+def fit_curve(points: list[tuple[float, float]], memory_fraction: float = 0.8) -> EfficiencyCurve:
+    """The saturating curve ``max · F / (F + half)`` closest in log space to measured (FLOPs, fraction) points:
+    a grid over max ∈ [0.30, 0.99] and half ∈ [1e6, 1e13] FLOPs (fine enough for the tables' scatter)."""
+    best: tuple[float, float, float] | None = None
+    for i in range(30, 100):
+        mx = i / 100
+        for j in range(120, 261):
+            half = 10 ** (j / 20)
+            err = sum((math.log(mx * F / (F + half)) - math.log(f)) ** 2 for F, f in points)
+            if best is None or err < best[0]:
+                best = (err, mx, half)
+    assert best is not None
+    return EfficiencyCurve(
+        max_fraction=best[1], half_flops=best[2], min_fraction=0.001, memory_fraction=memory_fraction
+    )
+
+
+def _entry_kernels(entry: dict, peak: float) -> MeasuredKernels:
+    gemm = entry.get("gemm") or {}
+    sources = [str(gemm["source"])] if gemm.get("points") else []
+    curve = None
+    if gemm.get("points"):
+        pts = [(2.0 * b * m * n * k, float(v) / peak) for b, m, n, k, v in gemm["points"]]
+        curve = fit_curve(pts)
+    att = entry.get("attention") or {}
+    fwd = bwd = None
+    if att.get("points"):
+        fwd = sum(float(p[-1]) for p in att["points"]) / len(att["points"]) / peak
+        sources.append(str(att["source"]))
+    elif att.get("forward_fraction") is not None:
+        fwd = float(att["forward_fraction"])
+        sources.append(str(att["source"]))
+    if fwd is not None:
+        if att.get("backward_fraction") is not None:
+            bwd = float(att["backward_fraction"])
+        elif att.get("backward_over_forward") is not None:
+            bwd = fwd * float(att["backward_over_forward"])
+            sources.append(str(att["backward_source"]))
+        else:
+            bwd = fwd
+    return MeasuredKernels(gemm=curve, attention_fwd=fwd, attention_bwd=bwd, sources=tuple(sources))
+
+
+@cache
+def _measured_table() -> dict[str, dict]:
+    text = resources.files("tessera.hardware").joinpath("efficiency.yaml").read_text()
+    table: dict[str, dict] = {}
+    for group, entry in (yaml.safe_load(text) or {}).items():
+        for name in entry.get("gpus", ()):
+            table[str(name)] = {**entry, "group": group}
+    return table
+
+
+_KERNELS: dict[tuple[str, float], MeasuredKernels] = {}
+
+
+def measured_kernels(gpu: GPUSpec) -> MeasuredKernels:
+    """The published kernel measurements for ``gpu`` (empty where the data file has none for its type)."""
+    entry = _measured_table().get(gpu.name)
+    if entry is None:
+        return MeasuredKernels()
+    key = (gpu.name, gpu.peak_flops("bf16"))
+    hit = _KERNELS.get(key)
+    if hit is None:
+        hit = _KERNELS[key] = _entry_kernels(entry, key[1])
+    return hit
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """The GEMM and attention shape of one dense transformer block, per sample: what the measured kernel curves
+    are indexed by (a block's FLOPs alone hide that a 125M model's GEMMs are small and its elementwise traffic
+    large next to them). Widths are the whole layer's; a TP rank runs its share of the output widths."""
+
+    hidden: int
+    qkv_width: int  # q + k + v output width
+    ffn_in_width: int  # fc_in (gate + up under SwiGLU)
+    ffn_hidden: int
+    seq_len: int
+    attention: str = "flash"  # the plan's attention kernel: flash | math
+
+    def gemms(self, tokens: float, frac: float) -> tuple[tuple[float, float, float], ...]:
+        """(m, n, k) of the block's four forward GEMMs on a rank doing ``frac`` of the layer."""
+        h = self.hidden
+        return (
+            (tokens, self.qkv_width * frac, h),
+            (tokens, h, h * frac),
+            (tokens, self.ffn_in_width * frac, h),
+            (tokens, h, self.ffn_hidden * frac),
+        )
+
+
+def block_shape(arch: TransformerArch, seq_len: int, attention: str = "flash") -> BlockShape:
+    """The dense block shape of ``arch`` (MoE blocks are not dense: callers pass none for them)."""
+    gated = 2 if arch.mlp == "swiglu" else 1
+    return BlockShape(
+        hidden=arch.hidden,
+        qkv_width=arch.hidden + 2 * arch.kv_hidden,
+        ffn_in_width=gated * arch.ffn_hidden,
+        ffn_hidden=arch.ffn_hidden,
+        seq_len=seq_len,
+        attention=attention,
+    )
+
+
+@dataclass(frozen=True)
+class BlockTerms:
+    """One forward of a dense block on one rank, kernel class by kernel class (they run one after another)."""
+
+    gemm_s: float
+    attention_fwd_s: float
+    attention_bwd_s: float  # the attention core's backward (2 × its forward FLOPs, at its backward rate)
+    elementwise_s: float  # norms, activations, dropout, residuals: memory-bound, not hidden behind GEMMs
+
+    @property
+    def fwd_s(self) -> float:
+        return self.gemm_s + self.attention_fwd_s + self.elementwise_s
+
+    @property
+    def bwd_s(self) -> float:
+        return 2.0 * self.gemm_s + self.attention_bwd_s + 2.0 * self.elementwise_s
+
+
+def block_terms(
+    layer: Layer,
+    shape: BlockShape,
+    gpu: GPUSpec,
+    *,
+    tp: int = 1,
+    micro_batch: float = 1,
+    precision: str = "fp32",
+    ratio: float | None = None,
+    curves: Mapping[str, EfficiencyCurve] | None = None,
+) -> BlockTerms:
+    """A dense block priced kernel class by kernel class from measured efficiencies.
+
+    * GEMMs, each at the GEMM curve's fraction for its own FLOPs: the curve fitted to the GPU's published GEMM
+      table (``efficiency.yaml``), else the arch curve; a calibrated curve for the type (``curves``) wins.
+    * The attention core (the layer's FLOPs beyond its GEMMs: QKᵀ and softmax·V) at FlashAttention's measured
+      forward and backward fraction where published and the plan uses flash, else at the GEMM curve.
+    * Elementwise work as memory traffic: the activations the block writes (its saved-activation bytes, halved
+      in half precision) at the achievable bandwidth, added rather than overlapped — these are separate
+      memory-bound kernels (norms, GELU, dropout, residual adds), a large share of a small block's time.
+    """
+    frac = shard_fraction(layer, tp, ratio)
+    tokens = micro_batch * shape.seq_len
+    peak = gpu.peak_flops(precision)
+    measured = measured_kernels(gpu)
+    table = curves or {}
+    curve = table.get(gpu.name) or measured.gemm or curve_for(gpu, curves)
+    gemm_s = gemm_flops = 0.0
+    for m, n, k in shape.gemms(tokens, frac):
+        f = 2.0 * m * n * k
+        gemm_flops += f
+        gemm_s += f / (peak * curve.fraction(f)) if f > 0 else 0.0
+    core = max(0.0, layer.fwd_flops_per_sample * micro_batch * frac - gemm_flops)
+    if shape.attention == "flash" and measured.attention_fwd and gpu.name not in table:
+        att_f = core / (peak * measured.attention_fwd)
+        att_b = 2.0 * core / (peak * (measured.attention_bwd or measured.attention_fwd))
+    else:
+        att_f = core / (peak * curve.fraction(core)) if core > 0 else 0.0
+        att_b = 2.0 * att_f
+    half = precision in HALF_PRECISIONS
+    act = (
+        (layer.act_bytes_per_sample * frac + layer.out_bytes_per_sample)
+        * micro_batch
+        * (0.5 if half else 1.0)
+    )
+    bw = gpu.memory_bandwidth_Bps * curve_for(gpu, curves).memory_fraction
+    return BlockTerms(gemm_s=gemm_s, attention_fwd_s=att_f, attention_bwd_s=att_b, elementwise_s=act / bw)
 
 
 def curve_for(gpu: GPUSpec, curves: Mapping[str, EfficiencyCurve] | None = None) -> EfficiencyCurve:
@@ -137,7 +328,7 @@ class LayerTime:
 
     fwd_s: float
     bwd_s: float  # includes any recompute
-    source: str = "roofline"  # "roofline" | "profile"
+    source: str = "roofline"  # "roofline" | "kernels" (measured kernel curves by shape) | "profile"
 
     @property
     def total_s(self) -> float:
@@ -392,13 +583,17 @@ def layer_time(
     curves: Mapping[str, EfficiencyCurve] | None = None,
     device_type: str | None = None,
     impl: str = "own",
+    shape: BlockShape | None = None,
 ) -> LayerTime:
     """Forward and backward seconds of ``layer`` for one micro-batch on one rank of a TP group.
 
     ``ratio`` is this rank's shard ratio (uneven TP); ``attention_core_fraction`` the share of the layer's
     forward FLOPs that selective recompute repeats (the attention core: QKᵀ and softmax·V). ``device_type``
     is the profile key of the device (:func:`profile_device`; default the GPU's name, also the fallback);
-    ``impl`` the TP implementation the runtime uses for this shard (``dtensor`` for even splits).
+    ``impl`` the TP implementation the runtime uses for this shard (``dtensor`` for even splits); ``shape``
+    the dense block's GEMM shape: where given (and nothing was profiled) a GPU prices the block kernel class
+    by kernel class from measured efficiencies (:func:`block_terms`, source ``kernels``) instead of the
+    whole-layer roofline.
     """
     if micro_batch <= 0:
         return LayerTime(0.0, 0.0)
@@ -431,6 +626,12 @@ def layer_time(
     if measured is not None:
         fwd, bwd = measured
         source = "profile"
+    elif shape is not None and layer.kind == "transformer" and gpu.arch != "cpu":
+        terms = block_terms(
+            layer, shape, gpu, tp=tp, micro_batch=micro_batch, precision=precision, ratio=ratio, curves=curves
+        )
+        fwd, bwd = terms.fwd_s, terms.bwd_s
+        source = "kernels"
     else:
         fwd = forward_roofline(
             layer, gpu, tp=tp, micro_batch=micro_batch, precision=precision, ratio=ratio, curves=curves

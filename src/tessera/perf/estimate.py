@@ -60,6 +60,8 @@ from tessera.perf.comm import (
 )
 from tessera.perf.compute import (
     HALF_PRECISIONS,
+    BlockShape,
+    block_shape,
     layer_signature,
     layer_time,
     optimizer_time,
@@ -351,6 +353,7 @@ def _stage_time(
     ratios = stage.ratios()
     tp_degree = stage.tp_degree
     impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
+    shape = _block_shape(spec, plan.attention.value)
     elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
@@ -382,6 +385,7 @@ def _stage_time(
                         layer, gpu, tp=tp, micro_batch=mb, precision=precision,
                         recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
                         attention_core_fraction=acf, device_type=dkey, impl=impl,
+                        shape=shape if layer.kind == "transformer" else None,
                     )  # fmt: skip
                     f = cost.compute_factor(gpu.name)
                     hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
@@ -411,6 +415,15 @@ def _stage_time(
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
+
+
+def _block_shape(spec: ModelSpec, attention: str) -> BlockShape | None:
+    """The dense block shape of a transformer spec (GPT/LLaMA/BERT families), for the measured kernel curves;
+    None for other families (their layers keep the whole-layer roofline)."""
+    arch = spec.arch
+    if not isinstance(arch, TransformerArch) or spec.seq_len < 1:
+        return None
+    return block_shape(arch, spec.seq_len, attention)
 
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
