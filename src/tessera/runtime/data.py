@@ -1,17 +1,24 @@
-"""Training data: seeded synthetic tokens (default) or a local text file through a byte-level tokenizer.
+"""Training data: seeded synthetic tokens (default), a local text file as bytes, or a tokenized local dataset.
 
 The whole global batch of step ``k`` is a pure function of (seed, k): every plan sees the same samples in
 the same order, which is what makes a resharded resume continue the exact loss trajectory. The data
-position saved in a checkpoint is therefore just the step.
+position saved in a checkpoint is therefore just the step. Each source also names its ``identity`` (what the
+data is, not where it lies), which the checkpoint records so a resume on other data is refused.
+
+Tokenized datasets (jsonl, parquet, text, ``save_to_disk`` directories) live in ``dataset.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from tessera.runtime.dataset import TokenizedData
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,9 @@ class SyntheticData:
     def batch(self, model: torch.nn.Module, step: int, batch_size: int, seq_len: int):
         g = torch.Generator().manual_seed((self.seed * 1_000_003 + step * 31 + 7) % (2**63))
         return model.make_batch(batch_size, seq_len, generator=g)  # type: ignore[operator]
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "synthetic", "seed": self.seed}
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,15 @@ class TextData:
         tok = torch.from_numpy(rows)
         return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
 
+    def identity(self) -> dict[str, Any]:
+        """The file's content hash (the same bytes elsewhere are the same data) and the id mapping."""
+        return {
+            "kind": "text",
+            "content": hashlib.sha256(_load_bytes(self.path).tobytes()).hexdigest()[:32],
+            "vocab": self.vocab,
+            "source": self.path,
+        }
+
 
 _CACHE: dict[str, np.ndarray] = {}
 
@@ -61,4 +80,13 @@ def _load_bytes(path: str) -> np.ndarray:
     return _CACHE[path]
 
 
-DataSource = SyntheticData | TextData
+def same_data(saved: dict[str, Any] | None, current: dict[str, Any]) -> bool:
+    """Whether a checkpoint's data identity is the current one (``source``, the path, may differ). A
+    checkpoint that recorded none (written before identities existed) matches anything."""
+    if not saved:
+        return True
+    strip = lambda d: {k: v for k, v in d.items() if k != "source"}  # noqa: E731
+    return strip(saved) == strip(current)
+
+
+DataSource = SyntheticData | TextData | TokenizedData

@@ -3,7 +3,13 @@
 The order of a step is fixed: pipeline schedule (forward/backward of every micro-batch, gradients
 accumulating) → gradients into the fp32 master copies when the plan keeps bf16 parameters → DP gradient
 sync → (fp16) unscale and skip on overflow → (``skip_nonfinite``) skip when any rank's loss or gradient is NaN or
-infinite → optimizer step (the owner only, under ZeRO) → updated parameters broadcast from their owners.
+infinite → (``grad_clip_norm``) clip to the global norm → optimizer step at the step's learning rate (the owner
+only, under ZeRO) → updated parameters broadcast from their owners.
+
+Clipping by global norm needs every element of the gradient counted exactly once across the world: a rank
+counts the parameters its DP group trusts it with (replica 0, the ZeRO owner, or its own FSDP shard), a
+TP-replicated one only on TP rank 0, and a parameter tied across stages only on the stage of its canonical
+layer; one 1-element SUM all-reduce then gives every rank the same norm, whatever the shares and degrees.
 
 A non-finite loss is otherwise the caller's to handle (the default, ``fail``: the worker ends the job at that
 step); ``skip_nonfinite`` costs one 1-element all-reduce per step, so every rank skips the same steps.
@@ -26,6 +32,7 @@ from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_fro
 from tessera.runtime.groups import Layout, build_layout
 from tessera.runtime.model import ModelFactory, TPSpec, layer_of, tied_groups
 from tessera.runtime.pipeline import PipelineRunner
+from tessera.runtime.schedule import Training, set_dropout
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.stage import ParamEntry, StageModel, build_stage
 from tessera.runtime.torch_parallel import (
@@ -40,14 +47,24 @@ from tessera.runtime.torch_pipeline import TorchPipelineRunner, torch_pipeline_f
 from tessera.runtime.transport import Transport
 
 
-def make_optimizer(kind: Optimizer | str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """The optimizers a Plan names, with fixed hyper-parameters so every plan (and the reference) agree."""
+def make_optimizer(
+    kind: Optimizer | str, params: list[nn.Parameter], lr: float, weight_decay: float | None = None
+) -> torch.optim.Optimizer:
+    """The optimizers a Plan names, with fixed hyper-parameters so every plan (and the reference) agree.
+
+    ``weight_decay`` None keeps each optimizer's default here (AdamW 0.01, Adam and SGD 0); it applies to
+    every parameter (decoupled for AdamW, L2 for Adam and SGD, as torch defines them)."""
     kind = Optimizer(kind)
     if kind == Optimizer.ADAMW:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01 if weight_decay is None else weight_decay)
     if kind == Optimizer.ADAM:
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay or 0.0)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay or 0.0)
+
+
+def clip_coefficient(total_norm: float, max_norm: float) -> float:
+    """``torch.nn.utils.clip_grad_norm_``'s factor: max_norm / (norm + 1e-6), at most 1."""
+    return min(1.0, max_norm / (total_norm + 1e-6))
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,8 @@ class StepStats:
     comm_s: float
     skipped: bool = False  # no optimizer update this step (fp16 overflow, or a skipped non-finite step)
     nonfinite: bool = False  # (skip_nonfinite) some rank's loss or gradient was NaN or infinite
+    grad_norm: float | None = None  # (grad_clip_norm) the global gradient norm before clipping
+    learning_rate: float | None = None  # the rate this step's update used
 
 
 class _LossScaler:
@@ -102,8 +121,10 @@ class Trainer:
         learning_rate: float,
         device: torch.device,
         skip_nonfinite: bool = False,
+        training: Training | None = None,
     ) -> None:
         self.plan = plan
+        self.training = training or Training(learning_rate=learning_rate)
         self.rank = rank
         self.device = device
         self.skip_nonfinite = skip_nonfinite
@@ -126,6 +147,8 @@ class Trainer:
             ties=ties,
             dtensor_tp=uses_dtensor(st.tp_degree, st.even_tp),
         )
+        if self.training.dropout is not None:
+            set_dropout(self.stage.module, self.training.dropout)
         self.fsdp = use_fsdp(plan, lay)
         if self.fsdp:
             _shard_stage(self.stage, lay, device)
@@ -150,7 +173,11 @@ class Trainer:
         zero_owned = plan.zero >= 1 and dp > 1 and not self.fsdp
         self.owners = assign_owners(self.masters, dp) if zero_owned else None
         mine = [p for p in self.masters if self.owners is None or self.owners[id(p)] == lay.replica]
-        self.optimizer = make_optimizer(plan.optimizer, mine, learning_rate)
+        self.optimizer = make_optimizer(plan.optimizer, mine, learning_rate, self.training.weight_decay)
+        self.learning_rate = learning_rate
+        self.norm_counted = [
+            self._counts_for_norm(e, m) for e, m in zip(self.entries, self.masters, strict=True)
+        ]
         self.sync = GradSync(
             [p for p in self.masters if id(p) not in tied_ids and id(p) not in self.dp_sharded],
             lay.dp_group,
@@ -165,6 +192,17 @@ class Trainer:
             self.runner = TorchPipelineRunner(lay, self.stage, device, self._autocast)
         else:
             self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
+
+    def _counts_for_norm(self, e: ParamEntry, m: nn.Parameter) -> bool:
+        """Whether this rank's gradient piece of ``e`` enters the global norm (each element exactly once)."""
+        if not self._holds(m):
+            return False
+        if e.spec.replicated and self.layout.tp_rank != 0:
+            return False
+        if any(c.fqn == e.fqn for c in self.stage.cross_stage):
+            st = self.layout.stage
+            return st.layer_start <= layer_of(e.fqn) < st.layer_end
+        return True
 
     def _fsdp_param(self, e: ParamEntry) -> bool:
         """Sharded over the DP group by FSDP2 (its gradient is reduce-scattered by FSDP, not by GradSync)."""
@@ -203,11 +241,11 @@ class Trainer:
         targets: torch.Tensor | None,
         *,
         capture_grads: bool = False,
+        learning_rate: float | None = None,
     ) -> StepStats:
+        """One optimizer step; ``learning_rate`` (the schedule's rate of this step) replaces the current one."""
         t0 = time.perf_counter()
         loss, compute_s, comm_s = self.forward_backward(inputs, targets)
-        if capture_grads:  # the synchronized full-batch gradient, before the optimizer touches it
-            self.captured_grads = self.grad_pieces()
         ok = self.scaler.unscale_and_check(self.masters) if self.scaler else True
         nonfinite = False
         if self.skip_nonfinite:
@@ -215,6 +253,17 @@ class Trainer:
             nonfinite = self._any_nonfinite(loss)
             comm_s += time.perf_counter() - t_check
             ok = ok and not nonfinite
+        grad_norm = None
+        if ok and self.training.grad_clip_norm is not None:  # ``ok`` agrees on every rank: so does the call
+            t_clip = time.perf_counter()
+            grad_norm = self.clip_grads(self.training.grad_clip_norm)
+            comm_s += time.perf_counter() - t_clip
+        if capture_grads:  # the synchronized full-batch gradient the optimizer applies (clipped, if asked)
+            self.captured_grads = self.grad_pieces()
+        if learning_rate is not None and learning_rate != self.learning_rate:
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate
+            self.learning_rate = learning_rate
         t1 = time.perf_counter()
         if ok:
             self.optimizer.step()
@@ -239,7 +288,46 @@ class Trainer:
             comm_s=comm_s,
             skipped=not ok,
             nonfinite=nonfinite,
+            grad_norm=grad_norm,
+            learning_rate=self.learning_rate,
         )
+
+    def global_grad_norm(self) -> float:
+        """The L2 norm of the whole model's gradient (fp32 masters), the same on every rank."""
+        sq = torch.zeros(1, dtype=torch.float64, device=self.device)
+        for m, counted in zip(self.masters, self.norm_counted, strict=True):
+            if counted and m.grad is not None:
+                sq += local(m.grad).detach().double().pow(2).sum()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(sq)
+        return math.sqrt(float(sq.item()))
+
+    def clip_grads(self, max_norm: float) -> float:
+        """Scale every gradient by ``clip_coefficient`` of the global norm; returns the norm before."""
+        norm = self.global_grad_norm()
+        coef = clip_coefficient(norm, max_norm)
+        if coef < 1.0:
+            for m in self.masters:
+                if m.grad is not None:
+                    local(m.grad).mul_(coef)
+        return norm
+
+    def evaluate(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> float:
+        """This rank's share of the loss on one batch, in eval mode (no dropout), leaving no gradient and no
+        update behind. It runs the same pipeline schedule as training (backward included, its gradients
+        dropped), so it works under every plan kind and costs about one training step's compute."""
+        module = self.stage.module
+        was_training = module.training
+        module.eval()
+        try:
+            loss, _ = self.runner.run(inputs, targets)
+        finally:
+            module.train(was_training)
+            for p in self.masters:
+                p.grad = None
+            for e in self.entries:
+                e.param.grad = None
+        return loss
 
     def _any_nonfinite(self, loss: float) -> bool:
         """Whether any rank's loss share or gradient is NaN or infinite (all ranks get the same answer)."""

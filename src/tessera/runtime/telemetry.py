@@ -29,6 +29,9 @@ class RankStep:
     comm_s: float
     peak_memory_bytes: int
     skipped: bool = False
+    val_loss: float | None = None  # this rank's share of the validation loss, on steps that validate
+    grad_norm: float | None = None  # the global gradient norm before clipping (when clipping)
+    learning_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class StepRecord:
     stages: tuple[StageTimes, ...]
     peak_memory_bytes: dict[int, int] = field(default_factory=dict)
     skipped: bool = False
+    val_loss: float | None = None  # loss on the held-out split, after this step's update (validating steps)
+    grad_norm: float | None = None  # global gradient norm before clipping (with grad_clip_norm)
+    learning_rate: float | None = None  # the rate this step's update used
 
     def to_json(self) -> str:
         d: dict[str, Any] = asdict(self)
@@ -77,7 +83,16 @@ def merge(parts: list[RankStep], global_batch: int) -> StepRecord:
         ),
         peak_memory_bytes={p.rank: p.peak_memory_bytes for p in sorted(parts, key=lambda p: p.rank)},
         skipped=any(p.skipped for p in parts),
+        val_loss=_sum_reported([p.val_loss for p in parts if p.reports_loss]),
+        grad_norm=next((p.grad_norm for p in parts if p.grad_norm is not None), None),
+        learning_rate=next((p.learning_rate for p in parts if p.learning_rate is not None), None),
     )
+
+
+def _sum_reported(values: list[float | None]) -> float | None:
+    """The step's value from the loss-reporting ranks' shares; None where none reported one."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 class JsonlWriter:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from tessera import cpu_affinity
 from tessera.plan import Plan
 from tessera.runtime import checkpoint
-from tessera.runtime.data import SyntheticData
+from tessera.runtime.data import DataSource, SyntheticData, same_data
 from tessera.runtime.engine import Trainer
 from tessera.runtime.model import ZooModel
 from tessera.runtime.options import RunOptions
@@ -49,6 +49,52 @@ class WorkerArgs:
     port: int
     backend: str
     jobs: tuple[tuple[Plan, RunOptions], ...]
+
+
+class DataChanged(RuntimeError):
+    """A resume on data other than the checkpoint's (``force_data_change`` allows it)."""
+
+
+def check_resume_data(saved: dict[str, Any] | None, current: dict[str, Any], where: str, force: bool) -> None:
+    """Refuse to continue a run on other data than its checkpoint's, unless forced."""
+    if force or same_data(saved, current):
+        return
+    assert saved is not None
+    raise DataChanged(
+        f"data: the checkpoint {where} was written while training on {_describe(saved)}, but this run reads "
+        f"{_describe(current)}; resume on the original data, or set force_data_change to continue anyway"
+    )
+
+
+def _describe(ident: dict[str, Any]) -> str:
+    kind = ident.get("kind")
+    if kind == "synthetic":
+        return f"synthetic tokens (seed {ident.get('seed')})"
+    src = ident.get("source", "?")
+    content = str(ident.get("content", ""))[:12]
+    if kind == "dataset":
+        return f"dataset {src} (content {content}, val_fraction {ident.get('val_fraction')}, val_samples {ident.get('val_samples')})"
+    return f"{kind} {src} (content {content})"
+
+
+def validation_loss(trainer: Trainer, data: DataSource, plan: Plan, needs_data: bool) -> float | None:
+    """This rank's share of the mean loss over the validation split's batches (None: the data has none)."""
+    count = getattr(data, "val_batch_count", None)
+    n = count(plan.global_batch, plan.seq_len) if count is not None else 0
+    if n == 0:
+        return None
+    total = 0.0
+    for b in range(n):
+        inputs = targets = None
+        if needs_data:
+            inputs, targets = data.val_batch(b, plan.global_batch, plan.seq_len)  # type: ignore[union-attr]
+        total += trainer.evaluate(inputs, targets)
+    return total / n
+
+
+def should_validate(data: DataSource, done: int, total_steps: int) -> bool:
+    every = getattr(data, "val_every", None)
+    return every is not None and (done % every(total_steps) == 0 or done == total_steps)
 
 
 class LossDiverged(RuntimeError):
@@ -87,14 +133,17 @@ def _inject(options: RunOptions, rank: int, step: int) -> None:
 def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str, queue: Any) -> None:
     device = device_for(plan, rank, backend)
     factory = options.model or ZooModel(plan.model)
+    training = options.training()
     trainer = Trainer(
-        plan, rank, factory, seed=options.seed, learning_rate=options.learning_rate, device=device,
-        skip_nonfinite=options.on_nonfinite_loss == "skip",
+        plan, rank, factory, seed=options.seed, learning_rate=training.lr_at(0, options.steps), device=device,
+        skip_nonfinite=options.on_nonfinite_loss == "skip", training=training,
     )  # fmt: skip
     data = options.data or SyntheticData(options.seed)
+    data_identity = data.identity()
     start = 0
     if options.resume_from:
         ckpt = checkpoint.load(options.resume_from)
+        check_resume_data(ckpt.meta.get("data"), data_identity, str(ckpt.path), options.force_data_change)
         trainer.load_full(ckpt.params, ckpt.optim)
         start = ckpt.step
     queue.put(("ready", index, rank, None))
@@ -111,9 +160,13 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
         if needs_data:
             inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
         capture = options.capture_grads and step == start
-        stats = trainer.step(step, inputs, targets, capture_grads=capture)
+        lr = training.lr_at(step, options.steps)
+        stats = trainer.step(step, inputs, targets, capture_grads=capture, learning_rate=lr)
         if capture:
             grads = trainer.captured_grads
+        val = None
+        if should_validate(data, step + 1, options.steps):
+            val = validation_loss(trainer, data, plan, needs_data)
         report = RankStep(
             job=index,
             rank=rank,
@@ -126,6 +179,9 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
             comm_s=stats.comm_s,
             peak_memory_bytes=peak_memory_bytes(device),
             skipped=stats.skipped,
+            val_loss=val,
+            grad_norm=stats.grad_norm,
+            learning_rate=stats.learning_rate,
         )
         queue.put(("step", index, rank, report))
         diverged = divergence(stats.loss, step) if stats.reports_loss else None
@@ -134,7 +190,13 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
         done = step + 1
         every = options.checkpoint_every
         if options.checkpoint_dir and ((every and done % every == 0) or done == options.steps):
-            meta = {"plan": plan.to_dict(), "seed": options.seed, "data_position": done, "model": plan.model}
+            meta = {
+                "plan": plan.to_dict(),
+                "seed": options.seed,
+                "data_position": done,
+                "data": data_identity,
+                "model": plan.model,
+            }
             checkpoint.save(
                 options.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
             )
