@@ -98,13 +98,17 @@ class TokenizedData:
 
     def batch(self, model: torch.nn.Module, step: int, batch_size: int, seq_len: int):
         """(inputs, targets) of ``step``: ``batch_size`` training sequences of ``seq_len`` tokens."""
-        split = self._split(seq_len)
-        n = len(split.train)
+        return self._rows(self.train_rows(step, batch_size, seq_len), seq_len)
+
+    def train_rows(self, step: int, batch_size: int, seq_len: int) -> list[int]:
+        """The packed-sequence indices of ``step``'s batch (a pure function of the seed and the step)."""
+        train = self._split(seq_len).train
+        n = len(train)
         rows = []
         for i in range(batch_size):
             j = step * batch_size + i
-            rows.append(split.train[_epoch_perm(self.seed, j // n, n)[j % n]])
-        return self._rows(rows, seq_len)
+            rows.append(int(train[_epoch_perm(self.seed, j // n, n)[j % n]]))
+        return rows
 
     def val_batch_count(self, batch_size: int, seq_len: int) -> int:
         """Full batches of the validation split (at least one when it has any sequence); 0: no validation."""
@@ -187,7 +191,11 @@ class TokenizedData:
             "version": FORMAT_VERSION,
             "format": fmt,
             "field": self.text_field,
-            "files": [[str(f.relative_to(root)), h] for f, h in zip(files, hashes, strict=True)],
+            # a single file's name is not part of what it is; a directory's layout is
+            "files": [
+                ["" if base.is_file() else str(f.relative_to(root)), h]
+                for f, h in zip(files, hashes, strict=True)
+            ],
             "tokenizer": "bytes" if tok == "bytes" else _tokenizer_hash(self._cache_root(), tok),
         }
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
