@@ -1,0 +1,154 @@
+"""Where a Hugging Face model lives on this machine, and reading/writing its safetensors one tensor at a time.
+
+A model is named by a directory as ``save_pretrained`` writes it (``config.json`` + ``*.safetensors``), by its
+``config.json``, or by a repository id already in the local Hugging Face cache (``$HF_HUB_CACHE``, else
+``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``). Nothing is downloaded: a model that is not there is one
+:class:`HFModelNotFound` naming every place looked at.
+
+Reading goes through ``safetensors.safe_open`` key by key, so a pipeline stage reads only its own layers'
+tensors (never the whole checkpoint); :data:`READ_KEYS` records what this process read, for tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+READ_KEYS: list[str] = []  # every tensor key this process read from safetensors files, in order
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class HFModelNotFound(FileNotFoundError):
+    """No model directory, config.json or cached repository under the given name (says where it looked)."""
+
+
+def hub_cache() -> Path:
+    """The Hugging Face hub cache as the environment names it now (read at call time, not import time)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:
+    """``models--org--name/snapshots/<rev>`` of ``repo_id`` (the revision ``refs/main`` names, else the newest)."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    if not _is_dir(snapshots):
+        return None
+    ref = repo / "refs" / "main"
+    if _is_file(ref):
+        candidate = snapshots / ref.read_text().strip()
+        if _is_file(candidate / "config.json"):
+            return candidate
+    found = sorted(
+        (p for p in snapshots.iterdir() if _is_file(p / "config.json")), key=lambda p: p.stat().st_mtime
+    )
+    return found[-1] if found else None
+
+
+def locate_model(source: str | os.PathLike[str]) -> Path:
+    """The local directory holding ``config.json`` of the model ``source`` names (no download)."""
+    text = str(source)
+    path = Path(text).expanduser()
+    if _is_file(path) and path.name == "config.json":
+        return path.parent
+    if _is_dir(path):
+        if _is_file(path / "config.json"):
+            return path
+        raise HFModelNotFound(f"model: {path} is a directory without config.json (not a Hugging Face model)")
+    cache = hub_cache()
+    if _REPO_ID.match(text):
+        snap = _cached_snapshot(text, cache)
+        if snap is not None:
+            return snap
+    raise HFModelNotFound(
+        f"model: {text!r} is neither a model directory (looked at {path.resolve()}) nor a repository in the "
+        f"local Hugging Face cache (looked in {cache}); nothing is downloaded: `save_pretrained` it to a "
+        "directory or fetch it into the cache first"
+    )
+
+
+def is_hf_model(source: str) -> bool:
+    """Whether ``source`` names a Hugging Face model this machine holds (directory, config.json or cache)."""
+    try:
+        locate_model(source)
+    except HFModelNotFound:
+        return False
+    return True
+
+
+def weight_map(model_dir: Path) -> dict[str, Path]:
+    """Tensor key -> the safetensors file holding it (from the shard index, else each file's header)."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        mapping = json.loads(index.read_text())["weight_map"]
+        return {k: model_dir / f for k, f in mapping.items()}
+    from safetensors import safe_open
+
+    out: dict[str, Path] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt", device="cpu") as handle:
+            for k in handle.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                out[k] = f
+    return out
+
+
+def read_tensors(model_dir: Path, keys: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The tensors ``keys`` only, each read on its own through ``safe_open`` (no file is loaded whole)."""
+    from safetensors import safe_open
+
+    wanted = list(keys)
+    where = weight_map(model_dir)
+    if not where:
+        raise HFModelNotFound(
+            f"model: {model_dir} holds no *.safetensors weights (use from_scratch for none)"
+        )
+    missing = [k for k in wanted if k not in where]
+    if missing:
+        raise KeyError(f"model: {model_dir}: weights {missing[:4]} are not in its safetensors files")
+    by_file: dict[Path, list[str]] = {}
+    for k in wanted:
+        by_file.setdefault(where[k], []).append(k)
+    out: dict[str, torch.Tensor] = {}
+    for f, names in by_file.items():
+        with safe_open(str(f), framework="pt", device="cpu") as handle:
+            for k in names:
+                out[k] = handle.get_tensor(k)
+                READ_KEYS.append(k)
+    return out
+
+
+def has_key(model_dir: Path, key: str) -> bool:
+    return key in weight_map(model_dir)
+
+
+def write_safetensors(out_dir: Path, tensors: Mapping[str, torch.Tensor]) -> Path:
+    """One ``model.safetensors`` with ``tensors`` (contiguous copies), as ``save_pretrained`` names it."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "model.safetensors"
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(path), {"format": "pt"})
+    return path

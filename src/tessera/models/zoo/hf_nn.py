@@ -1,0 +1,436 @@
+"""Hugging Face ``transformers`` models as a Tessera layer list — the real modules, not re-implementations.
+
+A causal LM of a supported family is cut into the layers the runtime pipelines by:
+``[embedding, decoder layer 0 .. L-1, final norm + lm_head]`` (L + 2 layers, as the zoo's transformers).
+Each decoder layer is the family's own module (``LlamaDecoderLayer``, ``GPT2Block``, ...) wrapped so that it
+takes and returns one hidden-state tensor: the wrapper computes the positions, the rotary embedding and the
+causal mask itself through ``transformers``' own ``create_causal_mask`` (sliding-window layers get theirs),
+exactly what the full model computes once and passes down — so a stage needs nothing from the layers before.
+
+Weights: every layer is built on the meta device from the model's config and materialized alone; a pretrained
+model then reads only that layer's tensors from the safetensors files (``hf_weights.read_tensors``), so a rank
+loads its own stage and nothing else. ``from_scratch`` initializes each layer with the model's own
+``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans).
+
+Tied embeddings (gpt2, small qwen2): the lm_head shares the embedding's Parameter when one range holds both,
+which is how the runtime finds and syncs ties across pipeline stages (``runtime.model.tied_groups``).
+
+Tensor parallelism: llama, mistral and qwen2 decoder layers are sharded by Tessera's own column/row layers
+(whole kv-head groups and FFN columns, even or uneven); the embedding and the head stay replicated in the TP
+group. gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear error.
+
+Parameter names: layer ``i``'s parameters are ``layers.{i}.{name}`` where ``name`` maps to the checkpoint key
+by :func:`hf_key` (``embed_tokens.weight`` -> ``model.embed_tokens.weight``, ``block.mlp.up_proj.weight`` of
+decoder layer k -> ``model.layers.{k}.mlp.up_proj.weight``, ``lm_head.weight`` -> ``lm_head.weight``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from tessera.models.hf_weights import locate_model, read_tensors, weight_map
+from tessera.models.nn_common import shard_sizes
+
+ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a family keeps its parts (attribute names under the causal-LM module)."""
+
+    base: str  # the base model's attribute (``model`` / ``transformer``)
+    embeds: tuple[str, ...]  # embedding modules of the base model, in the order they are applied
+    layers: str  # the ModuleList of decoder layers
+    norm: str  # the final norm
+    attn: str  # the decoder layer's attention module
+    rotary: bool  # rotary positions (a ``rotary_emb`` on the base model)
+    drop: str | None = None  # the embedding dropout module
+    tp: bool = True  # decoder layers Tessera can shard (q/k/v/o and gate/up/down Linears)
+
+
+_LLAMA = Family("model", ("embed_tokens",), "layers", "norm", "self_attn", rotary=True)
+FAMILIES: dict[str, Family] = {
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+    "gpt2": Family("transformer", ("wte", "wpe"), "h", "ln_f", "attn", rotary=False, drop="drop", tp=False),
+}
+
+
+class HFModelError(ValueError):
+    """A model this adapter cannot run (unsupported family, TP it cannot shard); names the field."""
+
+
+@functools.lru_cache(maxsize=16)
+def _load(source: str, overrides: tuple[tuple[str, Any], ...], attn_impl: str) -> tuple[Path, Any, nn.Module]:
+    """(model directory, config, the whole causal LM on the meta device) — once per process."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = locate_model(source)
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    if config.model_type not in FAMILIES:
+        raise HFModelError(
+            f"model: {source!r} is a {config.model_type!r} model; supported families: {', '.join(FAMILIES)}"
+        )
+    for key, value in overrides:
+        setattr(config, key, value)
+    config._attn_implementation = attn_impl
+    with torch.device("meta"):
+        meta = AutoModelForCausalLM.from_config(config)
+    return model_dir, config, meta
+
+
+def _ambient_meta() -> bool:
+    return torch.empty(0).device.type == "meta"
+
+
+class HFEmbedding(nn.Module):
+    """Token (and, for gpt2, learned position) embeddings, then the model's embedding dropout."""
+
+    def __init__(self, family: Family, parts: dict[str, nn.Module]) -> None:
+        super().__init__()
+        self.names = [n for n in family.embeds if n in parts]
+        for name, mod in parts.items():
+            self.add_module(name, mod)
+        self.positional = len(self.names) > 1
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = getattr(self, self.names[0])(ids)
+        if self.positional:  # gpt2: wte(ids) + wpe(0..T-1), as GPT2Model adds them
+            pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+            x = x + getattr(self, self.names[1])(pos)
+        if hasattr(self, "drop"):
+            x = self.drop(x)
+        return x
+
+
+class HFDecoderLayer(nn.Module):
+    """One real ``transformers`` decoder layer (``self.block``), fed the positions, rotary tables and causal
+    mask its base model would pass it, computed here from the hidden states alone."""
+
+    def __init__(
+        self,
+        family: Family,
+        config: Any,
+        block: nn.Module,
+        index: int,
+        rotary: nn.Module | None,
+        recompute: str,
+    ) -> None:
+        super().__init__()
+        self.block = block
+        self.rotary = rotary  # no parameters; its inv_freq buffer is not persistent
+        self.config = config
+        self.family = family
+        self.recompute_full = recompute == "full"
+        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+        types = getattr(config, "layer_types", None)
+        sliding = (
+            types[index] == "sliding_attention"
+            if types
+            else config.model_type == "mistral" and getattr(config, "sliding_window", None) is not None
+        )
+        self._mask_fn = create_sliding_window_causal_mask if sliding else create_causal_mask
+        if recompute == "selective":  # recompute the attention core only, keep the MLP activations
+            attn = getattr(block, family.attn)
+            inner = attn.forward
+
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+            attn.forward = forward
+
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+        mask = self._mask_fn(
+            config=self.config, inputs_embeds=x, attention_mask=None, cache=None, position_ids=pos
+        )
+        if self.rotary is None:  # gpt2: (hidden_states, cache, attention_mask)
+            out = self.block(x, None, mask)
+        else:
+            out = self.block(
+                x, attention_mask=mask, position_ids=pos, position_embeddings=self.rotary(x, pos)
+            )
+        return out[0] if isinstance(out, tuple) else out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_full and torch.is_grad_enabled():
+            return checkpoint(self._run, x, use_reentrant=False)
+        return self._run(x)
+
+
+class HFHead(nn.Module):
+    """The final norm and the output projection (``lm_head``) to the vocabulary."""
+
+    def __init__(self, family: Family, norm: nn.Module, lm_head: nn.Module) -> None:
+        super().__init__()
+        self.add_module(family.norm, norm)
+        self.lm_head = lm_head
+        self._norm = family.norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(getattr(self, self._norm)(x))
+
+
+class HFLayers(nn.Module):
+    """Layers ``[layer_start, layer_start + len(layers))`` of a Hugging Face causal LM (the runtime's model)."""
+
+    def __init__(
+        self, config: Any, layers: list[nn.Module], *, layer_start: int, n_model_layers: int
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.layers = nn.ModuleList(layers)
+        self.layer_start = layer_start
+        self.n_model_layers = n_model_layers
+        self.vocab = int(config.vocab_size)
+        self.hidden = int(_hidden(config))
+
+    @property
+    def layer_end(self) -> int:
+        return self.layer_start + len(self.layers)
+
+    @property
+    def has_head(self) -> bool:
+        return self.layer_end == self.n_model_layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (``targets`` are already shifted), as the plain model's logits give."""
+        if not self.has_head:
+            raise ValueError(
+                f"layers [{self.layer_start}, {self.layer_end}) have no head: no loss to compute"
+            )
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), targets.reshape(-1))
+
+    def make_batch(
+        self,
+        batch_size: int,
+        seq_len: int,
+        *,
+        device: torch.device | str | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs for the first layer of the range, targets): random tokens, drawn as the zoo draws them."""
+        p = next(self.parameters(), None)
+        device = torch.device(device) if device is not None else (p.device if p is not None else "cpu")
+        gen_device = generator.device if generator is not None else device
+        tokens = self.layer_start == 0
+        shape = (batch_size, seq_len) if tokens else (batch_size, seq_len, self.hidden)
+        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
+        if torch.device(device).type == "meta":
+            targets = torch.empty((batch_size, seq_len), dtype=torch.long, device=device)
+            return torch.empty(shape, dtype=torch.long if tokens else dtype, device=device), targets
+        targets = torch.randint(0, self.vocab, (batch_size, seq_len), generator=generator, device=gen_device)
+        if tokens:
+            inputs = torch.randint(0, self.vocab, shape, generator=generator, device=gen_device)
+        else:
+            inputs = torch.randn(shape, generator=generator, device=gen_device, dtype=dtype)
+        return inputs.to(device), targets.to(device)
+
+
+def _hidden(config: Any) -> int:
+    return int(getattr(config, "hidden_size", None) or config.n_embd)
+
+
+def n_model_layers(config: Any) -> int:
+    return int(config.num_hidden_layers) + 2
+
+
+def hf_key(family: Family, n_layers: int, fqn: str) -> str:
+    """The checkpoint key (as ``save_pretrained`` names it) of Tessera parameter ``layers.{i}.{name}``."""
+    _, index, name = fqn.split(".", 2)
+    i = int(index)
+    if i == 0:
+        return f"{family.base}.{name}"
+    if i == n_layers - 1:
+        return name if name.startswith("lm_head.") else f"{family.base}.{name}"
+    if not name.startswith("block."):
+        raise KeyError(f"{fqn}: not a parameter of a decoder layer")
+    return f"{family.base}.{family.layers}.{i - 1}.{name[len('block.') :]}"
+
+
+def tessera_key(family: Family, n_layers: int, key: str) -> str | None:
+    """Inverse of :func:`hf_key` (``None`` for keys of no layer, e.g. buffers)."""
+    if key.startswith("lm_head."):
+        return f"layers.{n_layers - 1}.{key}"
+    prefix = f"{family.base}."
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix) :]
+    head, _, tail = rest.partition(".")
+    if head in family.embeds or head == family.drop:
+        return f"layers.0.{rest}"
+    if head == family.norm:
+        return f"layers.{n_layers - 1}.{rest}"
+    if head == family.layers:
+        k, _, name = tail.partition(".")
+        return f"layers.{int(k) + 1}.block.{name}"
+    return None
+
+
+def _materialize(module: nn.Module, meta_model: nn.Module, from_scratch: bool) -> nn.Module:
+    """A deep copy of a meta submodule, allocated on CPU (or left on meta when building under meta)."""
+    m = copy.deepcopy(module)
+    if _ambient_meta():
+        return m
+    m.to_empty(device="cpu")
+    if from_scratch:
+        with torch.no_grad():
+            for sub in m.modules():
+                meta_model._init_weights(sub)
+    return m
+
+
+def _rows(linear: nn.Linear, start: int, stop: int) -> nn.Linear:
+    return _sliced(linear, 0, start, stop)
+
+
+def _sliced(linear: nn.Linear, dim: int, start: int, stop: int) -> nn.Linear:
+    """A Linear holding rows (dim 0) or input columns (dim 1) ``[start, stop)`` of ``linear``."""
+    w = linear.weight
+    out_f, in_f = (stop - start, w.shape[1]) if dim == 0 else (w.shape[0], stop - start)
+    has_bias = linear.bias is not None
+    new = nn.Linear(in_f, out_f, bias=has_bias, device=w.device, dtype=w.dtype)
+    if w.device.type != "meta":
+        with torch.no_grad():
+            new.weight.copy_(w.narrow(dim, start, stop - start))
+            if has_bias:
+                new.bias.copy_(linear.bias if dim == 1 else linear.bias[start:stop])
+    return new
+
+
+def _shard_decoder(block: nn.Module, config: Any, tp: Any) -> None:
+    """In place: this TP rank's whole kv-head groups of q/k/v/o and its FFN columns of gate/up/down."""
+    ratios = tuple(tp.ratios) or (1.0,) * tp.degree
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    attn = block.self_attn
+    hd = int(attn.head_dim)
+    group = heads // kv
+    sizes = shard_sizes(kv, ratios)
+    k0, kn = sum(sizes[: tp.rank]), sizes[tp.rank]
+    q = (k0 * group * hd, (k0 + kn) * group * hd)
+    k = (k0 * hd, (k0 + kn) * hd)
+    attn.q_proj = _rows(attn.q_proj, *q)
+    attn.k_proj = _rows(attn.k_proj, *k)
+    attn.v_proj = _rows(attn.v_proj, *k)
+    attn.o_proj = _sliced(attn.o_proj, 1, *q)
+    mlp = block.mlp
+    inner = shard_sizes(int(config.intermediate_size), ratios)
+    f = (sum(inner[: tp.rank]), sum(inner[: tp.rank + 1]))
+    mlp.gate_proj = _rows(mlp.gate_proj, *f)
+    mlp.up_proj = _rows(mlp.up_proj, *f)
+    mlp.down_proj = _sliced(mlp.down_proj, 1, *f)
+
+
+def _load_layer(layer: nn.Module, i: int, family: Family, n: int, model_dir: Path, tied: bool) -> None:
+    """Copy layer ``i``'s tensors (and only those) from the model's safetensors files into ``layer``."""
+    keys = {name: hf_key(family, n, f"layers.{i}.{name}") for name, _ in layer.named_parameters()}
+    # save_pretrained drops the tied copy of the head
+    if tied and i == n - 1 and "lm_head.weight" in keys and "lm_head.weight" not in weight_map(model_dir):
+        keys["lm_head.weight"] = f"{family.base}.{family.embeds[0]}.weight"
+    tensors = read_tensors(model_dir, sorted(set(keys.values())))
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            p.copy_(tensors[keys[name]].to(p.dtype))
+
+
+def build_hf_layers(
+    source: str,
+    *,
+    layer_range: tuple[int, int] | None,
+    tp: Any = None,
+    attention: str = "flash",
+    recompute: str = "none",
+    from_scratch: bool = False,
+    overrides: tuple[tuple[str, Any], ...] = (),
+) -> HFLayers:
+    """Layers ``layer_range`` of the Hugging Face model ``source`` (all by default), with their weights."""
+    if attention not in ATTN_IMPL:
+        raise ValueError(f"attention: {attention!r} is not one of {', '.join(ATTN_IMPL)}")
+    model_dir, config, meta = _load(source, tuple(overrides), ATTN_IMPL[attention])
+    family = FAMILIES[config.model_type]
+    n = n_model_layers(config)
+    start, end = layer_range if layer_range is not None else (0, n)
+    if not 0 <= start < end <= n:
+        raise ValueError(f"layer_range ({start}, {end}) outside the model's {n} layers")
+    sharded = tp is not None and tp.degree > 1
+    if sharded and not family.tp and any(0 < i < n - 1 for i in range(start, end)):
+        raise HFModelError(
+            f"tensor parallelism for HF {config.model_type} models is not supported yet "
+            "(fused Conv1D projections); use data or pipeline parallelism"
+        )
+    base = getattr(meta, family.base)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    layers: list[nn.Module] = []
+    for i in range(start, end):
+        if i == 0:
+            parts = {e: _materialize(getattr(base, e), meta, from_scratch) for e in family.embeds}
+            if family.drop is not None:
+                parts[family.drop] = copy.deepcopy(getattr(base, family.drop))
+            layer: nn.Module = HFEmbedding(family, parts)
+        elif i == n - 1:
+            norm = _materialize(getattr(base, family.norm), meta, from_scratch)
+            layer = HFHead(family, norm, _materialize(meta.lm_head, meta, from_scratch))
+        else:
+            block = _materialize(getattr(base, family.layers)[i - 1], meta, from_scratch)
+            rotary = None
+            if family.rotary:
+                rotary = type(base.rotary_emb)(config=config)  # on meta when building under meta
+            layer = HFDecoderLayer(family, config, block, i - 1, rotary, recompute)
+        if not from_scratch and not _ambient_meta():
+            _load_layer(layer, i, family, n, model_dir, tied)
+        if sharded and 0 < i < n - 1:
+            _shard_decoder(layer.block, config, tp)
+        layers.append(layer)
+    if tied and start == 0 and end == n:  # one Parameter, as in the plain model
+        layers[-1].lm_head.weight = getattr(layers[0], family.embeds[0]).weight
+    return HFLayers(config, layers, layer_start=start, n_model_layers=n)
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """The runtime's model factory for a Hugging Face model: a ``save_pretrained`` directory, its
+    ``config.json``, or a repository id in the local cache. Picklable (workers rebuild their own layers).
+
+    ``from_scratch`` keeps random initialization (each layer seeded by the runtime) instead of loading the
+    weights; ``overrides`` sets config fields, e.g. ``(("attention_dropout", 0.0),)``.
+    """
+
+    source: str
+    from_scratch: bool = False
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(
+        self, *, layer_range: tuple[int, int] | None, tp: Any, attention: str, recompute: str
+    ) -> HFLayers:
+        return build_hf_layers(
+            self.source,
+            layer_range=layer_range,
+            tp=tp,
+            attention=attention,
+            recompute=recompute,
+            from_scratch=self.from_scratch,
+            overrides=self.overrides,
+        )
+
+    def config(self) -> Any:
+        return _load(self.source, tuple(self.overrides), "sdpa")[1]
+
+    def n_layers(self) -> int:
+        return n_model_layers(self.config())
