@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 ENV = "TESSERA_PIN_CPUS"
@@ -55,3 +57,40 @@ def pinned(slot: int, slots: int) -> Iterator[int | None]:
     finally:
         if core is not None:
             os.sched_setaffinity(0, before)
+
+
+# A busy loop at the training thread's priority on the same core: the scheduler gives each half of it, so a
+# ``cpu-half`` device really computes at half speed (the profiler measures it beside the same neighbour). It
+# exits when its parent does (it also carries the service's reaper marker in its environment).
+_NEIGHBOUR = """
+import os, sys, time
+if sys.argv[1] != "-":
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+parent = os.getppid()
+while os.getppid() == parent:
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass
+"""
+
+
+def start_neighbour(core: int | None) -> subprocess.Popen:
+    """A busy process pinned to ``core``: a device sharing the core with it (the embedded service's
+    ``cpu-half``, or the profiler timing one) gets half of it (``None``: unpinned, for a one-core host where
+    everything shares the core anyway). The caller kills it when done."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _NEIGHBOUR, "-" if core is None else str(core)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, close_fds=True,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def neighboured(on: bool, core: int | None) -> Iterator[None]:
+    """:func:`start_neighbour` on ``core`` for the duration of the block when ``on``."""
+    proc = start_neighbour(core) if on else None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=10)

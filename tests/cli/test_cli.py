@@ -183,7 +183,7 @@ class _Server:
         from tessera.service.config import ServiceConfig
         from tessera.service.server import Service
 
-        self.service = Service(ServiceConfig(state_dir=state, scheduler=False))
+        self.service = Service(ServiceConfig(cluster="local", state_dir=state, scheduler=False))
         self.service.start()
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

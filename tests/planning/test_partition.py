@@ -112,3 +112,20 @@ def test_estimate_divides_a_deep_pipeline_evenly():
     est = estimate(model="gpt2", gpu="A100-80GB", pp=12, global_batch=12, micro_batch=1)
     t = est.stage_times_s
     assert t[1] == pytest.approx(t[5], rel=1e-6) and t[1] == pytest.approx(t[10], rel=1e-6)
+
+
+def test_partition_by_speed_never_fails_on_rounding():
+    """A stage as slow as the slowest had to hold all FLOPs at τ = Σ/min(speed) exactly, which rounding could
+    make impossible (the service crashed with AssertionError planning llama-tiny on cpu-core + cpu-half)."""
+    import random
+
+    from tessera.planning.partition import partition_by_speed
+
+    assert partition_by_speed([0.0, 440857795.1335363], [1e11]) == ((0, 2),)
+    rng = random.Random(1)
+    for _ in range(3000):
+        n = rng.randint(1, 12)
+        flops = [rng.choice([0.0, rng.random() * 1e9, 1e-3]) for _ in range(n)]
+        speeds = [rng.choice([1e11, 0.5e11, rng.random() * 1e12 + 1]) for _ in range(rng.randint(1, n))]
+        cuts = partition_by_speed(flops, speeds)
+        assert cuts[0][0] == 0 and cuts[-1][1] == n and all(a < b for a, b in cuts)

@@ -105,7 +105,7 @@ def start_server_process(
         str(state),
         "--port",
         str(port),
-        *args,
+        *(args if "--cluster" in args else [*args, "--cluster", "local"]),  # tests emulate 2+2 GPUs
     ]
     log = state / f"server-{port}-{time.time():.3f}.log"
     with log.open("w") as out:  # the child holds its own copy of the descriptor

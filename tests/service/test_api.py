@@ -27,7 +27,7 @@ TINY = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     state = tmp_path_factory.mktemp("api")
-    service = Service(ServiceConfig(state_dir=state, scheduler=False))
+    service = Service(ServiceConfig(cluster="local", state_dir=state, scheduler=False))
     service.start()
     s = Served(service)
     yield s
@@ -164,7 +164,7 @@ def test_cluster_and_openapi(served):
 
 
 def test_token_required_when_set(tmp_path):
-    service = Service(ServiceConfig(state_dir=tmp_path, scheduler=False, token="s3cret"))
+    service = Service(ServiceConfig(cluster="local", state_dir=tmp_path, scheduler=False, token="s3cret"))
     service.start()
     s = Served(service)
     try:
@@ -181,11 +181,13 @@ def test_token_required_when_set(tmp_path):
 def test_non_loopback_bind_always_has_a_token(tmp_path):
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
-    cfg = ensure_token(ServiceConfig(host="0.0.0.0", state_dir=tmp_path))
+    cfg = ensure_token(ServiceConfig(cluster="local", host="0.0.0.0", state_dir=tmp_path))
     assert cfg.token and (tmp_path / "token").read_text().strip() == cfg.token
     assert oct((tmp_path / "token").stat().st_mode & 0o777) == "0o600"
-    assert ensure_token(ServiceConfig(host="0.0.0.0", state_dir=tmp_path)).token == cfg.token  # stable
-    assert ensure_token(ServiceConfig(host="127.0.0.1", state_dir=tmp_path)).token is None
+    assert (
+        ensure_token(ServiceConfig(cluster="local", host="0.0.0.0", state_dir=tmp_path)).token == cfg.token
+    )  # stable
+    assert ensure_token(ServiceConfig(cluster="local", host="127.0.0.1", state_dir=tmp_path)).token is None
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -37,7 +37,7 @@ DIVERGING = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "precision":
 def served(tmp_path_factory):
     state = tmp_path_factory.mktemp("faults")
     config = ServiceConfig(
-        state_dir=state, round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
+        cluster="local", state_dir=state, round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
         log_every=0,
     )  # fmt: skip
     service = Service(config)
@@ -148,7 +148,7 @@ def _descendants(pid: int) -> set[int]:
 def test_nothing_outlives_a_server_killed_with_sigkill(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    marker = ServiceConfig(state_dir=state).ray_tmp_dir
+    marker = ServiceConfig(cluster="local", state_dir=state).ray_tmp_dir
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
     port = free_port()
     proc = start_server_process([], state, port, env=env)

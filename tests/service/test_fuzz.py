@@ -23,7 +23,9 @@ MIN_REQUESTS = 150
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    service = Service(ServiceConfig(state_dir=tmp_path_factory.mktemp("fuzz"), scheduler=False))
+    service = Service(
+        ServiceConfig(cluster="local", state_dir=tmp_path_factory.mktemp("fuzz"), scheduler=False)
+    )
     service.start()
     yield service.app()
     service.stop()

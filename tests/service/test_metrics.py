@@ -29,7 +29,7 @@ def scrape(client: TestClient, **headers: str) -> dict[str, dict[tuple[tuple[str
 
 @pytest.fixture()
 def service(tmp_path):
-    svc = Service(ServiceConfig(state_dir=tmp_path / "state", scheduler=False, round_s=30.0))
+    svc = Service(ServiceConfig(cluster="local", state_dir=tmp_path / "state", scheduler=False, round_s=30.0))
     svc.start()
     yield svc
     svc.stop()
@@ -106,7 +106,7 @@ def test_metrics_after_submissions(service):
 
 @pytest.mark.timeout(120)
 def test_metrics_need_the_token_when_the_server_has_one(tmp_path):
-    svc = Service(ServiceConfig(state_dir=tmp_path / "s", scheduler=False, token="s3cret"))
+    svc = Service(ServiceConfig(cluster="local", state_dir=tmp_path / "s", scheduler=False, token="s3cret"))
     svc.start()
     try:
         client = TestClient(svc.app())
@@ -119,8 +119,8 @@ def test_metrics_need_the_token_when_the_server_has_one(tmp_path):
 
 def test_two_apps_have_their_own_registries(tmp_path):
     """A per-app registry: two services in one process report their own jobs."""
-    a = Service(ServiceConfig(state_dir=tmp_path / "a", scheduler=False))
-    b = Service(ServiceConfig(state_dir=tmp_path / "b", scheduler=False))
+    a = Service(ServiceConfig(cluster="local", state_dir=tmp_path / "a", scheduler=False))
+    b = Service(ServiceConfig(cluster="local", state_dir=tmp_path / "b", scheduler=False))
     a.start()
     b.start()
     try:

@@ -55,7 +55,9 @@ def db_url(postgres) -> str:
 def served(postgres_url, tmp_path_factory):
     """The API-only service (no Ray) on the session's PostgreSQL database, on a real uvicorn on loopback."""
     service = Service(
-        ServiceConfig(state_dir=tmp_path_factory.mktemp("pg-api"), db_url=postgres_url, scheduler=False)
+        ServiceConfig(
+            cluster="local", state_dir=tmp_path_factory.mktemp("pg-api"), db_url=postgres_url, scheduler=False
+        )
     )
     service.start()
     s = Served(service)
@@ -281,7 +283,7 @@ def test_state_transitions_and_rescale_history_persist(db_url, tmp_path):
     finally:
         s2.close()
 
-    service = Service(ServiceConfig(state_dir=tmp_path, db_url=db_url, scheduler=False))
+    service = Service(ServiceConfig(cluster="local", state_dir=tmp_path, db_url=db_url, scheduler=False))
     service.start()
     served = Served(service)
     try:

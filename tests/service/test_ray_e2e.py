@@ -33,7 +33,7 @@ def served(tmp_path_factory):
     corpus = state / "corpus.txt"
     corpus.write_text((EXAMPLES / "data" / "corpus.txt").read_text())
     config = ServiceConfig(
-        state_dir=state, round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
+        cluster="local", state_dir=state, round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
         log_every=10,
     )  # fmt: skip
     service = Service(config)

@@ -23,7 +23,7 @@ ONLY_A100 = {"exclude_gpu_types": ["V100-32GB"]}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     config = ServiceConfig(
-        state_dir=tmp_path_factory.mktemp("svc"), round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0,
+        cluster="local", state_dir=tmp_path_factory.mktemp("svc"), round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0,
         watchdog_s=90.0, backoff_s=1.0,
     )  # fmt: skip
     service = Service(config)

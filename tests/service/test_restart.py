@@ -38,7 +38,7 @@ def test_server_killed_and_restarted_recovers_every_job(tmp_path):
     state.mkdir()
     corpus = state / "corpus.txt"
     corpus.write_text((EXAMPLES / "data" / "corpus.txt").read_text())
-    marker = ServiceConfig(state_dir=state).ray_tmp_dir
+    marker = ServiceConfig(cluster="local", state_dir=state).ray_tmp_dir
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []

@@ -75,7 +75,7 @@ def entry_job(path: Path, **more) -> dict:
 
 def make_client(tmp: Path, **config) -> tuple[Service, TestClient]:
     state = tmp / "state"
-    service = Service(ServiceConfig(state_dir=state, scheduler=False, **config))
+    service = Service(ServiceConfig(cluster="local", state_dir=state, scheduler=False, **config))
     service.start()  # API only: no Ray, but the scheduling adapter (dry-run, feasibility) is there
     client = TestClient(service.app())
     if service.config.token:
@@ -209,7 +209,7 @@ def test_default_roots_are_cwd_state_dir_and_examples(tmp_path):
     from tessera.service.server import path_policy
 
     state = tmp_path / "state"
-    policy = path_policy(ServiceConfig(state_dir=state))
+    policy = path_policy(ServiceConfig(cluster="local", state_dir=state))
     assert set(policy.roots) == {Path.cwd().resolve(), state.resolve(), EXAMPLES.resolve()}
     assert policy.check("data", str(EXAMPLES / "data" / "corpus.txt")) is None
     assert "outside" in policy.check("data", "/etc/passwd")

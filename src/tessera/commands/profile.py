@@ -64,12 +64,18 @@ def layers(
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="CostModel directory (default $TESSERA_HOME/perf)"
     ),
+    device_type: str | None = typer.Option(
+        None,
+        "--device-type",
+        help="CPU: profile as this device type of the embedded service (cpu-core, cpu-half: one thread, "
+        "cpu-half measured beside a busy neighbour)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Time every distinct layer's per-device shard (DP-only and TP-only) on this device (Crius §5.1)."""
     clean_errors(_layers)(
         model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, recompute,
-        cost_dir, as_json,
+        cost_dir, as_json, device_type,
     )  # fmt: skip
 
 
@@ -87,6 +93,7 @@ def _layers(
     recompute: str,
     cost_dir: str | None,
     as_json: bool,
+    device_type: str | None = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -130,6 +137,7 @@ def _layers(
             repeats=repeats,
             passes=passes,
             recomputes=recomputes,
+            device_type=device_type,
             profile=cost.profile,
             on_step=lambda label: bar.update(task, advance=1, description=label),
         )

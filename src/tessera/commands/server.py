@@ -29,7 +29,10 @@ def server(
         None, "--ray-address", help="join this Ray cluster (real GPUs) instead of the embedded one"
     ),
     cluster: str = typer.Option(
-        "local", "--cluster", help="embedded Ray: the GPU nodes to emulate (preset or YAML)"
+        "embedded",
+        "--cluster",
+        help="embedded Ray: the nodes to emulate (preset or YAML; default `embedded`: this machine's CPU as "
+        "cpu-core + cpu-half devices; GPU presets such as `local` are labels only, never calibrated)",
     ),
     round_s: float = typer.Option(
         300.0,

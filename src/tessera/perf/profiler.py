@@ -46,7 +46,8 @@ from torch import nn
 
 from tessera import cpu_affinity
 from tessera.dtensor_tp import block_tp_plan, fake_process_group
-from tessera.hardware import get_gpu, gpu_catalog
+from tessera.hardware import GPUSpec, get_gpu, gpu_catalog
+from tessera.hardware.catalog import CPU_HALF_DEVICE
 from tessera.models.spec import Layer, ModelSpec
 from tessera.perf.compute import PROFILED_RECOMPUTES, Profile, layer_signature, profile_device, runtime_splits
 from tessera.vocab_parallel import vocab_parallel_cross_entropy
@@ -473,6 +474,7 @@ def profile_layers(
     on_step: Callable[[str], None] | None = None,
     co_run: bool = True,
     recomputes: Sequence[str] = ("none",),
+    device_type: str | None = None,
 ) -> ProfileRun:
     """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
 
@@ -483,8 +485,11 @@ def profile_layers(
     over, ``repeats / passes`` runs each, and keep the median of the passes — a host's slow spell (a second or
     two on a shared VM) then spoils one pass of a figure, not all its consecutive repeats. ``recomputes``: also
     time transformer blocks built with these recompute modes (``selective``: plans that use it are priced
-    from the timed block, not from the attention core's FLOP share).
+    from the timed block, not from the attention core's FLOP share). ``device_type``: on CPU, profile as this
+    catalog CPU device type with a fixed thread count (the embedded service's ``cpu-core``/``cpu-half``: its
+    thread count, and for ``cpu-half`` the busy neighbour on this process's core that the device has too).
     """
+    cpu_type = _cpu_device_type(device_type)
     _check_spec(spec)
     for rc in recomputes:
         if rc not in PROFILED_RECOMPUTES:
@@ -500,7 +505,10 @@ def profile_layers(
     if repeats < 1 or passes < 1:
         raise ValueError(f"repeats: repeats and passes must be >= 1, got {repeats} and {passes}")
     dev = torch.device(device) if device is not None else default_device()
-    threads = cpu_threads(processes) if dev.type == "cpu" else None
+    if cpu_type is not None and dev.type != "cpu":
+        raise ValueError(f"device-type: {cpu_type.name} is a CPU device type; the device here is {dev}")
+    threads = (cpu_type.threads if cpu_type else cpu_threads(processes)) if dev.type == "cpu" else None
+    half = cpu_type is not None and cpu_type.name == CPU_HALF_DEVICE.name
     start, end = layer_range or (0, spec.n_layers)
     if not 0 <= start < end <= spec.n_layers:
         raise ValueError(f"layers: range [{start}, {end}) outside {spec.name}'s {spec.n_layers} layers")
@@ -519,11 +527,11 @@ def profile_layers(
     with (
         _co_runners(peers, peer_kwargs) as peer_batch,
         _threads(threads),
-        cpu_affinity.pinned(0, slots),
+        cpu_affinity.pinned(0, max(slots, 2) if half else slots) as core,
         torch.random.fork_rng(devices=[]),
     ):
         torch.manual_seed(0)
-        key = device_type_of(dev, threads)
+        key = profile_device(cpu_type.name, threads) if cpu_type else device_type_of(dev, threads)
         inputs, targets = trace_inputs(
             spec, max(micro_batches), device=dev, precision=precision, attention=attention
         )
@@ -533,10 +541,52 @@ def profile_layers(
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
                 on_step=on_step, recomputes=recomputes,
             )  # fmt: skip
-    run = ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows)))
+        medians = _median_rows(rows)
+        if half:  # the core's figures × the share the neighbour leaves (see half_core_slowdown)
+            factor = half_core_slowdown(core)
+            medians = [
+                replace(r, fwd_s=r.fwd_s * factor, bwd_s=r.bwd_s * factor, optimizer_s=r.optimizer_s * factor)
+                for r in medians
+            ]
+    run = ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(medians))
     if profile is not None:
         run.store(spec, profile)
     return run
+
+
+def half_core_slowdown(core: int | None, work_s: float = 0.25, repeats: int = 3) -> float:
+    """How much slower this thread computes beside the busy neighbour of a ``cpu-half`` device than alone
+    (about 2 on an idle core): measured, never assumed. Why not profile the layers beside the neighbour: the
+    OS shares the core in time slices of milliseconds, so a sub-millisecond layer mostly runs in one slice and
+    its median hides the half it waits; a whole step of many layers pays it. So the profile is the core's,
+    scaled by this ratio of a fixed matmul workload's time (a few time slices long), median of ``repeats``."""
+    a = torch.randn(128, 128)
+
+    def work(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            torch.mm(a, a)
+        return time.perf_counter() - t0
+
+    work(20)
+    t_one = max(work(50) / 50, 1e-7)
+    n = max(50, int(work_s / t_one))
+    alone = statistics.median(work(n) for _ in range(repeats))
+    with cpu_affinity.neighboured(True, core):
+        time.sleep(0.05)  # the neighbour is running
+        shared = statistics.median(work(n) for _ in range(repeats))
+    return max(1.0, shared / alone)
+
+
+def _cpu_device_type(name: str | None) -> GPUSpec | None:
+    if name is None:
+        return None
+    gpu = get_gpu(name)
+    if gpu.arch != "cpu" or gpu.threads is None:
+        raise ValueError(
+            f"device-type: {name!r} is not a CPU device type with a fixed thread count (cpu-core, cpu-half)"
+        )
+    return gpu
 
 
 def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:

@@ -177,7 +177,7 @@ def partition_by_speed(flops: Sequence[float], speeds: Sequence[float]) -> tuple
             i = j
         return out
 
-    lo, hi = 0.0, sum(flops) / min(speeds)
+    lo, hi = 0.0, sum(flops) / min(speeds) * (1 + 1e-9)  # any one stage can hold it all (rounding slack)
     best = cut(hi)
     for _ in range(60):
         mid = (lo + hi) / 2

@@ -33,7 +33,7 @@ class ServiceConfig:
     state_dir: Path = field(default_factory=default_state_dir)
     db_url: str | None = None  # default: SQLite in state_dir; or postgresql://…
     ray_address: str | None = None  # None: embedded local Ray emulating `cluster`
-    cluster: str = "local"  # embedded: the nodes to emulate (preset name or YAML)
+    cluster: str = "embedded"  # embedded: the nodes to emulate (preset name or YAML; default this CPU)
     scheduler: bool = True  # False: API only (another server schedules; or tests of the API alone)
     policy: str = "tessera"
     round_s: float = 300.0  # periodic scheduling round (minutes in production, seconds in the demo)

@@ -27,19 +27,20 @@ import threading
 import time
 from typing import Any
 
+from tessera.hardware import get_gpu
 from tessera.jobs import JobSpec
+from tessera.perf.compute import Profile
 from tessera.perf.costmodel import CostModel
 from tessera.service.config import ServiceConfig
 from tessera.service.device_worker import RunSpec
 from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
+from tessera.service.profiles import ProfileKeeper
 from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
 from tessera.service.scheduling import Assignment, JobInput, LiveCluster, SchedulingAdapter
 from tessera.service.states import ACTIVE, JobState, Reason, StopReason
 from tessera.service.store import JobRecord, Store
 
 log = logging.getLogger("tessera.service")
-
-EMULATED_BOUNDS = (1e-3, 1e5)  # emulated GPUs are CPU processes: calibration may move scales far
 
 
 class Controller:
@@ -49,6 +50,7 @@ class Controller:
         self.cluster = cluster
         self.adapter: SchedulingAdapter | None = None
         self.live: LiveCluster | None = None
+        self.profiles: ProfileKeeper | None = None
         self.gangs: dict[int, Gang] = {}
         # job → the relaunch waiting for its gang to stop: (kind, assignment, the scheduler's note)
         self._next: dict[int, tuple[str, Assignment, str]] = {}
@@ -78,15 +80,44 @@ class Controller:
             self.live, cost, policy=self.config.policy, round_s=self.config.round_s,
             restart_cost_s=self.config.restart_cost_s,
         )  # fmt: skip
+        self.profiles = self._profile_keeper()
         if self.config.scheduler:
+            if self.profiles is not None:
+                self.profiles.start()
             self._recover()
             self._thread = threading.Thread(target=self._loop, name="tessera-controller", daemon=True)
             self._thread.start()
+
+    def _profile_keeper(self) -> ProfileKeeper | None:
+        """The embedded cluster of CPU device types is priced from profiles of this machine (None otherwise:
+        GPU types keep their datasheet and the user's profiles)."""
+        if self.cluster is None or not self.cluster.embedded or self.live is None:
+            return None
+        types = sorted({n.gpu_type for n in self.live.nodes})
+        if not types or any(get_gpu(t).arch != "cpu" or get_gpu(t).threads is None for t in types):
+            return None
+        devices = sum(n.n_gpus for n in self.live.nodes)
+        return ProfileKeeper(
+            self.config.cost_dir, tuple(types), devices, lambda p: self._events.put(("profiled", p))
+        )
+
+    def _merge_profile(self, profile: Profile) -> None:
+        """A model's new profile joins the cost model (saved) and every estimate is recomputed with it."""
+        assert self.adapter is not None
+        cost = self.adapter.cost
+        cost.profile.entries.update(profile.entries)
+        cost.profile.optimizer.update(profile.optimizer)
+        with contextlib.suppress(OSError):
+            cost.save(self.config.cost_dir)
+        self.adapter.set_cost(cost)
+        self._dirty.set()
 
     def stop(self, *, checkpoint_timeout_s: float = 60.0) -> None:
         """Stop scheduling. Embedded: checkpoint every running gang and shut Ray down (jobs resume from those
         checkpoints on the next start). External cluster: leave the gangs running for the next server."""
         self._stop.set()
+        if self.profiles is not None:
+            self.profiles.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
         gangs = list(self.gangs.values())
@@ -194,6 +225,11 @@ class Controller:
             except ValueError:
                 continue
             g = self.gangs.get(j.id)
+            wait = self.profiles.wait_reason(spec) if self.profiles is not None and g is None else None
+            if wait is not None:  # priced only once this machine's profile of its model is in
+                if j.reason != wait:
+                    self.store.update(j.id, reason=wait)
+                continue
             out.append(
                 JobInput(
                     j.id, spec, j.submitted_at, assignment=g.assignment if g else None,
@@ -383,6 +419,8 @@ class Controller:
         elif kind == "end":
             gang, outcome, err, ck = payload
             self._on_end(gang, outcome, err, ck)
+        elif kind == "profiled":
+            self._merge_profile(payload)
 
     def _on_ready(self, gang: Gang, step: int) -> None:
         job = self.store.get(gang.job_id)
@@ -533,15 +571,18 @@ class Controller:
         lines = self.store.step_records(job.id, gang.attempt)
         if len(lines) < 5:
             return
+        why_not = self._no_calibration(gang, job)
+        if why_not:
+            self.store.log(job.id, f"calibration skipped: {why_not}")
+            return
         try:
             from tessera.perf.calibrate import calibrate, parse_telemetry
 
             cells = self.adapter.cells_of(job.spec)
             measured_t = parse_telemetry(lines, source=f"job {job.id}", n_stages=gang.plan.n_stages)
-            bounds = EMULATED_BOUNDS if self.cluster is None or self.cluster.embedded else (0.01, 100.0)
             report, updated = calibrate(
                 gang.plan, cells.spec, measured_t, self.adapter.cost,
-                cluster_or_gpu_map=self.adapter.cluster.spec, alpha=0.5, bounds=bounds,
+                cluster_or_gpu_map=self.adapter.cluster.spec, alpha=0.5,
                 save_to=self.config.cost_dir,
             )  # fmt: skip
         except Exception as e:  # noqa: BLE001 - calibration is advisory; the job's outcome stands
@@ -553,6 +594,20 @@ class Controller:
             f"calibrated the cost model: estimate {report.before.iteration_time_s * 1e3:.2f} ms → "
             f"{report.after.iteration_time_s * 1e3:.2f} ms, measured {report.measured.iteration_time_s * 1e3:.2f} ms",
         )
+
+    def _no_calibration(self, gang: Gang, job: JobRecord) -> str | None:
+        """Why this allocation's timings must not move the cost model's scales (None: they may). On the
+        embedded cluster GPU types are labels on CPU processes, and a job priced from the datasheet (no
+        profile of its model here) would teach the device type a correction of the wrong estimate."""
+        if self.cluster is None or not self.cluster.embedded:
+            return None
+        if any(get_gpu(d.gpu_type).arch != "cpu" for d in gang.plan.devices):
+            return (
+                "the embedded cluster's GPU types are labels on this machine's CPU (use --cluster embedded)"
+            )
+        if self.profiles is not None and not self.profiles.profiled(job.spec):
+            return "no profile of this model on this machine (its estimate is the datasheet's)"
+        return None
 
     # ------------------------------------------------------------------ views
     def cluster_view(self) -> dict[str, Any]:

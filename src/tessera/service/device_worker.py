@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from tessera import cpu_affinity
 from tessera.plan import Plan
 
 
@@ -60,10 +61,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 class DeviceWorker:
     """Ray actor body (wrapped with ``ray.remote`` by the backend, so this module does not import Ray)."""
 
-    def __init__(self, rank: int, world_size: int, gpu_type: str) -> None:
+    def __init__(
+        self, rank: int, world_size: int, gpu_type: str, core: int | None = None, neighbour: bool = False
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.gpu_type = gpu_type
+        self.core = core  # embedded CPU devices: the core this device is (its training thread pinned there)
+        self.neighbour = neighbour  # a half-core device: a busy process shares the core while it trains
         self._lock = threading.Lock()
         self._messages: list[dict[str, Any]] = []
         self._acked = 0  # messages before this index were delivered and dropped
@@ -145,6 +150,11 @@ class DeviceWorker:
             self._messages.append(msg)
 
     def _main(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> None:
+        if self.core is not None:  # this thread and those it starts (gloo's) run on the device's core only
+            os.sched_setaffinity(0, {self.core})
+        neighbour = (
+            cpu_affinity.start_neighbour(self.core) if self.neighbour and self.core is not None else None
+        )
         try:
             end, error = self._train(plan, run, master)
             with self._lock:
@@ -158,6 +168,10 @@ class DeviceWorker:
                     {"kind": "error", "rank": self.rank, "error": msg, "trace": traceback.format_exc()}
                 )
                 self._state = "failed"
+        finally:
+            if neighbour is not None:
+                neighbour.kill()
+                neighbour.wait(timeout=10)
 
     def _train(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> tuple[str, str | None]:
         """Train until done, stopped or diverged: (finished | stopped | diverged, the divergence text)."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.hardware import ClusterSpec, NodeGroupSpec, get_cluster, get_gpu, load_cluster_file
+from tessera.hardware.catalog import CPU_HALF_DEVICE as HALF_CORE_DEVICE
 from tessera.plan import Plan
 from tessera.service import reaper
 from tessera.service.reaper import kill_marked
@@ -227,6 +228,26 @@ class RayCluster:
 
     def node_id(self, name: str) -> str:
         return self._node_ids[name]
+
+    def device_core(self, node: str, index: int | None) -> tuple[int | None, bool]:
+        """(core, busy neighbour) of an embedded CPU device: devices are laid on this machine's cores in the
+        spec's node order, one each (wrapping when there are more devices than cores); a ``cpu-half`` device
+        shares its core with a busy neighbour. (None, False) for GPU types and external clusters."""
+        if not self.embedded or self.spec is None:
+            return None, False
+        gpu = get_gpu(next(n.gpu_type for n in self.spec.nodes() if n.name == node))
+        if gpu.arch != "cpu" or gpu.threads is None:
+            return None, False
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if not cores:
+            return None, False
+        seq = 0
+        for n in self.spec.nodes():
+            if n.name == node:
+                seq += index or 0
+                break
+            seq += n.n_gpus
+        return cores[seq % len(cores)], gpu.name == HALF_CORE_DEVICE.name
 
     def remove_node(self, name: str) -> None:
         """Embedded only (tests): kill an emulated node's processes."""
@@ -488,7 +509,8 @@ class Gang:
                 "max_restarts": 0,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
             }
-            out.append(worker.options(**opts).remote(d.rank, world, d.gpu_type))
+            core, neighbour = self.cluster.device_core(d.node, d.local_index)
+            out.append(worker.options(**opts).remote(d.rank, world, d.gpu_type, core, neighbour))
             self.actors.append(out[-1])  # so a failure from here on still kills it
         return out
 
