@@ -331,6 +331,7 @@ def _register_subcommands() -> None:
     """Commands whose modules own their options (imported light; heavy imports stay inside them)."""
     from tessera.commands.calibrate import calibrate
     from tessera.commands.demo import demo
+    from tessera.commands.export import export
     from tessera.commands.jobs import cancel, list_jobs, logs, status, submit
     from tessera.commands.profile import profile_app
     from tessera.commands.server import server
@@ -347,6 +348,7 @@ def _register_subcommands() -> None:
     app.command()(cancel)
     app.command()(tensorboard)
     app.command()(clean_errors(demo))
+    app.command()(clean_errors(export))
 
 
 _register_subcommands()

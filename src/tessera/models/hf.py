@@ -1,6 +1,6 @@
 """Import a Hugging Face ``config.json`` as a TransformerArch / ModelSpec (no download, no transformers).
 
-Supported ``model_type``: gpt2 (-> gpt family), llama and mistral (-> llama), bert (-> bert). The zoo's
+Supported ``model_type``: gpt2 (-> gpt family), llama, mistral and qwen2 (-> llama), bert (-> bert). The zoo's
 single dropout rate takes the config's hidden/residual dropout; mistral's sliding window is ignored
 (dense attention, the same FLOPs and memory up to the window).
 """
@@ -18,7 +18,7 @@ from tessera.models.zoo import bert, gpt, llama
 from tessera.models.zoo.bert import bert_arch
 from tessera.models.zoo.llama import llama_arch
 
-SUPPORTED = ("bert", "gpt2", "llama", "mistral")
+SUPPORTED = ("bert", "gpt2", "llama", "mistral", "qwen2")
 
 
 class HFConfigError(ValueError):
@@ -105,10 +105,11 @@ def _llama(cfg: Mapping[str, Any]) -> TransformerArch:
         max_positions=_get(cfg, "max_position_embeddings"),
         rope_theta=_get(cfg, "rope_theta", float, 10000.0),
     )
+    qwen2 = cfg.get("model_type") == "qwen2"  # q/k/v biases always, no attention_bias field
     return replace(
         arch,
         tied_embeddings=_get(cfg, "tie_word_embeddings", bool, False),
-        bias=_get(cfg, "attention_bias", bool, False),
+        bias=_get(cfg, "attention_bias", bool, qwen2),
         dropout=_get(cfg, "attention_dropout", float, 0.0),
     )
 
@@ -132,7 +133,13 @@ def _bert(cfg: Mapping[str, Any]) -> TransformerArch:
     )
 
 
-_READERS = {"gpt2": (_gpt2, gpt), "llama": (_llama, llama), "mistral": (_llama, llama), "bert": (_bert, bert)}
+_READERS = {
+    "gpt2": (_gpt2, gpt),
+    "llama": (_llama, llama),
+    "mistral": (_llama, llama),
+    "qwen2": (_llama, llama),
+    "bert": (_bert, bert),
+}
 
 
 def _model_type(cfg: Mapping[str, Any]) -> str:

@@ -44,6 +44,10 @@ class ZooModel:
 
     ``overrides`` replaces architecture fields, e.g. ``(("dropout", 0.0),)`` for exactness checks: dropout
     masks depend on how samples are spread over ranks, so only dropout-free runs can match a reference.
+
+    A name that is not in the zoo but names a Hugging Face model this machine holds (a ``save_pretrained``
+    directory or a repository in the local cache) builds the real ``transformers`` model with its weights
+    (``tessera.models.zoo.hf_nn.HFModel``), so a Plan whose model is such a directory runs as it is.
     """
 
     name: str
@@ -52,6 +56,11 @@ class ZooModel:
     def __call__(
         self, *, layer_range: tuple[int, int] | None, tp: TPSpec | None, attention: str, recompute: str
     ) -> nn.Module:
+        from tessera.models.zoo import hf_nn
+
+        if hf_nn.names_hf_model(self.name):
+            hf = hf_nn.HFModel(self.name, overrides=self.overrides)
+            return hf(layer_range=layer_range, tp=tp, attention=attention, recompute=recompute)
         from tessera.models import zoo
         from tessera.models.nn_common import TPShare
 

@@ -89,6 +89,13 @@ def _load(source: str, overrides: tuple[tuple[str, Any], ...], attn_impl: str) -
     return model_dir, config, meta
 
 
+def names_hf_model(name: str) -> bool:
+    """Whether ``name`` is no zoo model but a Hugging Face model directory or cached repository here."""
+    from tessera.models.resolve import is_hf_model_dir
+
+    return is_hf_model_dir(name)
+
+
 def _ambient_meta() -> bool:
     return torch.empty(0).device.type == "meta"
 
