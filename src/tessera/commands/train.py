@@ -65,11 +65,17 @@ def train_command(
     Errors are one red line and exit code 2 (bad input) or 1 (the run failed, naming the rank and cause).
     """
     from tessera.runtime import LaunchError, RunOptions, TextData, launch
+    from tessera.runtime.data import data_source
 
     console = console or Console(stderr=True)
     try:
         spec = load_job(job)
         p = _plan_for(spec, plan, devices)
+        source = (
+            TextData(data) if data else data_source(spec.data_options(), seed=spec.seed, model=spec.model)
+        )
+        if source is not None and hasattr(source, "check"):
+            source.check()  # a missing file or tokenizer is one line here, not an error on every rank
     except (JobSpecError, PlanError, ValueError, KeyError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         console.print(f"[bold red]error:[/] {msg}", highlight=False)
@@ -78,9 +84,10 @@ def train_command(
     ckpt = out / "checkpoints"
     options = RunOptions(
         steps=steps or spec.total_steps,
-        learning_rate=spec.learning_rate,
+        **spec.training_options(),
         seed=spec.seed,
-        data=TextData(data) if data else None,
+        data=source,
+        force_data_change=spec.force_data_change,
         checkpoint_dir=str(ckpt),
         checkpoint_every=checkpoint_every,
         resume_from=str(ckpt) if resume and ckpt.exists() else None,
@@ -99,8 +106,10 @@ def train_command(
     if result.records:
         times = sorted(r.iter_time_s for r in result.records)
         median = times[len(times) // 2]
+        vals = [r.val_loss for r in result.records if r.val_loss is not None]
+        val = f", validation loss {vals[-1]:.4f}" if vals else ""
         console.print(
-            f"done: {len(result.records)} steps, final loss {result.losses[-1]:.4f}, median step {median:.3f} s "
+            f"done: {len(result.records)} steps, final loss {result.losses[-1]:.4f}{val}, median step {median:.3f} s "
             f"({p.global_batch / median:.1f} samples/s); telemetry {options.telemetry_path}",
             highlight=False,
         )

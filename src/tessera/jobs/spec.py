@@ -81,7 +81,7 @@ class DataSpec(BaseModel):
     cache_dir: str | None = Field(
         default=None,
         min_length=1,
-        description="where tokenized data is cached (default: $TESSERA_HOME/cache/datasets or "
+        description="where tokenized data is cached (default: $TESSERA_HOME/datasets or "
         "~/.cache/tessera/datasets)",
     )
 
@@ -282,6 +282,10 @@ class JobSpec(BaseModel):
         if clash:
             raise ValueError(f"GPU types both preferred and excluded: {', '.join(sorted(clash))}")
         return self
+
+    def data_options(self) -> str | dict[str, Any] | None:
+        """``data`` as plain data for ``tessera.runtime.data.data_source`` (a path, a mapping, or None)."""
+        return self.data.to_runtime() if isinstance(self.data, DataSpec) else self.data
 
     def training_options(self) -> dict[str, Any]:
         """The optimizer-side fields as plain data for ``tessera.runtime.schedule.Training(**...)``."""

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tessera.runtime.dataset import TokenizedData
+from tessera.runtime.dataset import TokenizedData, tokenizer_of_model
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,22 @@ def _load_bytes(path: str) -> np.ndarray:
             raise FileNotFoundError(f"data: no such text file {path!r}")
         _CACHE[path] = np.frombuffer(p.read_bytes(), dtype=np.uint8)
     return _CACHE[path]
+
+
+def data_source(
+    config: str | dict[str, Any] | None, *, seed: int, model: str | None = None, vocab: int = 256
+) -> DataSource | None:
+    """The runtime's data from a job spec's ``data`` as plain data (``JobSpec.data_options()``): a path is a
+    byte-level text file (as always), a mapping a tokenized dataset whose tokenizer defaults to the model
+    directory's. None: synthetic tokens."""
+    if config is None:
+        return None
+    if isinstance(config, str):
+        return TextData(config, vocab=vocab)
+    cfg = dict(config)
+    if cfg.get("tokenizer") is None:
+        cfg["tokenizer"] = tokenizer_of_model(model)
+    return TokenizedData(**cfg, seed=seed)
 
 
 def same_data(saved: dict[str, Any] | None, current: dict[str, Any]) -> bool:

@@ -98,6 +98,7 @@ class TokenizedData:
 
     def batch(self, model: torch.nn.Module, step: int, batch_size: int, seq_len: int):
         """(inputs, targets) of ``step``: ``batch_size`` training sequences of ``seq_len`` tokens."""
+        _check_vocab(self, model)
         return self._rows(self.train_rows(step, batch_size, seq_len), seq_len)
 
     def train_rows(self, step: int, batch_size: int, seq_len: int) -> list[int]:
@@ -209,6 +210,37 @@ class TokenizedData:
         out = np.stack([tokens[r * seq_len : r * seq_len + seq_len + 1] for r in rows]).astype(np.int64)
         t = torch.from_numpy(out)
         return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+
+
+def _model_vocab(model: Any) -> int | None:
+    """The vocabulary of a zoo stage (``arch.vocab``), a Hugging Face adapter (``vocab``) or module (config)."""
+    for v in (
+        getattr(getattr(model, "arch", None), "vocab", None),
+        getattr(model, "vocab", None),
+        getattr(getattr(model, "config", None), "vocab_size", None),
+    ):
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _check_vocab(data: TokenizedData, model: Any) -> None:
+    """A token id the model's embedding cannot look up is one clear error, not an IndexError deep inside."""
+    vocab = _model_vocab(model)
+    if vocab is None:
+        return
+    top = _max_id(data)
+    if top >= vocab:
+        raise DataError(
+            f"data.tokenizer: the data holds token id {top}, but the model's vocabulary has {vocab} entries "
+            f"(tokenizer {data.tokenizer!r}: use the model's own tokenizer)"
+        )
+
+
+@lru_cache(maxsize=16)
+def _max_id(data: TokenizedData) -> int:
+    tokens = _load_tokens(data)[0]
+    return int(tokens.max()) if len(tokens) else -1
 
 
 @lru_cache(maxsize=16)

@@ -139,7 +139,8 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
         skip_nonfinite=options.on_nonfinite_loss == "skip", training=training,
     )  # fmt: skip
     data = options.data or SyntheticData(options.seed)
-    data_identity = data.identity()
+    # what the data is, and how it is cut into batches: step k's batch depends on both
+    data_identity = {**data.identity(), "global_batch": plan.global_batch, "seq_len": plan.seq_len}
     start = 0
     if options.resume_from:
         ckpt = checkpoint.load(options.resume_from)
