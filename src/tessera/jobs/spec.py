@@ -287,6 +287,19 @@ class JobSpec(BaseModel):
         """``data`` as plain data for ``tessera.runtime.data.data_source`` (a path, a mapping, or None)."""
         return self.data.to_runtime() if isinstance(self.data, DataSpec) else self.data
 
+    def data_paths(self) -> list[tuple[str, str]]:
+        """(field, path) of every file or folder ``data`` names (what a server checks against its roots)."""
+        if self.data is None:
+            return []
+        if isinstance(self.data, str):
+            return [("data", self.data)]
+        out = [("data.path", self.data.path)]
+        if self.data.tokenizer is not None and self.data.tokenizer != "bytes":
+            out.append(("data.tokenizer", self.data.tokenizer))
+        if self.data.cache_dir is not None:
+            out.append(("data.cache_dir", self.data.cache_dir))
+        return out
+
     def training_options(self) -> dict[str, Any]:
         """The optimizer-side fields as plain data for ``tessera.runtime.schedule.Training(**...)``."""
         return {
