@@ -1,0 +1,123 @@
+"""The Hugging Face adapter in one process: where models are found, what a stage reads, the layer list."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+from hf_models import FAMILY_NAMES, N_DECODER, save_tiny  # noqa: E402
+
+from tessera.models import hf_weights  # noqa: E402
+from tessera.models.hf_weights import HFModelNotFound, locate_model  # noqa: E402
+from tessera.models.resolve import is_config_path, resolve_spec  # noqa: E402
+from tessera.models.zoo.hf_nn import FAMILIES, HFModel, HFModelError, hf_key, tessera_key  # noqa: E402
+from tessera.runtime.model import TPSpec, initial_state, tied_groups  # noqa: E402
+
+N = N_DECODER + 2
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hfm")
+    return {fam: save_tiny(fam, root / fam) for fam in FAMILY_NAMES}
+
+
+def _build(source: str, layer_range=None, **kw):
+    return HFModel(source, **kw)(layer_range=layer_range, tp=None, attention="flash", recompute="none")
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_layers_are_the_real_modules_and_match_the_plain_model(dirs, family):
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(str(dirs[family]), dtype=torch.float32)
+    model = _build(str(dirs[family]))
+    assert len(model.layers) == N
+    block_type = type(getattr(ref.base_model, FAMILIES[family].layers)[0])
+    assert all(type(layer.block) is block_type for layer in model.layers[1:-1])
+    ids = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(model(ids), ref(input_ids=ids).logits)
+    state = ref.state_dict()
+    for fqn, value in model.state_dict().items():
+        assert torch.equal(value, state[hf_key(FAMILIES[family], N, fqn)]), fqn
+        assert tessera_key(FAMILIES[family], N, hf_key(FAMILIES[family], N, fqn)) == fqn
+
+
+def test_a_stage_reads_only_its_own_layers(dirs):
+    hf_weights.READ_KEYS.clear()
+    _build(str(dirs["llama"]), (2, 4))
+    read = set(hf_weights.READ_KEYS)
+    assert read and all(k.startswith(("model.layers.1.", "model.layers.2.")) for k in read)
+    hf_weights.READ_KEYS.clear()
+    _build(str(dirs["qwen2"]), (N - 1, N))  # the tied head reads the embedding's tensor, saved once
+    assert set(hf_weights.READ_KEYS) == {"model.embed_tokens.weight", "model.norm.weight"}
+
+
+def test_ties_are_found_across_the_layer_list(dirs):
+    assert tied_groups(HFModel(str(dirs["gpt2"]))) == (
+        ("layers.0.wte.weight", f"layers.{N - 1}.lm_head.weight"),
+    )
+    assert tied_groups(HFModel(str(dirs["llama"]))) == ()
+
+
+def test_from_scratch_is_seeded_per_layer(dirs):
+    f = HFModel(str(dirs["llama"]), from_scratch=True)
+    a, b, c = initial_state(f, N, 0), initial_state(f, N, 0), initial_state(f, N, 1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+    loaded = initial_state(HFModel(str(dirs["llama"])), N, 0)
+    assert any(not torch.equal(a[k], loaded[k]) for k in a)
+    norm = a["layers.1.block.input_layernorm.weight"]
+    assert torch.equal(norm, torch.ones_like(norm))  # the model's own _init_weights
+
+
+def test_tp_shards_whole_kv_groups_and_gpt2_says_unsupported(dirs):
+    f = HFModel(str(dirs["llama"]))
+    local = f(layer_range=(1, 2), tp=TPSpec(2, 1, (0.75, 0.25)), attention="flash", recompute="none")
+    attn = local.layers[0].block.self_attn
+    assert attn.q_proj.weight.shape == (16, 32) and attn.k_proj.weight.shape == (8, 32)
+    assert local.layers[0].block.mlp.down_proj.weight.shape == (32, 12)
+    with pytest.raises(HFModelError, match="tensor parallelism for HF gpt2 models is not supported yet"):
+        HFModel(str(dirs["gpt2"]))(layer_range=(0, N), tp=TPSpec(2, 0), attention="flash", recompute="none")
+
+
+def test_models_are_found_in_a_directory_a_config_or_the_cache(dirs, tmp_path, monkeypatch):
+    d = dirs["llama"]
+    assert locate_model(str(d)) == d and locate_model(str(d / "config.json")) == d
+    cache = tmp_path / "hf-home" / "hub"
+    snap = cache / "models--acme--tiny-llama" / "snapshots" / "abc123"
+    shutil.copytree(d, snap)
+    (cache / "models--acme--tiny-llama" / "refs").mkdir()
+    (cache / "models--acme--tiny-llama" / "refs" / "main").write_text("abc123")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    assert locate_model("acme/tiny-llama") == snap
+    assert is_config_path("acme/tiny-llama") and resolve_spec("acme/tiny-llama", 16).n_layers == N
+    assert torch.equal(_build("acme/tiny-llama").state_dict()["layers.0.embed_tokens.weight"],
+                       _build(str(d)).state_dict()["layers.0.embed_tokens.weight"])  # fmt: skip
+    with pytest.raises(HFModelNotFound) as e:
+        locate_model("acme/absent")
+    assert str(cache) in str(e.value) and "nothing is downloaded" in str(e.value)
+    assert not is_config_path("llama-tiny")  # zoo names stay zoo names
+
+
+def test_unsupported_family_is_one_error(tmp_path):
+    from transformers import AutoModelForCausalLM, OPTConfig
+
+    AutoModelForCausalLM.from_config(
+        OPTConfig(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            ffn_dim=32,
+            vocab_size=64,
+            word_embed_proj_dim=16,
+        )  # fmt: skip
+    ).save_pretrained(str(tmp_path / "opt"))
+    with pytest.raises(HFModelError, match="supported families: llama, mistral, qwen2, gpt2"):
+        _build(str(tmp_path / "opt"))
