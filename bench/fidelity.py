@@ -3,10 +3,11 @@
     python bench/fidelity.py [--policies tessera,gavel,fcfs] [--quick] [--round 2]
 
 For each policy, one live run: ``tessera server --policy NAME --round R`` (embedded Ray emulating the
-``local`` preset, 2×A100-40GB + 2×V100-32GB, as its own process on a free loopback port) takes a workload of 8
+``embedded`` preset — this CPU as a cpu-core and a cpu-half device; ``TESSERA_FIDELITY_CLUSTER=local`` for the
+2×A100-40GB + 2×V100-32GB labels — as its own process on a free loopback port) takes a workload of 8
 jobs of different zoo CPU models and sizes, submitted at staggered times; the bench records each job's
 submission, completion and allocation history (``GET /api/timeline``). Then the simulator replays the same
-arrivals (same job specs via ``job_of``, same policy, same round length) on the ``local`` cluster through the
+arrivals (same job specs via ``job_of``, same policy, same round length) on the same cluster through the
 same speed source (``SpeedSource(..., models=ServiceModels())``).
 
 What the replay may know is what the service knew BEFORE the run — never the run's own timings:
@@ -93,10 +94,12 @@ WORKLOAD: list[tuple[float, dict[str, Any]]] = [
 # The warm-up runs each tiny model on each GPU type (one GPU each, all four at once, so under the same CPU
 # contention a busy workload sees): calibration scales each type's compute only from runs on that type, and a
 # type never run keeps its real GPU's estimate, hundreds of times faster than the CPU process that emulates it.
+CLUSTER = os.environ.get("TESSERA_FIDELITY_CLUSTER", "embedded")  # the preset live and replay both run
+DEVICE_TYPES = sorted({g.gpu for g in get_cluster(CLUSTER).node_groups})
 WARMUP: list[tuple[float, dict[str, Any]]] = [
     (0.0, {"name": f"w-{m.split('-')[0]}-{t.split('-')[0]}", "model": m, "global_batch": 8, "seq_len": 64,
            "steps": 40, "max_gpus": 1, "gpu_types": [t]})
-    for m in ("gpt-tiny", "llama-tiny") for t in ("A100-40GB", "V100-32GB")
+    for m in ("gpt-tiny", "llama-tiny") for t in DEVICE_TYPES
 ]  # fmt: skip
 
 
@@ -121,7 +124,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "tessera.cli", "server", "--state-dir", str(state), "--port", str(self.port),
-               "--round", str(round_s), "--policy", policy]  # fmt: skip
+               "--round", str(round_s), "--policy", policy, "--cluster", CLUSTER]  # fmt: skip
         self.log = state / f"server-{policy}-{self.port}.log"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -193,7 +196,7 @@ def measured_factors(
     """Estimated ÷ measured iteration time per configuration (median over earlier runs' allocations), the
     estimate taken from ``cost`` — the cost model the replay uses, so a calibration that already moved the
     estimates towards the measured times is not counted twice. What a later run may know from earlier ones."""
-    speed = SpeedSource(get_cluster("local"), cost, models=ServiceModels())
+    speed = SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels())
     seen: dict[JobConfig, list[float]] = {}
     for run in runs:
         for a in run["allocations"]:
@@ -243,7 +246,7 @@ def earlier_launch_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
            cost: CostModel, factors: dict[JobConfig, float], costs: dict[str, Any]) -> ReplaySimulator:  # fmt: skip
     """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
-    cluster = get_cluster("local")
+    cluster = get_cluster(CLUSTER)
     speed = SpeedSource(cluster, cost, models=ServiceModels())
     speed.factors = dict(factors)
     t0 = min(v["submitted_at"] for v in live["views"].values())
@@ -396,7 +399,7 @@ def main() -> None:
     result.update({
         "targets": {"mean_abs_jct_error": 0.10, "throughput_error": 0.05, "decision_match": 0.90},
         "crius_reported": {"mean_abs_jct_error": 0.0731, "throughput_error": 0.0316},
-        "quick": args.quick, "round_s": args.round_s, "cluster": "local (embedded Ray, CPU workers)",
+        "quick": args.quick, "round_s": args.round_s, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
         "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "workload": jobs,
         "wall_s": time.time() - t_all,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},

@@ -1,0 +1,81 @@
+"""Honest devices on the embedded cluster (issue 17 item 2): the default preset is this machine's CPU as a
+``cpu-core`` and a ``cpu-half`` device, jobs are priced from profiles of this machine taken once per model in a
+child process before their first launch, and calibration only ever moves the CPU device types' scales."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from conftest import EXAMPLES, Served, job, submit, wait_for
+
+from tessera.hardware import get_cluster, get_gpu
+from tessera.service.config import ServiceConfig
+from tessera.service.profiles import LEDGER, target_of
+from tessera.service.server import Service
+
+pytestmark = pytest.mark.ray
+
+
+def test_the_embedded_preset_is_this_cpu_with_two_real_device_types():
+    spec = get_cluster("embedded")
+    types = {n.gpu_type for n in spec.nodes()}
+    assert types == {"cpu-core", "cpu-half"}
+    for t in types:
+        gpu = get_gpu(t)
+        assert gpu.arch == "cpu" and gpu.threads == 1  # one pinned core, one torch thread
+    assert ServiceConfig().cluster == "embedded"
+
+
+def test_an_entrypoint_model_needs_no_profile_and_a_zoo_model_does():
+    from tessera.jobs import JobSpec
+
+    zoo = JobSpec.model_validate({"model": "gpt-tiny", "global_batch": 8, "steps": 5, "seq_len": 64})
+    assert target_of(zoo) is not None and target_of(zoo).micro_batches == (1, 2, 4, 8)
+    user = JobSpec.model_validate(
+        {"model": "blob", "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier", "global_batch": 8,
+         "steps": 5}
+    )  # fmt: skip
+    assert target_of(user) is None
+
+
+@pytest.mark.timeout(600)
+def test_a_job_waits_for_its_profile_runs_on_cpu_devices_and_calibrates_them(tmp_path):
+    config = ServiceConfig(state_dir=tmp_path / "state", round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0,
+                           watchdog_s=120.0, backoff_s=1.0)  # fmt: skip
+    service = Service(config)
+    service.start()
+    s = Served(service)
+    try:
+        jid = submit(s, {"name": "gpt", "model": "gpt-tiny", "steps": 60, "global_batch": 8, "seq_len": 64,
+                         "precision": "fp32", "learning_rate": 3e-3})  # fmt: skip
+        first = job(s, jid)
+        assert first["state"] == "PENDING"
+        wait_for(
+            lambda: (job(s, jid)["reason"] or "").startswith("profiling gpt-tiny"), 60, "the profiling wait"
+        )
+        end = wait_for(
+            lambda: (j := job(s, jid))["state"] in ("SUCCEEDED", "FAILED") and j, 540, "the job to end", 2.0
+        )
+        assert end["state"] == "SUCCEEDED", end
+        ledger = json.loads((config.cost_dir / LEDGER).read_text())
+        assert [v["state"] for k, v in ledger.items() if k.startswith("gpt-tiny|")] == ["done"]
+        profile = json.loads((config.cost_dir / "profile.json").read_text())
+        assert {"cpu-core@1t", "cpu-half@1t"} <= set(json.dumps(profile).split('"')), (
+            "both device types profiled"
+        )
+        history = end["history"]
+        assert history and all(t in ("cpu-core", "cpu-half") for h in history for st in h["stages"]
+                               for t in st["gpu_types"])  # fmt: skip
+        a = history[-1]
+        assert a["estimate_iter_s"] and a["measured_iter_s"]
+        # an estimate for the device that ran: same order as measured (the GPU labels were 45× off)
+        assert 0.2 < a["measured_iter_s"] / a["estimate_iter_s"] < 5.0, a
+        cal = json.loads((config.cost_dir / "calibration.json").read_text())
+        assert cal["compute_scale"] and set(cal["compute_scale"]) <= {"cpu-core", "cpu-half"}, cal
+        logs = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{jid}/logs").json()["lines"]]
+        assert any(line.startswith("calibrated the cost model") for line in logs), logs
+    finally:
+        s.close()
+        service.stop()
