@@ -233,7 +233,7 @@ class Server:
         """Start it; returns the seconds until /api/health answered."""
         self.starts += 1
         cmd = [sys.executable, "-m", "tessera.cli", "server", "--state-dir", str(self.state),
-               "--port", str(self.port), "--round", str(self.round_s)]  # fmt: skip
+               "--port", str(self.port), "--round", str(self.round_s), "--cluster", "local"]  # fmt: skip
         log = self.state / f"server-{self.starts:02d}.log"
         t0 = time.time()
         with log.open("w") as out:

@@ -129,7 +129,9 @@ def rescale_service(n: int) -> dict:
     that has ~a minute left not worth a relaunch, and no resize happens to measure."""
     with tempfile.TemporaryDirectory(prefix="tsr-bench-") as d:
         service = Service(
-            ServiceConfig(state_dir=Path(d), round_s=2.0, restart_cost_s=3.0, pg_timeout_s=30.0)
+            ServiceConfig(
+                cluster="local", state_dir=Path(d), round_s=2.0, restart_cost_s=3.0, pg_timeout_s=30.0
+            )
         )
         service.start()
         server, thread, url = serve(service)
@@ -144,7 +146,7 @@ def rescale_service(n: int) -> dict:
 
 def submit_to_running(n_jobs: int, n_rescales: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="tsr-bench-") as d:
-        service = Service(ServiceConfig(state_dir=Path(d), round_s=5.0, pg_timeout_s=30.0))
+        service = Service(ServiceConfig(cluster="local", state_dir=Path(d), round_s=5.0, pg_timeout_s=30.0))
         t0 = time.perf_counter()
         service.start()
         startup = time.perf_counter() - t0

@@ -1,9 +1,11 @@
 """`tessera demo`: the whole service in one command, on a laptop.
 
-Starts the embedded service (a local Ray emulating two A100-40GB and two V100-32GB on separate nodes, each
-GPU a CPU worker process), submits the example jobs through the HTTP API without any GPU counts, shows a live
-table until every job has finished, and prints a summary: per job the GPUs and plan it ran on, its rescales,
-its completion time, and the estimated vs measured iteration time. Everything it started (Ray processes
+Starts the embedded service (a local Ray whose two nodes are this machine's CPU as two device types: a
+``cpu-core`` — one pinned core — and a ``cpu-half`` that shares its core with a busy neighbour, so it really runs
+slower), submits the example jobs through the HTTP API without any GPU counts, shows a live table until every
+job has finished, and prints a summary: per job the devices and plan it ran on, its rescales, its completion
+time, and the estimated vs measured iteration time — estimates for the devices that ran, from profiles of this
+machine taken once per model. Everything it started (Ray processes
 included) is stopped before it returns; its state lives in a temporary directory unless ``--state-dir``.
 """
 
@@ -105,7 +107,7 @@ def demo(
     t0 = time.time()
     try:
         with console.status(
-            "starting the embedded service (local Ray: 2×A100-40GB + 2×V100-32GB, emulated)…"
+            f"starting the embedded service (local Ray, cluster {config.cluster}: this machine's CPU as devices)…"
         ):
             service.start()  # in the main thread: Ray installs signal handlers
             thread.start()
@@ -211,6 +213,6 @@ def _summary(c: Any) -> None:
         )  # fmt: skip
     console.print(t)
     console.print(
-        "estimates are for the emulated GPU types; measured times are the CPU processes standing in for them "
-        "(calibration pulls later estimates toward what was measured)."
+        "estimates are for the devices that ran (this machine's CPU, profiled once per model before a job's "
+        "first launch); each allocation's measured time calibrates the device type for later estimates."
     )
