@@ -205,6 +205,8 @@ def status(
     )
     loss = "no loss yet" if j["last_loss"] is None else f"loss {num(j['first_loss'])} → {num(j['last_loss'])}"
     ck = "no checkpoint yet" if j["checkpoint_step"] is None else f"checkpoint at step {j['checkpoint_step']}"
+    if j.get("val_loss") is not None:
+        loss += f", validation loss {num(j['val_loss'])} (step {j['val_step']})"
     console.print(f"progress: {j['steps_done']}/{j['total_steps']} steps, {loss}, {ck}", highlight=False)
     if j["allocation"]:
         a = j["allocation"]

@@ -55,6 +55,11 @@ class DataChanged(RuntimeError):
     """A resume on data other than the checkpoint's (``force_data_change`` allows it)."""
 
 
+def identity_of(data: DataSource, plan: Plan) -> dict[str, Any]:
+    """What the data is and how it is cut into batches (step k's batch depends on both): the checkpoint's."""
+    return {**data.identity(), "global_batch": plan.global_batch, "seq_len": plan.seq_len}
+
+
 def check_resume_data(saved: dict[str, Any] | None, current: dict[str, Any], where: str, force: bool) -> None:
     """Refuse to continue a run on other data than its checkpoint's, unless forced."""
     if force or same_data(saved, current):
@@ -139,8 +144,7 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
         skip_nonfinite=options.on_nonfinite_loss == "skip", training=training,
     )  # fmt: skip
     data = options.data or SyntheticData(options.seed)
-    # what the data is, and how it is cut into batches: step k's batch depends on both
-    data_identity = {**data.identity(), "global_batch": plan.global_batch, "seq_len": plan.seq_len}
+    data_identity = identity_of(data, plan)
     start = 0
     if options.resume_from:
         ckpt = checkpoint.load(options.resume_from)

@@ -89,6 +89,8 @@ class JobDetail(JobOut):
     cancel_requested: bool = False
     spec: dict[str, Any]
     history: list[dict[str, Any]] = Field(default_factory=list, description="allocations, oldest first")
+    val_loss: float | None = Field(default=None, description="latest loss on the held-out validation split")
+    val_step: int | None = Field(default=None, description="the step after which val_loss was computed")
 
 
 class SubmitOut(BaseModel):
@@ -230,9 +232,7 @@ def create_app(service: Any) -> FastAPI:
                 "this server does not run user code (it is reachable beyond this machine); "
                 "its operator allows it with `tessera server --allow-user-code`",
             )
-        named = []
-        if spec.data is not None:
-            named.append(("data", spec.data))
+        named = list(spec.data_paths())
         if spec.entrypoint:
             source = spec.entrypoint.rpartition(":")[0]
             if source.endswith(".py"):
@@ -400,12 +400,15 @@ def create_app(service: Any) -> FastAPI:
     def get_job(job: str) -> JobDetail:
         """One job: allocation (GPUs, Cell, Plan), estimate, progress and allocation history (rescales)."""
         rec = find(job)
+        val = service.store.last_val_loss(rec.id)
         return job_out(
             rec,
             JobDetail,
             allocation=rec.allocation,
             estimate=rec.estimate,
             checkpoint_step=rec.checkpoint_step,
+            val_step=None if val is None else val[0] + 1,
+            val_loss=None if val is None else val[1],
             attempt=rec.attempt,
             error=rec.error,
             cancel_requested=rec.cancel_requested,

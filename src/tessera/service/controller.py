@@ -306,7 +306,9 @@ class Controller:
             job_id=job.id, attempt=attempt, total_steps=spec.total_steps, learning_rate=spec.learning_rate,
             seed=spec.seed, checkpoint_dir=str(ckdir.resolve()), checkpoint_every=every, resume=resume,
             backend=backend, pg_timeout_s=self.config.pg_timeout_s, model_factory=factory_for(spec),
-            data_path=spec.data, vocab=vocab_of(cells.spec),
+            data_path=spec.data if isinstance(spec.data, str) else None, vocab=vocab_of(cells.spec),
+            data_config=None if isinstance(spec.data, str) else spec.data_options(),
+            training=spec.training_options(), force_data_change=spec.force_data_change,
             loopback=self.cluster is None or self.cluster.embedded, on_nonfinite_loss=spec.on_nonfinite_loss,
         )  # fmt: skip
         return {

@@ -213,7 +213,9 @@ function lineChart(svg, seriesList, yKey) {
   for (const s of seriesList) {
     if (!s.points.length) continue;
     const d = s.points.map((p, i) => (i ? 'L' : 'M') + X(p.step).toFixed(1) + ' ' + Y(p[yKey]).toFixed(1)).join(' ');
-    svg.append(sv('path', { class: 'series', d, stroke: s.color, 'data-job': s.id, 'data-points': s.points.length }));
+    const attrs = { class: s.dashed ? 'series val' : 'series', d, stroke: s.color, 'data-job': s.id, 'data-points': s.points.length };
+    if (s.dashed) attrs['stroke-dasharray'] = '5 3';
+    svg.append(sv('path', attrs));
   }
 }
 
@@ -221,7 +223,9 @@ function renderCharts() {
   const ids = state.selected ? [state.selected] : state.jobs.filter(j => j.steps_done > 0).map(j => j.id);
   const series = ids.map(id => ({ id, color: jobColor(id), points: (state.telemetry[id] || {}).steps || [] }));
   // a NaN/inf loss arrives as null (its kind in loss_nonfinite): no point on the loss curve, not a drop to 0
-  lineChart($('#loss-chart'), series.map(s => ({ ...s, points: s.points.filter(p => p.loss !== null) })), 'loss');
+  // the held-out validation loss (jobs with a data split): the same colour, dashed, after the training curves
+  const val = series.map(s => ({ ...s, dashed: true, points: s.points.filter(p => p.val_loss != null).map(p => ({ step: p.step, loss: p.val_loss })) }));
+  lineChart($('#loss-chart'), series.map(s => ({ ...s, points: s.points.filter(p => p.loss !== null) })).concat(val.filter(s => s.points.length)), 'loss');
   lineChart($('#throughput-chart'), series, 'samples_per_s');
   lineChart($('#iter-chart'), series, 'iter_time_s');
   const mem = series.map(s => ({ ...s, points: s.points.map(p => ({ step: p.step, mib: p.peak_memory_bytes / 2 ** 20 })) }));

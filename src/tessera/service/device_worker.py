@@ -50,6 +50,9 @@ class RunSpec:
     vocab: int = 256
     loopback: bool = True
     on_nonfinite_loss: str = "fail"  # fail | skip (the JobSpec field)
+    data_config: Any = None  # a dataset mapping (JobSpec.data_options()); data_path stays the text-file form
+    training: dict[str, Any] | None = None  # JobSpec.training_options(): schedule, clipping, decay, dropout
+    force_data_change: bool = False
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -179,10 +182,12 @@ class DeviceWorker:
         import torch.distributed as dist
 
         from tessera.runtime import checkpoint
-        from tessera.runtime.data import SyntheticData, TextData
+        from tessera.runtime.data import SyntheticData, TextData, data_source
         from tessera.runtime.engine import Trainer
         from tessera.runtime.model import ZooModel
+        from tessera.runtime.schedule import Training
         from tessera.runtime.telemetry import RankStep, peak_memory_bytes
+        from tessera.runtime.worker import check_resume_data, identity_of, should_validate, validation_loss
 
         rank, world = self.rank, self.world_size
         if run.backend == "auto":
@@ -211,14 +216,20 @@ class DeviceWorker:
             else:
                 device = torch.device("cpu")
             factory = run.model_factory or ZooModel(plan.model)
+            training = Training(**run.training) if run.training else Training(learning_rate=run.learning_rate)
             trainer = Trainer(
-                plan, rank, factory, seed=run.seed, learning_rate=run.learning_rate, device=device,
-                skip_nonfinite=run.on_nonfinite_loss == "skip",
+                plan, rank, factory, seed=run.seed, learning_rate=training.lr_at(0, run.total_steps), device=device,
+                skip_nonfinite=run.on_nonfinite_loss == "skip", training=training,
             )  # fmt: skip
-            data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
+            if run.data_config is not None:
+                data = data_source(run.data_config, seed=run.seed, model=plan.model)
+            else:
+                data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
+            data_identity = identity_of(data, plan)
             start = 0
             if run.resume and _has_checkpoint(run.checkpoint_dir):
                 ckpt = checkpoint.load(run.checkpoint_dir)
+                check_resume_data(ckpt.meta.get("data"), data_identity, str(ckpt.path), run.force_data_change)
                 trainer.load_full(ckpt.params, ckpt.optim)
                 start = ckpt.step
                 with self._lock:
@@ -234,11 +245,17 @@ class DeviceWorker:
                 inputs = targets = None
                 if needs_data:
                     inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
-                stats = trainer.step(step, inputs, targets)
+                stats = trainer.step(
+                    step, inputs, targets, learning_rate=training.lr_at(step, run.total_steps)
+                )
+                val = None
+                if should_validate(data, step + 1, run.total_steps):
+                    val = validation_loss(trainer, data, plan, needs_data)
                 rec = RankStep(
                     job=run.job_id, rank=rank, stage=lay.stage_index, step=step, loss=stats.loss,
                     reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
                     comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
+                    val_loss=val, grad_norm=stats.grad_norm, learning_rate=stats.learning_rate,
                 )  # fmt: skip
                 self._put({"kind": "step", **asdict(rec)})
                 done = step + 1
@@ -258,6 +275,7 @@ class DeviceWorker:
                         "plan": plan.to_dict(),
                         "seed": run.seed,
                         "data_position": done,
+                        "data": data_identity,
                         "model": plan.model,
                     }
                     checkpoint.save(

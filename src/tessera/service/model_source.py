@@ -488,8 +488,12 @@ def model_spec(job: JobSpec):
 
 
 def check_data(job: JobSpec) -> None:
-    if job.data is not None and not Path(job.data).is_file():
+    if isinstance(job.data, str) and not Path(job.data).is_file():
         raise ModelSourceError("data", f"no such text file {job.data!r} (paths are resolved on the server)")
+    if job.data is not None and not isinstance(job.data, str) and not Path(job.data.path).exists():
+        raise ModelSourceError(
+            "data.path", f"no such file or directory {job.data.path!r} (paths are resolved on the server)"
+        )
 
 
 def vocab_of(spec: Any) -> int:

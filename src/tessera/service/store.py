@@ -592,6 +592,7 @@ class Store:
             telemetry.c.samples_per_s,
             telemetry.c.peak_memory_bytes,
             telemetry.c.superseded,
+            telemetry.c.record_json,
         ).where(telemetry.c.job_id == job_id)
         if attempt is not None:
             q = q.where(telemetry.c.attempt == attempt)
@@ -604,8 +605,29 @@ class Store:
             d = dict(r._mapping)
             d["superseded"] = bool(d["superseded"])
             d["loss"] = finite_or_none(d["loss"])  # PostgreSQL can hold NaN: never hand one to a JSON encoder
+            # the held-out loss of validating steps, read from the stored record (no column: no migration)
+            d["val_loss"] = finite_or_none(json.loads(d.pop("record_json")).get("val_loss"))
             out.append(d)
         return out
+
+    def last_val_loss(self, job_id: int) -> tuple[int, float] | None:
+        """(step, validation loss) of the job's latest validating step that counts, if any."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(telemetry.c.step, telemetry.c.record_json)
+                .where(
+                    telemetry.c.job_id == job_id,
+                    telemetry.c.superseded.is_(False),
+                    telemetry.c.record_json.like('%"val_loss": %'),
+                    telemetry.c.record_json.not_like('%"val_loss": null%'),
+                )
+                .order_by(telemetry.c.step.desc(), telemetry.c.id.desc())
+                .limit(1)
+            ).first()
+        if row is None:
+            return None
+        val = finite_or_none(json.loads(row[1]).get("val_loss"))
+        return None if val is None else (int(row[0]), val)
 
     def step_records(self, job_id: int, attempt: int) -> list[str]:
         """The runtime's StepRecord JSON lines of one attempt (what calibration reads)."""
