@@ -115,7 +115,8 @@ def test_hierarchical_all_reduce_is_the_textbook_sum_of_two_levels(nodes):
     assert alpha_beta("all_reduce", nbytes, n, link) == pytest.approx(want + latency)
     for c in ("all_gather", "reduce_scatter"):
         want = _textbook(8, nbytes, NVL.bandwidth_Bps, 1) + _textbook(nodes, nbytes, IB.bandwidth_Bps, 1)
-        latency = 7 * NVL.latency_s + (nodes - 1) * IB.latency_s
+        # between the nodes: recursive halving / doubling's ⌈log2 N⌉ steps where fewer than the ring's N − 1
+        latency = 7 * NVL.latency_s + min(nodes - 1, math.ceil(math.log2(nodes))) * IB.latency_s
         assert alpha_beta(c, nbytes, n, link) == pytest.approx(want + latency)
 
 
@@ -141,12 +142,28 @@ def test_hierarchical_degenerate_cases():
     link = hierarchical_link(IB, NVL, 8)
     # one node: only the intra level
     assert alpha_beta("all_reduce", 1e9, 8, link) == pytest.approx(alpha_beta("all_reduce", 1e9, 8, NVL))
-    # one rank per node: only the network level, as the flat ring
+    # one rank per node: only the network level, the flat ring's volume in log2(16) = 4 latency steps
     one = hierarchical_link(IB, NVL, 1)
-    assert alpha_beta("all_gather", 1e9, 16, one) == pytest.approx(alpha_beta("all_gather", 1e9, 16, IB))
+    flat = alpha_beta("all_gather", 1e9, 16, IB)
+    assert alpha_beta("all_gather", 1e9, 16, one) == pytest.approx(flat - (15 - 4) * IB.latency_s)
     # uneven spread (12 ranks, 8 per node): a flat ring on the network
     assert alpha_beta("all_reduce", 1e9, 12, link) == pytest.approx(alpha_beta("all_reduce", 1e9, 12, IB))
     # send/recv crosses the network once
     assert alpha_beta("send_recv", 1e9, 2, link) == pytest.approx(alpha_beta("send_recv", 1e9, 2, IB))
     with pytest.raises(ValueError, match="ranks_per_node"):
         Link("x", 1e9, 0.0, ranks_per_node=0)
+
+
+def test_bucketed_reduce_scatter_latency_grows_with_log_of_nodes():
+    """A 25 MiB ZeRO-2 bucket across 8 → 512 nodes: the per-bucket latency is ⌈log2 N⌉ network steps, so
+    thousands of buckets do not add a term linear in the node count."""
+    link = hierarchical_link(IB, NVL, 8)
+    bucket = 25 * 2**20
+    times = {nodes: alpha_beta("reduce_scatter", bucket, 8 * nodes, link) for nodes in (8, 64, 512)}
+    bw = {nodes: (nodes - 1) / nodes * bucket / IB.bandwidth_Bps + 7 / 8 * bucket / NVL.bandwidth_Bps
+          for nodes in times}  # fmt: skip
+    for nodes, t in times.items():
+        assert t - bw[nodes] == pytest.approx(7 * NVL.latency_s + math.ceil(math.log2(nodes)) * IB.latency_s)
+    assert times[512] < 1.5 * times[8]
+    ring_latency = 7 * NVL.latency_s + 511 * IB.latency_s  # what N − 1 ring steps would have cost
+    assert times[512] < (bw[512] + ring_latency) / 10

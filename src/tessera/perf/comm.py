@@ -126,7 +126,12 @@ def hierarchical_alpha_beta(collective: Collective | str, nbytes: float, n: int,
       steps) and a tree (2⌈log2 N⌉ steps, about the ring's volume at 2 · bytes), as NCCL picks by size: the
       latency does not grow linearly with the node count for small messages.
     * all-gather / reduce-scatter (``bytes`` = the gathered tensor): ``(L−1)/L · bytes / intra +
-      (N−1)/N · bytes / inter``, ring steps ``(L−1) + (N−1)``.
+      (N−1)/N · bytes / inter``; the inter-node stage (one rank per node on each rail) takes the fewer latency
+      steps of a ring (N−1) and of recursive halving / doubling (⌈log2 N⌉, the same (N−1)/N volume: Thakur,
+      Rabenseifner & Gropp 2005, "Optimization of Collective Communication Operations in MPICH"; NCCL 2.23's
+      PAT algorithm runs reduce-scatter and all-gather in log steps at one GPU per node). A bucketed ZeRO-2
+      sync issues thousands of these, so a per-bucket latency linear in the node count would dominate it at
+      hundreds of nodes — which is not what the libraries pay.
     * send/recv: one step on the network.
     """
     c = Collective(collective)
@@ -150,7 +155,8 @@ def hierarchical_alpha_beta(collective: Collective | str, nbytes: float, n: int,
         tree = _tree_steps(N) * a_ex + 2 * nbytes / b_ex
         return t_intra + min(ring, tree)
     t_intra = (L - 1) * a_in + (L - 1) / L * nbytes / b_in if L > 1 else 0.0
-    t_inter = (N - 1) * a_ex + (N - 1) / N * nbytes / b_ex if N > 1 else 0.0
+    steps = min(N - 1, math.ceil(math.log2(N))) if N > 1 else 0
+    t_inter = steps * a_ex + (N - 1) / N * nbytes / b_ex if N > 1 else 0.0
     return t_intra + t_inter
 
 

@@ -541,17 +541,88 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
     return worst
 
 
-def _fsdp_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
-    """Per micro-batch FSDP2 traffic of a ZeRO-3 stage: parameters all-gathered for the forward and again for
-    the backward, gradients reduce-scattered after it."""
+# FSDP2's MixedPrecisionPolicy as the runtime asks for it, by plan precision: (bytes per parameter all-gathered,
+# bytes per gradient element reduce-scattered). fp32 plans gather and reduce fp32; bf16 plans gather bf16
+# parameters (param_dtype=bf16) and reduce-scatter gradients in fp32 (reduce_dtype=fp32, as torchtitan
+# configures FSDP2 by default).
+FSDP_GATHER_BYTES = {"fp32": 4.0, "bf16": 2.0}
+FSDP_REDUCE_BYTES = {"fp32": 4.0, "bf16": 4.0}
+
+
+@dataclass(frozen=True)
+class FSDPComm:
+    """One micro-batch's FSDP2 traffic of a stage and what of it compute does not hide."""
+
+    gather_fwd_s: float  # all-gathers of the forward (every unit)
+    gather_bwd_s: float  # all-gathers again for the backward (reshard after forward)
+    reduce_s: float  # gradient reduce-scatters
+    exposed_s: float  # what stays on the critical path after prefetch overlap
+
+
+def fsdp_comm(
+    plan: Plan,
+    spec: ModelSpec,
+    stage: Stage,
+    topo: Topology,
+    cost: CostModel,
+    fwd_s: float = 0.0,
+    bwd_s: float = 0.0,
+) -> FSDPComm:
+    """FSDP2 traffic of a ZeRO-3 stage per micro-batch (``fully_shard`` per layer, reshard after forward,
+    forward and backward prefetch), priced with its overlap.
+
+    Each layer is one FSDP unit: its parameters are all-gathered (``FSDP_GATHER_BYTES``) before its forward
+    and again before its backward, and its gradients reduce-scattered after its backward
+    (``FSDP_REDUCE_BYTES``). Prefetch issues unit ``i + 1``'s all-gather while unit ``i`` computes, and unit
+    ``i``'s reduce-scatter runs under unit ``i − 1``'s backward, so per direction only the first unit's
+    collective and whatever communication exceeds the other units' compute is exposed:
+    ``exposed = c_first + max(0, C − c_first − compute · (U − 1) / U)`` with ``C`` the direction's
+    communication, ``U`` the units and ``compute`` the stage's forward (or backward) time per micro-batch. In
+    backward the all-gathers and reduce-scatters share the network, so their sum is what compute must hide.
+    """
     if not _uses_fsdp(plan, stage):
-        return 0.0
-    nbytes = 4.0 * sum(layer.params for layer in spec.layers[stage.layer_start : stage.layer_end])
+        return FSDPComm(0.0, 0.0, 0.0, 0.0)
+    layers = [layer.params for layer in spec.layers[stage.layer_start : stage.layer_end] if layer.params > 0]
+    if not layers:
+        return FSDPComm(0.0, 0.0, 0.0, 0.0)
+    precision = plan.precision.value
+    gather_b, reduce_b = FSDP_GATHER_BYTES.get(precision, 4.0), FSDP_REDUCE_BYTES.get(precision, 4.0)
     link = topo.link(stage.devices)
     n = stage.dp_degree
-    return 2 * _comm(cost, Collective.ALL_GATHER, nbytes, n, link) + _comm(
-        cost, Collective.REDUCE_SCATTER, nbytes, n, link
-    )
+    memo: dict[tuple[str, float], float] = {}
+
+    def coll(c: Collective, nbytes: float) -> float:
+        key = (c.value, nbytes)
+        if key not in memo:
+            memo[key] = _comm(cost, c, nbytes, n, link)
+        return memo[key]
+
+    gathers = [coll(Collective.ALL_GATHER, gather_b * p) for p in layers]
+    reduces = [coll(Collective.REDUCE_SCATTER, reduce_b * p) for p in layers]
+    units = len(layers)
+    hide = (units - 1) / units
+
+    def exposed(first: float, total: float, compute: float) -> float:
+        return first + max(0.0, total - first - compute * hide)
+
+    ag = sum(gathers)
+    fwd_exposed = exposed(gathers[0], ag, fwd_s)
+    # backward walks the units in reverse: the last unit's gather comes first, the first unit's reduce last
+    bwd_exposed = exposed(gathers[-1] + reduces[0], ag + sum(reduces), bwd_s)
+    return FSDPComm(ag, ag, sum(reduces), fwd_exposed + bwd_exposed)
+
+
+def _fsdp_s(
+    plan: Plan,
+    spec: ModelSpec,
+    stage: Stage,
+    topo: Topology,
+    cost: CostModel,
+    fwd_s: float = 0.0,
+    bwd_s: float = 0.0,
+) -> float:
+    """Exposed FSDP2 communication per micro-batch of a ZeRO-3 stage (:func:`fsdp_comm`)."""
+    return fsdp_comm(plan, spec, stage, topo, cost, fwd_s, bwd_s).exposed_s
 
 
 def _optimizer_s(
@@ -739,7 +810,7 @@ def stage_cost(
     st = plan.stages[index]
     fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
     bwd += _accumulate_s(plan, spec, st, topo)
-    tp_comm += _fsdp_s(plan, spec, st, topo, cost)
+    tp_comm += _fsdp_s(plan, spec, st, topo, cost, fwd, bwd)
     peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
     feasible = True
