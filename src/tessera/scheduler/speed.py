@@ -45,9 +45,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from tessera.hardware import ClusterSpec, get_gpu
 from tessera.jobs import JobSpec
 from tessera.plan import Device, Plan
+from tessera.planning.cells import CellEstimator
+from tessera.planning.space import StageSpace
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.state import GPUs, Job, JobConfig, as_config
 
@@ -190,6 +194,173 @@ def packed_devices(cluster: ClusterSpec, gpus: Mapping[str, int]) -> list[Device
     return out
 
 
+# ---------------------------------------------------------------------------------------------- fast assembly
+# Below this many combinations a space is enumerated outright (cheaper than the threshold program's set-up).
+_SMALL_ENUMERATION = 512
+
+
+def _min_combination(
+    t: Sequence[np.ndarray],
+    sync: Sequence[np.ndarray],
+    p2p: Sequence[np.ndarray],
+    mask: Sequence[np.ndarray],
+    B: int,
+) -> tuple[float, list[int]] | None:
+    """The exact minimum over per-stage options (``mask[s]`` allowed) of
+
+        Σ_s t_s + (B − 1) · max_s t_s + max_s sync_s + 2 · Σ_s p2p(s, s + 1)
+
+    and its options, without listing the combinations: for every pair of bounds (τ on the stage time, σ on
+    the tail) a Viterbi pass (vectorized over all pairs) minimizes Σ t + 2 Σ p2p over options within both
+    bounds; the best pair's ``value + (B − 1) τ + σ`` is the minimum, since the optimum's own maxima are one of
+    the pairs and every pass's path costs at most its bound. None when a stage allows no option."""
+    S = len(t)
+    if any(not m.any() for m in mask):
+        return None
+    t_lo = max(float(t[s][mask[s]].min()) for s in range(S))
+    y_lo = max(float(sync[s][mask[s]].min()) for s in range(S))
+    taus = np.unique(np.concatenate([t[s][mask[s]] for s in range(S)]))
+    taus = taus[taus >= t_lo]
+    sigmas = np.unique(np.concatenate([sync[s][mask[s]] for s in range(S)]))
+    sigmas = sigmas[sigmas >= y_lo]
+    tau = np.repeat(taus, len(sigmas))[:, None]  # every (τ, σ) pair, one row each
+    sig = np.tile(sigmas, len(taus))[:, None]
+    inf = np.inf
+    cost = np.where(mask[0] & (t[0] <= tau) & (sync[0] <= sig), t[0], inf)
+    back: list[np.ndarray] = []
+    for s in range(1, S):
+        trans = cost[:, :, None] + 2.0 * p2p[s - 1][None, :, :]
+        arg = np.argmin(trans, axis=1)
+        best = np.take_along_axis(trans, arg[:, None, :], axis=1)[:, 0, :]
+        cost = best + np.where(mask[s] & (t[s] <= tau) & (sync[s] <= sig), t[s], inf)
+        back.append(arg)
+    end = np.argmin(cost, axis=1)
+    value = cost[np.arange(len(end)), end] + (B - 1) * tau[:, 0] + sig[:, 0]
+    row = int(np.argmin(value))
+    if not np.isfinite(value[row]):
+        return None
+    path = [int(end[row])]
+    for arg in reversed(back):
+        path.append(int(arg[row, path[-1]]))
+    path.reverse()
+    times = [float(t[s][path[s]]) for s in range(S)]
+    total = sum(times) + (B - 1) * max(times) + max(float(sync[s][path[s]]) for s in range(S))
+    total += sum(2.0 * float(p2p[s][path[s], path[s + 1]]) for s in range(S - 1))
+    return total, path
+
+
+class FastStageSpace(StageSpace):
+    """A :class:`~tessera.planning.space.StageSpace` whose enumeration branch is replaced by the exact
+    bottleneck-bound program of :func:`_min_combination`: the same fastest feasible combination (and the same
+    fastest one ignoring memory) as listing every combination, at a cost linear in the stage count instead of
+    exponential. Spaces past ``MAX_ENUMERATED`` combinations keep the planner's own threshold search, so every
+    figure equals the planner's (up to ties between equally fast combinations)."""
+
+    _warmed = False
+
+    def stage_cost(self, s: int, j: int) -> Any:
+        """As the planner's, but a first miss prices the memory of every option of the space in one formula
+        call (the tuner then asks for most of them one by one)."""
+        if (s, j) not in self._costs and not self._warmed:
+            self._warmed = True
+            self.warm_memory()
+        return super().stage_cost(s, j)
+
+    def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Any:
+        from tessera.planning.space import MAX_ENUMERATED, Choice
+
+        allowed = [list(a) for a in (allowed or [range(len(o)) for o in self.options])]
+        total = math.prod(len(a) for a in allowed)
+        if any(not a for a in allowed):
+            return None
+        if total <= _SMALL_ENUMERATION or total > MAX_ENUMERATED:
+            return super().assemble(allowed)
+        self.warm_memory([(s, j) for s, a in enumerate(allowed) for j in a])
+        S = self.n_stages
+        costs = [[self.stage_cost(s, j) for j in a] for s, a in enumerate(allowed)]
+        t = [np.array([c.time_s for c in cs]) for cs in costs]
+        sync = [np.array([c.tail_s for c in cs]) for cs in costs]
+        ok = [np.array([c.feasible for c in cs]) for cs in costs]
+        p2p = [
+            np.array([[self.p2p(s, j, k) for k in allowed[s + 1]] for j in allowed[s]]) for s in range(S - 1)
+        ]
+        free = [np.ones(len(a), dtype=bool) for a in allowed]
+        fastest = _min_combination(t, sync, p2p, free, self.micro_batches)
+        assert fastest is not None
+        fits = _min_combination(t, sync, p2p, ok, self.micro_batches)
+        it, path = fits if fits is not None else fastest
+        return Choice(
+            options=tuple(allowed[s][path[s]] for s in range(S)),
+            iteration_time_s=it,
+            feasible=fits is not None,
+            evaluations=total,
+            unconstrained_s=fastest[0],
+        )
+
+
+class FastCellEstimator(CellEstimator):
+    """The planner's :class:`~tessera.planning.cells.CellEstimator` on :class:`FastStageSpace` spaces (same
+    Cells, same tuned plans), plus :meth:`warm_grid`: the memory of every GPU set's spaces in one vectorized
+    formula call."""
+
+    def space(self, shape: Any, rung: Any, micro_batches: int | None = None) -> StageSpace | None:
+        from tessera.planning.space import default_micro_batches
+
+        B = micro_batches or default_micro_batches(shape.n_stages, self.settings.global_batch)
+        key = (shape, rung, B)
+        if key not in self._spaces:
+            layout = self._layout(shape)
+            if layout is None:
+                return None
+            bounds, groups = layout
+            self._spaces[key] = FastStageSpace(
+                self.spec, self.settings, bounds, groups, self.topo, self.cost,
+                micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction, memo=self._times,
+            )  # fmt: skip
+        return self._spaces[key]
+
+    def warm_grid(self, shapes: Iterable[Any], *, tuning: bool = False) -> int:
+        """Price the memory of many Cells' options at once (the formula is numpy over views: one call for
+        every GPU type, count, stage count and memory setting costs a fraction of one call per Cell).
+
+        Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on every rung. With it:
+        every option of every micro-batch count the tuner tries, on the rungs up to the one the Cell's own
+        estimate settled on (the tuner stops at the first rung whose fastest plan fits). Returns the views."""
+        from tessera.perf.estimate import peak_bytes
+        from tessera.planning.space import default_micro_batches
+        from tessera.planning.tuner import micro_batch_options
+
+        gb = self.settings.global_batch
+        views: list = []
+        for shape in shapes:
+            S = shape.n_stages
+            rungs: Sequence[Any] = self.rungs[:1]
+            if tuning:
+                cell = self._cells.get(shape)
+                if cell is None:
+                    continue
+                last = next(
+                    (i for i, r in enumerate(self.rungs)
+                     if r.recompute == cell.plan.recompute.value and r.zero == cell.plan.zero),
+                    len(self.rungs) - 1,
+                )  # fmt: skip
+                rungs = self.rungs[: last + 1]
+            counts = micro_batch_options(S, gb) if tuning else sorted({default_micro_batches(S, gb), gb})
+            for rung in rungs:
+                for B in counts:
+                    try:
+                        space = self.space(shape, rung, B)
+                    except _CELL_ERRORS:
+                        space = None
+                    if space is None:
+                        break
+                    opts = [list(range(len(o))) for o in space.options] if tuning else space.pure_options()
+                    views.extend(space.memory_views([(s, j) for s, js in enumerate(opts) for j in js]))
+        if views:
+            peak_bytes(self.spec, views)
+        return len(views)
+
+
 class JobSpeed:
     """One configuration's Cells on a cluster: estimates, DP-only figures, tuned plans (all cached).
 
@@ -206,8 +377,8 @@ class JobSpeed:
         models: ModelSource,
         *,
         tuned_cells: int = 2,
+        fast: bool = True,
     ) -> None:
-        from tessera.planning.cells import CellEstimator
         from tessera.planning.space import TrainSettings
 
         self.config = config
@@ -225,7 +396,8 @@ class JobSpeed:
             precision=config.precision,
             optimizer=config.optimizer,
         )
-        self.estimator = CellEstimator(self.spec, self.settings, cluster, cost, recompute=config.recompute)
+        est = FastCellEstimator if fast else CellEstimator  # the same figures; the fast one assembles faster
+        self.estimator = est(self.spec, self.settings, cluster, cost, recompute=config.recompute)
         self.annotated_stages = models.annotation_stage_count(config) if config.entrypoint else None
         self.failures: list[str] = []
         self._tuned: dict[tuple[Any, tuple | None], Tuned | None] = {}
@@ -444,6 +616,7 @@ class SpeedSource:
         capacity: Mapping[str, int] | None = None,
         models: ModelSource | None = None,
         tuned_cells: int = 2,
+        fast: bool = True,
     ) -> None:
         from tessera.perf.costmodel import CostModel
 
@@ -457,6 +630,7 @@ class SpeedSource:
         )
         self.models = models or CatalogModels()
         self.tuned_cells = tuned_cells
+        self.fast = fast
         self.factors: dict[JobConfig, float] = {}
         self.failures: list[str] = []
         self._jobs: dict[JobConfig, JobSpeed] = {}
@@ -473,8 +647,9 @@ class SpeedSource:
             raise err
         try:
             js = JobSpeed(
-                config, self.cluster, self.capacity, self.cost, self.models, tuned_cells=self.tuned_cells
-            )
+                config, self.cluster, self.capacity, self.cost, self.models, tuned_cells=self.tuned_cells,
+                fast=self.fast,
+            )  # fmt: skip
         except Exception as e:
             if not (isinstance(e, ValueError) and hasattr(e, "field") and hasattr(e, "reason")):
                 # a planning bug or an input it cannot take: this configuration is unplannable, not all
@@ -560,14 +735,125 @@ def speed_table(source: SpeedSource, capacity: Mapping[str, int] | None = None) 
 
 
 # ---------------------------------------------------------------------------------------------- warmed tables
-def _warm_one(args: tuple[ClusterSpec, JobConfig, dict[str, int], int, bool, int]) -> tuple[JobConfig, dict]:
-    cluster, config, capacity, max_gpus, mixes, tuned = args
-    src = SpeedSource(cluster, capacity=capacity, tuned_cells=tuned)
+def table_digest(
+    cluster: ClusterSpec, *, max_gpus: int, mixes: bool, tuned_cells: int, cost: Any = None
+) -> str:
+    """What a configuration's warmed grid depends on besides the configuration itself — and nothing else, so
+    one cache serves every trace and every preset that shares it: per GPU type its catalog entry, its node
+    groups' shape (GPUs per node, links, NICs — not how many nodes: a Cell of at most ``max_gpus`` GPUs sees
+    the same nodes either way) and its count capped at ``max_gpus`` (what the grid spans); the cluster's
+    default network; the calibration; the source of every package the figures come from; the table's
+    settings. ``crius-sim-1280`` and ``crius-sim-12800`` share one."""
+    from dataclasses import asdict
+
+    counts: dict[str, int] = {}
+    groups: dict[str, list] = {}
+    for g in cluster.node_groups:
+        t = get_gpu(g.gpu).name
+        counts[t] = counts.get(t, 0) + g.count * g.gpus_per_node
+        groups.setdefault(t, []).append(g.model_dump(mode="json", exclude={"count"}))
+    types = {
+        t: {"gpu": asdict(get_gpu(t)), "groups": groups[t], "capped": min(counts[t], max_gpus)}
+        for t in sorted(counts)
+    }
+    net = cluster.model_dump(
+        mode="json", include={"inter_node_bandwidth_Bps", "nics_per_node", "nic_bandwidth_Bps"}
+    )
+    cal = cost.calibration_dict() if cost is not None else {}
+    h = hashlib.sha256()
+    for part in (types, net, cal):
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    h.update(f"{_source_digest()}/{tuned_cells}/{max_gpus}/{mixes}/{CACHE_VERSION}".encode())
+    return h.hexdigest()[:16]
+
+
+def warm_config(
+    cluster: ClusterSpec,
+    config: JobConfig,
+    capacity: Mapping[str, int],
+    *,
+    max_gpus: int = 64,
+    mixes: bool = True,
+    tuned_cells: int = 2,
+    source: SpeedSource | None = None,
+) -> dict:
+    """One configuration's grid (every GPU type and count at once): the memory of every Cell's options priced
+    in one vectorized formula call per phase, Cells estimated, the tuner's memory priced for the best Cells,
+    then DP-only and tuned rates. Returns :meth:`PerfTable.export`'s figures plus ``failures``."""
+    from tessera.planning.cells import CellShape
+
+    src = source or SpeedSource(cluster, capacity=capacity, tuned_cells=tuned_cells)
     table = PerfTable(src, capacity)
+    grid = table.grid(config, max_gpus=max_gpus, mixes=mixes)
+    js = src._get(config)
+    if js is not None and isinstance(js.estimator, FastCellEstimator) and not js.user_model:
+        shapes = [CellShape.of(g, s) for g in grid if js.allowed(g) for s in js.stage_options(g)]
+        js.estimator.warm_grid(shapes)
+        for g in grid:
+            table.cell_of(config, g)
+        top = []
+        for g in grid:
+            ranked = sorted(
+                ((table.cell_of(config, g, s), s) for s in table.stages_of(config, g)), key=lambda x: -x[0]
+            )
+            top += [CellShape.of(g, s) for r, s in ranked[: src.tuned_cells] if r > 0]
+        js.estimator.warm_grid(top, tuning=True)
     table.warm([config], max_gpus=max_gpus, mixes=mixes)
     data = table.export(config)
-    data["failures"] = src.failures
-    return config, data
+    data["failures"] = list(src.failures)
+    return data
+
+
+def _warm_many(
+    args: tuple[ClusterSpec, list[JobConfig], dict[str, int], int, bool, int],
+) -> list[tuple[JobConfig, dict]]:
+    """A pool task: every configuration of one model (they share its parameter shapes and layer caches)."""
+    cluster, configs, capacity, max_gpus, mixes, tuned = args
+    out = []
+    for c in configs:
+        src = SpeedSource(cluster, capacity=capacity, tuned_cells=tuned)
+        out.append((c, warm_config(cluster, c, capacity, max_gpus=max_gpus, mixes=mixes, source=src)))
+    return out
+
+
+def _worker_init() -> None:
+    """Pool workers die with their parent (Linux: even a kill -9 of it) and leave interrupts to it: the
+    parent tears the pool down on SIGINT / SIGTERM, so an interrupted study leaves no process behind."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Terminate every worker of ``pool`` now (running tasks are abandoned) and reap them."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def _model_cost(configs: Sequence[JobConfig]) -> float:
+    """A guess of a pool task's cost (bigger models have more stage counts and climb more memory rungs), so
+    the largest start first and the pool's workers finish together."""
+    try:
+        from tessera.models.resolve import resolve_spec
+
+        spec = resolve_spec(configs[0].model, configs[0].seq_len)
+        return float(spec.params) * len(configs)
+    except Exception:
+        return 0.0
 
 
 def cell_table(
@@ -582,13 +868,19 @@ def cell_table(
     progress: Callable[[JobConfig], None] | None = None,
 ) -> PerfTable:
     """A :class:`PerfTable` of every configuration on ``cluster``, its grid warmed (from the disk cache where
-    present, else estimated — in ``workers`` processes — and saved). Lookups outside the grid are computed on
-    demand. ``progress`` is called once per configuration done. Zoo and Hugging Face models only."""
+    present, else estimated — per model, in ``workers`` processes — and saved as each finishes). Lookups
+    outside the grid are computed on demand. ``progress`` is called once per configuration done. Zoo and
+    Hugging Face models only. The cache (:func:`table_digest`) is shared by every trace and preset with the
+    same GPU types and node shapes. An interrupt (SIGINT, or SIGTERM while building) terminates the pool's
+    workers before it propagates."""
     src = SpeedSource(cluster, tuned_cells=tuned_cells)
     capacity = src.capacity
     table = PerfTable(src, capacity)
     todo_configs = sorted({as_config(c) for c in configs})
-    d = cache_dir() / f"{cluster.name}-{src.digest()}-g{max_gpus}{'m' if mixes else ''}"
+    d = (
+        cache_dir()
+        / f"tables-{table_digest(cluster, max_gpus=max_gpus, mixes=mixes, tuned_cells=tuned_cells)}"
+    )
     todo: list[JobConfig] = []
     for c in todo_configs:
         f = d / f"{c.slug()}.json"
@@ -603,28 +895,53 @@ def cell_table(
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache file is recomputed
         todo.append(c)
-    if todo:
-        jobs = [(cluster, c, capacity, max_gpus, mixes, tuned_cells) for c in todo]
-        n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if not todo:
+        return table
 
-        def done(c: JobConfig, data: dict) -> None:
-            table.load(c, data)
-            src.failures.extend(data.get("failures", []))
-            if use_cache:  # saved as each configuration finishes, so an interrupted warm-up keeps its work
-                d.mkdir(parents=True, exist_ok=True)
-                tmp = d / f".{c.slug()}.json.tmp"
-                tmp.write_text(json.dumps(data))
-                tmp.replace(d / f"{c.slug()}.json")
-            if progress:
-                progress(c)
+    def done(c: JobConfig, data: dict) -> None:
+        table.load(c, data)
+        src.failures.extend(data.get("failures", []))
+        if use_cache:  # saved as each configuration finishes, so an interrupted warm-up keeps its work
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / f".{c.slug()}.{os.getpid()}.json.tmp"
+            tmp.write_text(json.dumps(data))
+            tmp.replace(d / f"{c.slug()}.json")
+        if progress:
+            progress(c)
 
-        if n == 1:
-            for j in jobs:
-                done(*_warm_one(j))
-        else:
-            with ProcessPoolExecutor(n) as pool:
-                for c, data in pool.map(_warm_one, jobs):
-                    done(c, data)
+    by_model: dict[str, list[JobConfig]] = {}
+    for c in todo:
+        by_model.setdefault(c.model, []).append(c)
+    tasks = sorted(by_model.values(), key=_model_cost, reverse=True)
+    jobs = [(cluster, cs, capacity, max_gpus, mixes, tuned_cells) for cs in tasks]
+    n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if n == 1:
+        for j in jobs:
+            for c, data in _warm_many(j):
+                done(c, data)
+        return table
+    import signal
+    from concurrent.futures import as_completed
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main = __import__("threading").current_thread() is __import__("threading").main_thread()
+    old = signal.signal(signal.SIGTERM, on_term) if main else None
+    pool = ProcessPoolExecutor(n, initializer=_worker_init)
+    try:
+        futures = [pool.submit(_warm_many, j) for j in jobs]
+        for fut in as_completed(futures):
+            for c, data in fut.result():
+                done(c, data)
+    except BaseException:
+        _kill_pool(pool)
+        raise
+    else:
+        pool.shutdown(wait=True)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, old)
     return table
 
 
@@ -642,4 +959,6 @@ __all__ = [
     "job_of",
     "packed_devices",
     "speed_table",
+    "table_digest",
+    "warm_config",
 ]
