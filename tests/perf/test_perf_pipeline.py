@@ -56,3 +56,47 @@ def test_bad_input():
         pipeline_time([1.0, 1.0], [1.0, 1.0], 2, p2p_s=[0.1, 0.1])
     with pytest.raises(ValueError):
         pipeline_time([1.0], [1.0], 2, schedule="zb")
+
+
+def test_interleaved_1f1b_divides_the_bubble_and_multiplies_p2p():
+    """Interleaved 1F1B with v chunks per device: bubble (S − 1)/(v·B) of the steady time, p2p v× plus the
+    last device's v − 1 hand-backs to the first."""
+    import pytest
+
+    from tessera.perf.pipeline import pipeline_time
+
+    f, b, m = [1.0] * 4, [2.0] * 4, 8
+    plain = pipeline_time(f, b, m, p2p_s=[0.1, 0.1, 0.1])
+    inter = pipeline_time(f, b, m, p2p_s=[0.1, 0.1, 0.1], virtual_stages=2)
+    assert plain.bubble_s == pytest.approx(9.0) and inter.bubble_s == pytest.approx(4.5)
+    assert inter.bubble_s / inter.steady_s == pytest.approx((4 - 1) / (2 * m))
+    assert inter.p2p_s == pytest.approx(2 * plain.p2p_s + 2 * 1 * 0.1)
+    assert inter.iteration_time_s < plain.iteration_time_s
+    assert pipeline_time(f, b, m, virtual_stages=1) == pipeline_time(f, b, m)
+    with pytest.raises(ValueError, match="multiple of the stages"):
+        pipeline_time(f, b, 6, virtual_stages=2)
+    with pytest.raises(ValueError, match="1F1B"):
+        pipeline_time(f, b, 8, schedule="gpipe", virtual_stages=2)
+    with pytest.raises(ValueError, match="virtual_stages"):
+        pipeline_time(f, b, 8, virtual_stages=0)
+
+
+def test_estimate_and_planner_space_take_virtual_stages():
+    import pytest
+
+    from tessera.models.zoo import get_spec
+    from tessera.perf.estimate import estimate_plan
+    from tessera.plan import simple_plan
+
+    spec = get_spec("gpt2")
+    plan = simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, global_batch=16, pp=4,
+                       gpu_type="A100-40GB", micro_batches=8, precision="bf16")  # fmt: skip
+    plain = estimate_plan(plan, spec)
+    inter = estimate_plan(plan, spec, virtual_stages=3)
+    assert inter.bubble_s == pytest.approx(plain.bubble_s / 3)
+    assert inter.iteration_time_s < plain.iteration_time_s
+
+    from tessera.planning.space import TrainSettings
+
+    assert TrainSettings("gpt2", 16, 1024).virtual_stages == 1
+    assert TrainSettings("gpt2", 16, 1024, virtual_stages=2).virtual_stages == 2

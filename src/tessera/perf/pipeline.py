@@ -14,6 +14,13 @@ schedule does not change the number; it stays a parameter so a finer model can t
 Rewritten as ``B · max t + (Σ t − max t) + comm`` the three parts are the bottleneck stage's busy time
 (``steady_s``), the pipeline bubble (``bubble_s``) and the exposed communication.
 
+**Interleaved 1F1B** (Megatron-LM's virtual pipeline: each device holds ``v`` chunks of ``1/v`` of its layers,
+placed round-robin, so a micro-batch visits every device ``v`` times; Narayanan et al., SC 2021, §2.2.2) shrinks
+the fill and drain to ``1/v`` of the plain schedule's — the bubble fraction becomes ``(S − 1)/(v · B)`` — at the
+price of ``v`` times the point-to-point traffic: the first micro-batch crosses ``v · S − 1`` chunk boundaries each
+way (every device boundary ``v`` times, and the last device hands back to the first ``v − 1`` times). It needs
+``B`` to be a multiple of ``S`` (Megatron's schedule requirement).
+
 Data-parallel gradient sync runs after the last backward of each stage; stages sync concurrently on disjoint
 devices, so the slowest sync is added (``overlap_dp=False``, the default). With ``overlap_dp=True`` each stage's
 all-reduce is overlapped with its last micro-batch's backward (PyTorch DDP's bucketed all-reduce) and only what
@@ -49,11 +56,15 @@ def pipeline_time(
     p2p_s: Sequence[float] = (),
     dp_sync_s: Sequence[float] = (),
     overlap_dp: bool = False,
+    virtual_stages: int = 1,
+    wrap_p2p_s: float | None = None,
 ) -> PipelineTime:
     """Iteration time of ``len(fwd_s)`` stages, per the formula in the module docstring.
 
     ``fwd_s``/``bwd_s``: per-stage seconds for one micro-batch; ``p2p_s``: one micro-batch's send/recv seconds
     across each of the ``S − 1`` boundaries; ``dp_sync_s``: per-stage gradient all-reduce seconds (or empty).
+    ``virtual_stages``: chunks per device of the interleaved 1F1B schedule (1 = plain); ``wrap_p2p_s``: the
+    last device's send to the first under interleaving (default: the mean boundary time).
     """
     n = len(fwd_s)
     if n == 0 or len(bwd_s) != n:
@@ -68,11 +79,25 @@ def pipeline_time(
         raise ValueError(f"{len(p2p_s)} boundary times for {n} stages (need {n - 1})")
     if dp_sync_s and len(dp_sync_s) != n:
         raise ValueError(f"{len(dp_sync_s)} DP sync times for {n} stages")
+    v = int(virtual_stages)
+    if v < 1:
+        raise ValueError(f"virtual_stages must be >= 1, got {virtual_stages}")
+    if v > 1:
+        if schedule != "1f1b":
+            raise ValueError(f"virtual_stages: the interleaved schedule is 1F1B's, not {schedule!r}")
+        if n > 1 and micro_batches % n:
+            raise ValueError(
+                f"virtual_stages: interleaved 1F1B needs micro_batches ({micro_batches}) to be a multiple of "
+                f"the stages ({n})"
+            )
     t = [f + b for f, b in zip(fwd_s, bwd_s, strict=True)]
     slowest = max(range(n), key=lambda i: t[i])
     steady = micro_batches * t[slowest]
-    bubble = sum(t) - t[slowest]
+    bubble = (sum(t) - t[slowest]) / v
     p2p = 2.0 * sum(p2p_s)
+    if v > 1 and n > 1:
+        wrap = wrap_p2p_s if wrap_p2p_s is not None else (sum(p2p_s) / len(p2p_s) if p2p_s else 0.0)
+        p2p = v * p2p + 2.0 * (v - 1) * wrap
     if not dp_sync_s:
         dp = 0.0
     elif overlap_dp:

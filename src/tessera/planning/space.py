@@ -54,6 +54,7 @@ class TrainSettings:
     optimizer: str = "adamw"
     attention: str = "flash"
     schedule: str = "1f1b"
+    virtual_stages: int = 1  # interleaved 1F1B chunks per device, as the estimate prices it (1: plain)
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,8 @@ class StageSpace:
         plan = self.plan(choice)
         costs = [self.stage_cost(s, j) for s, j in enumerate(choice)]
         p2p = [self.p2p(s, choice[s], choice[s + 1]) for s in range(self.n_stages - 1)]
-        return compose(plan, self.spec, costs, p2p, self.topo)
+        v = self.settings.virtual_stages if plan.micro_batches % plan.n_stages == 0 else 1
+        return compose(plan, self.spec, costs, p2p, self.topo, virtual_stages=v)
 
     # --------------------------------------------------------------------------------- assembly
     def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Choice | None:
