@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tessera.runtime import dataset
-from tessera.runtime.data import SyntheticData, TextData, same_data
+from tessera.runtime.data import SyntheticData, TextData, data_source, same_data
 from tessera.runtime.dataset import DataError, TokenizedData, tokenizer_of_model
 
 TEXTS = [f"document {i}: the quick brown fox jumps over {i % 7} lazy dogs" for i in range(120)]
@@ -153,6 +153,12 @@ def test_model_directory_tokenizer_is_the_default(files, tmp_path):
     assert tokenizer_of_model(files["tok_dir"]) == files["tok_dir"]
     assert tokenizer_of_model("gpt-tiny") is None
     assert tokenizer_of_model(str(tmp_path)) is None
+    cfg = {"path": str(files["root"] / "d.jsonl"), "cache_dir": str(tmp_path / "c")}
+    d = data_source(cfg, seed=3, model=files["tok_dir"])  # a model folder carrying its tokenizer
+    assert isinstance(d, TokenizedData) and d.tokenizer == files["tok_dir"] and d.seed == 3
+    with pytest.raises(DataError, match="data.tokenizer"):
+        data_source(cfg, seed=0, model="gpt-tiny").check()  # type: ignore[union-attr]
+    assert isinstance(data_source("corpus.txt", seed=0), TextData) and data_source(None, seed=0) is None
 
 
 def test_text_file_identity(tmp_path):
