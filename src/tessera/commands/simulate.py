@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+
+class PlainProgress:
+    """Progress as plain lines on stderr, for runs without a terminal: a phase's first step, then at most one
+    line every ``every_s`` seconds per phase, and its end."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self.t0 = time.perf_counter()
+        self.last: dict[str, float] = {}
+
+    def __call__(self, label: str, done: float, total: float) -> None:
+        now = time.perf_counter()
+        finished = done >= total
+        if not finished and label in self.last and now - self.last[label] < self.every_s:
+            return
+        self.last[label] = now
+        print(
+            f"{label}: {done:g}/{total:g}{' done' if finished else ''} ({now - self.t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def simulate(
@@ -81,7 +105,8 @@ def simulate(
         workload = WorkloadSpec.of_models(names_m, seed=seed, deadlines=deadlines, max_gpus=max_gpus)
     else:
         workload = WorkloadSpec(seed=seed, deadlines=deadlines, max_gpus=max_gpus)
-    out_dir = Path(out) if out else Path("runs") / "sim" / f"{trace}-{Path(cluster).stem}"
+    label = Path(trace_file).stem if trace_file else trace
+    out_dir = Path(out) if out else Path("runs") / "sim" / f"{label}-{Path(cluster).stem}"
     cfg = SimConfig(
         round_s=round_s, seed=seed, noise_sigma=noise, node_mtbf_s=mtbf_h * 3600 if mtbf_h else None
     )
@@ -89,40 +114,43 @@ def simulate(
     if id_col:
         columns["id"] = id_col
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    ) as bar:
-        tasks: dict[str, int] = {}
+    study_kw = dict(
+        cluster=cluster,
+        trace=trace,
+        trace_file=trace_file,
+        columns=columns,
+        start=start,
+        end=end,
+        policies=names,
+        seed=seed,
+        config=cfg,
+        workload=workload,
+        depth_sweep=depths,
+        out_dir=out_dir,
+        plots=not no_plots,
+        workers=workers,
+        max_gpus=max_gpus,
+        density=density,
+    )
+    if not err.is_terminal:  # a log, a pipe, a batch job: plain progress lines on stderr
+        study = run_study(**study_kw, on_phase=PlainProgress())  # type: ignore[arg-type]
+    else:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        ) as bar:
+            tasks: dict[str, int] = {}
 
-        def on_phase(label: str, done: float, total: float) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(label, total=total)
-            bar.update(tasks[label], completed=done, total=total)
+            def on_phase(label: str, done: float, total: float) -> None:
+                if label not in tasks:
+                    tasks[label] = bar.add_task(label, total=total)
+                bar.update(tasks[label], completed=done, total=total)
 
-        study = run_study(
-            cluster=cluster,
-            trace=trace,
-            trace_file=trace_file,
-            columns=columns,
-            start=start,
-            end=end,
-            policies=names,
-            seed=seed,
-            config=cfg,
-            workload=workload,
-            depth_sweep=depths,
-            out_dir=out_dir,
-            plots=not no_plots,
-            workers=workers,
-            max_gpus=max_gpus,
-            density=density,
-            on_phase=on_phase,
-        )
+            study = run_study(**study_kw, on_phase=on_phase)  # type: ignore[arg-type]
     if as_json:
         print(json.dumps(clean_nan(study.to_dict()), indent=1))
         return

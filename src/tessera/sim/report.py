@@ -66,6 +66,7 @@ class Study:
     depth_sweep: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     bounds: dict[str, float] | None = None  # upper bounds on avg_throughput (metrics.throughput_bounds)
+    first_event_s: float | None = None  # study start (trace load) → the first policy's first simulated event
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +76,7 @@ class Study:
             "window_s": self.window_s,
             "demand_gpu_hours": self.demand_gpu_hours,
             "table_build_s": self.table_s,
+            "first_event_s": self.first_event_s,
             "policies": self.metrics,
             "ratios": ratios(self.metrics),
             "depth_sweep": self.depth_sweep,
@@ -117,7 +119,8 @@ def load_trace(
     trace: str, trace_file: str | None, columns: dict[str, str] | None = None
 ) -> tuple[Trace, str]:
     if trace == "philly":
-        return load_philly(trace_file), "philly"
+        # a Philly-format file of one's own is that file's study, not "philly"
+        return load_philly(trace_file), Path(trace_file).stem if trace_file else "philly"
     if trace == "csv":
         if not trace_file:
             raise ValueError("--trace csv needs --trace-file")
@@ -195,7 +198,9 @@ def run_study(
     on_phase: Callable[[str, float, float], None] | None = None,
 ) -> Study:
     """Simulate every policy on one workload; write ``study.json`` and the plots under ``out_dir``.
-    ``on_phase(label, done, total)`` reports progress (rate table, then each policy's simulated time)."""
+    ``on_phase(label, done, total)`` reports progress (rate table, then each policy's simulated time).
+    ``Study.first_event_s``: from the call to the first simulated event (trace, rate table and jobs ready)."""
+    t_start = time.perf_counter()
     spec = get_cluster(cluster)
     names = resolve_policies(policies)
     tr, trace_name = load_trace(trace, trace_file, columns)
@@ -218,6 +223,7 @@ def run_study(
     )
     metrics: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
+    first_event_s = time.perf_counter() - t_start
     for name in names:
         cb = phase(name)
 
@@ -246,6 +252,7 @@ def run_study(
         results=results,
         depth_sweep=sweep,
         bounds=throughput_bounds(jobs, table, cfg, max_gpus=max_gpus),
+        first_event_s=first_event_s,
     )
     if out_dir is not None:
         out = Path(out_dir)
