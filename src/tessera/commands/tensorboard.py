@@ -47,6 +47,7 @@ def write_events(telemetry: dict[str, Any], out: Path) -> int:
             step, wall = int(s["step"]) + 1, s.get("ts")
             for tag, value in (
                 ("train/loss", s.get("loss")),
+                ("val/loss", s.get("val_loss")),  # steps that validated on the held-out split
                 ("train/iteration_time_s", s.get("iter_time_s")),
                 ("train/samples_per_s", s.get("samples_per_s")),
                 ("memory/peak_GiB", (s.get("peak_memory_bytes") or 0) / 2**30),
