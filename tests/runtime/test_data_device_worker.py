@@ -76,3 +76,20 @@ def test_dataset_job_through_the_device_worker(tmp_path):
     # a relaunch of the job on other data is refused, naming the way out
     failed = _run(tmp_path, _spec(tmp_path, "b.jsonl").model_copy(update={"steps": 6}), resume=True)
     assert failed["state"] == "failed" and "force_data_change" in failed["error"]
+
+
+def test_submission_checks_the_dataset(tmp_path):
+    """The service refuses at submission a dataset whose files or tokenizer are missing, naming the field."""
+    from tessera.service.model_source import ModelSourceError, check_data
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "hello"}))
+    base = {"model": "gpt-tiny", "global_batch": 2, "steps": 1}
+    check_data(parse_job({**base, "data": {"path": str(tmp_path / "a.jsonl"), "tokenizer": "bytes"}}))
+    for data, field in [
+        ({"path": str(tmp_path / "missing.jsonl"), "tokenizer": "bytes"}, "data.path"),
+        ({"path": str(tmp_path / "a.jsonl")}, "data.tokenizer"),  # gpt-tiny is no folder with a tokenizer
+        ({"path": str(tmp_path / "a.jsonl"), "tokenizer": str(tmp_path / "nope")}, "data.tokenizer"),
+    ]:
+        with pytest.raises(ModelSourceError) as e:
+            check_data(parse_job({**base, "data": data}))
+        assert e.value.field == field

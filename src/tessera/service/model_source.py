@@ -490,10 +490,15 @@ def model_spec(job: JobSpec):
 def check_data(job: JobSpec) -> None:
     if isinstance(job.data, str) and not Path(job.data).is_file():
         raise ModelSourceError("data", f"no such text file {job.data!r} (paths are resolved on the server)")
-    if job.data is not None and not isinstance(job.data, str) and not Path(job.data.path).exists():
-        raise ModelSourceError(
-            "data.path", f"no such file or directory {job.data.path!r} (paths are resolved on the server)"
-        )
+    if job.data is not None and not isinstance(job.data, str):
+        from tessera.runtime.data import data_source
+        from tessera.runtime.dataset import DataError
+
+        try:  # the files exist and a tokenizer is named or the model folder has one (nothing is read yet)
+            data_source(job.data_options(), seed=job.seed, model=job.model).check()  # type: ignore[union-attr]
+        except DataError as e:
+            field, _, reason = str(e).partition(": ")
+            raise ModelSourceError(field, f"{reason} (paths are resolved on the server)") from None
 
 
 def vocab_of(spec: Any) -> int:
