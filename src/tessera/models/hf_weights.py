@@ -84,7 +84,7 @@ def locate_model(source: str | os.PathLike[str]) -> Path:
         if snap is not None:
             return snap
     raise HFModelNotFound(
-        f"model: {text!r} is neither a model directory (looked at {path.resolve()}) nor a repository in the "
+        f"model: {text!r} is neither a model directory (looked at {os.path.abspath(path)}) nor a repository in the "
         f"local Hugging Face cache (looked in {cache}); nothing is downloaded: `save_pretrained` it to a "
         "directory or fetch it into the cache first"
     )
@@ -94,7 +94,7 @@ def is_hf_model(source: str) -> bool:
     """Whether ``source`` names a Hugging Face model this machine holds (directory, config.json or cache)."""
     try:
         locate_model(source)
-    except HFModelNotFound:
+    except (HFModelNotFound, OSError, ValueError):  # also names no file system could hold (NUL, too long)
         return False
     return True
 
