@@ -241,16 +241,21 @@ class Controller:
             del self._not_before[jid]
         return out
 
+    def _refresh_cluster(self) -> None:
+        """Ray's view of the nodes into the scheduler; gangs on nodes that died are stopped as NODE_LOST."""
+        assert self.adapter is not None and self.cluster is not None
+        live = self.cluster.refresh()
+        if self.live is not None and live != self.live:
+            for jid in self.adapter.set_cluster(live):
+                if jid in self.gangs:
+                    self._stopping_for[jid] = StopReason.NODE_LOST
+                    self.gangs[jid].kill()
+        self.live = live
+
     def _round(self, now: float, *, force: bool) -> None:
         assert self.adapter is not None
         if self.cluster is not None:
-            live = self.cluster.refresh()
-            if self.live is not None and live != self.live:
-                for jid in self.adapter.set_cluster(live):
-                    if jid in self.gangs:
-                        self._stopping_for[jid] = StopReason.NODE_LOST
-                        self.gangs[jid].kill()
-            self.live = live
+            self._refresh_cluster()
         self.adapter.sync(self._inputs(now), now)
         r = self.adapter.round(now, force=force)
         self.last_round = {
@@ -526,6 +531,21 @@ class Controller:
                     jid, state=JobState.PENDING, reason=Reason.PREEMPTED, log=f"preempted at step {ck}"
                 )
             self.adapter.release(jid, now)
+            self._dirty.set()
+            return
+        lost = (
+            self.cluster.probe_lost({d.node for d in gang.plan.devices}) if self.cluster is not None else []
+        )
+        if lost:  # its node died under it: not the job's failure — no restart charged, no backoff
+            self.store.close_allocation(jid, f"{StopReason.NODE_LOST}: {', '.join(lost)}", ck, measured)
+            self.adapter.release(jid, now)
+            self._refresh_cluster()
+            where = f"checkpoint step {ck}" if ck else "the start"
+            self.store.update(
+                jid, state=JobState.RECOVERING, reason=Reason.RESOURCES,
+                log=f"lost node {', '.join(lost)} ({err}); relaunching from {where} on the GPUs left "
+                "(no restart charged)",
+            )  # fmt: skip
             self._dirty.set()
             return
         # failed (or killed without a reason): relaunch from the checkpoint unless out of restarts

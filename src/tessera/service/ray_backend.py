@@ -119,6 +119,7 @@ class RayCluster:
     _cluster: Any = None
     _reaper: subprocess.Popen | None = None
     _node_ids: dict[str, str] = field(default_factory=dict)  # cluster-spec node name → Ray node id
+    _lost: set[str] = field(default_factory=set)  # nodes seen gone before Ray's health checks said so
     spec: ClusterSpec | None = None
 
     @property
@@ -201,8 +202,33 @@ class RayCluster:
                 )  # fmt: skip
                 if nid is not None:
                     self._node_ids[node.name] = nid
-            nodes.append(LiveNode(node.name, node.gpu_type, node.n_gpus, nid in alive))
+            nodes.append(
+                LiveNode(node.name, node.gpu_type, node.n_gpus, nid in alive and node.name not in self._lost)
+            )
         return LiveCluster(self.spec, tuple(nodes))
+
+    def probe_lost(self, names: set[str]) -> list[str]:
+        """The nodes among ``names`` that are gone now, and from here on shown dead. Ray's own view lags by its
+        health checks (tens of seconds), long enough for a gang on a dead node to be charged a worker failure
+        and relaunched onto the same node; so the embedded cluster asks its nodes' raylet processes directly,
+        an external one what Ray reports."""
+        import ray
+
+        lost = set()
+        if self.embedded and self._cluster is not None:
+            by_id = {
+                n.node_id: n for n in [self._cluster.head_node, *self._cluster.worker_nodes] if n is not None
+            }
+            for name in names:
+                node = by_id.get(self._node_ids.get(name, ""))
+                if node is None or any(kind == "raylet" for kind, _ in node.dead_processes()):
+                    lost.add(name)
+        else:
+            with contextlib.suppress(Exception):
+                alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+                lost = {name for name in names if self._node_ids.get(name) not in alive}
+        self._lost |= lost
+        return sorted(lost)
 
     def _spec_from(self, found: list[tuple[str, str, int, bool, str | None]]) -> ClusterSpec:
         """Embedded: the emulated spec (Ray nodes matched by their ``tessera.io/node`` label). External: one
