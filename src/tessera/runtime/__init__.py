@@ -10,8 +10,9 @@ Imports only ``tessera.plan``, the zoo's nn modules (lazily, through ``ZooModel`
 """
 
 from tessera.runtime.annotations import Config, init, plan_from_annotations, replicate, split
-from tessera.runtime.data import SyntheticData, TextData
+from tessera.runtime.data import SyntheticData, TextData, data_source
 from tessera.runtime.data_parallel import weighted_loss
+from tessera.runtime.dataset import DataError, TokenizedData
 from tessera.runtime.engine import Trainer, make_optimizer
 from tessera.runtime.launcher import LaunchError, LaunchResult, launch, launch_many
 from tessera.runtime.model import (
@@ -23,6 +24,7 @@ from tessera.runtime.model import (
     reference_model,
 )
 from tessera.runtime.options import Fault, RunOptions
+from tessera.runtime.schedule import Training
 
 __all__ = [
     "Config",
@@ -31,6 +33,7 @@ __all__ = [
     "replicate",
     "split",
     "CallableModel",
+    "DataError",
     "Fault",
     "LaunchError",
     "LaunchResult",
@@ -39,8 +42,11 @@ __all__ = [
     "SyntheticData",
     "TPSpec",
     "TextData",
+    "TokenizedData",
     "Trainer",
+    "Training",
     "ZooModel",
+    "data_source",
     "initial_state",
     "launch",
     "launch_many",
