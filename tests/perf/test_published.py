@@ -70,3 +70,23 @@ def test_vocab_parallel_head_keeps_the_530b_pipeline_balanced(bench):
     assert r["name"] == "530B"
     assert r["stage_time_max_s"] < 1.2 * r["stage_time_min_s"]  # 1.49 with a replicated head
     assert abs(r["estimated_mfu"] - 0.560) / 0.560 <= 0.10
+
+
+def test_every_run_cites_a_source_and_the_split_is_by_source(bench):
+    assert {r.source for r in bench.FSDP_RUNS} <= set(bench.SOURCES)
+    for key, src in bench.SOURCES.items():
+        assert src["set"] in ("calibrate", "report") and len(src["citation"]) > 40, key
+    sets = {src["set"] for src in bench.SOURCES.values()}
+    assert sets == {"calibrate", "report"}
+
+
+def test_result_keys_and_reported_figures(bench):
+    result = bench.run(configs=bench.CONFIGS[:1], fsdp_runs=bench.FSDP_RUNS[:1])
+    for key in ("rows", "sources", "reported_rows", "reported_mean_abs_error", "reported_worst_abs_error",
+                "megatron_mean_abs_error", "mean_abs_error"):  # fmt: skip
+        assert key in result, key
+    assert result["reported_rows"] == 1 and len(result["rows"]) == 2
+    fsdp = result["rows"][1]
+    assert fsdp["metric"] == "tokens_per_s_per_gpu" and fsdp["published"] == 3700
+    assert fsdp["relative_error"] == pytest.approx((fsdp["estimated"] - 3700) / 3700)
+    assert result["reported_mean_abs_error"] == pytest.approx(fsdp["abs_relative_error"])
