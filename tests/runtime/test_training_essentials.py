@@ -110,3 +110,8 @@ def test_weight_decay_and_dropout():
     m = nn.Sequential(Attn(), nn.Dropout(0.5))
     assert set_dropout(m, 0.2) == 3
     assert m[0].attention_dropout == 0.2 and m[0].drop.p == 0.2 and m[1].p == 0.2
+    zoo = factory("gpt-tiny")(layer_range=None, tp=None, attention="flash", recompute="none")  # dropout 0
+    assert set_dropout(zoo, 0.1) > 0
+    drops = [x.p for x in zoo.modules() if type(x).__name__ == "Dropout"]
+    attn = [x.attn_dropout for x in zoo.modules() if hasattr(x, "attn_dropout")]
+    assert drops and attn and set(drops) == set(attn) == {0.1}  # the zoo's Dropout and attention's float

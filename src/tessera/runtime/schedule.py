@@ -47,16 +47,19 @@ class Training:
 
 
 def set_dropout(module: nn.Module, p: float) -> int:
-    """Set every dropout probability in ``module`` to ``p``: ``nn.Dropout`` modules and the float
-    ``attention_dropout`` / ``dropout`` attributes Hugging Face attention modules pass to SDPA. Returns
-    how many were set."""
+    """Set every dropout probability in ``module`` to ``p``: dropout modules (torch's, and any module class
+    named ``*Dropout`` with a float ``p``, as the zoo's) and the float ``attention_dropout`` /
+    ``attn_dropout`` / ``dropout`` attributes attention modules pass to SDPA (Hugging Face's, the zoo's).
+    Returns how many were set."""
     n = 0
     for m in module.modules():
-        if isinstance(m, nn.modules.dropout._DropoutNd):
+        if isinstance(m, nn.modules.dropout._DropoutNd) or (
+            type(m).__name__.endswith("Dropout") and isinstance(getattr(m, "p", None), float)
+        ):
             m.p = p
             n += 1
             continue
-        for attr in ("attention_dropout", "dropout"):
+        for attr in ("attention_dropout", "attn_dropout", "dropout"):
             if isinstance(getattr(m, attr, None), float):
                 setattr(m, attr, p)
                 n += 1
