@@ -140,7 +140,7 @@ class TokenizedData:
     def _files(self) -> tuple[str, list[Path]]:
         """(format, data files) — an arrow directory's files are every file under it."""
         p = Path(self.path)
-        if not p.exists():
+        if not _exists(p):
             raise DataError(f"data.path: no such file or directory {self.path!r}")
         if p.is_dir() and (self.format == "arrow" or _is_saved_dataset(p)):
             return "arrow", sorted(f for f in p.rglob("*") if f.is_file())
@@ -170,7 +170,7 @@ class TokenizedData:
                 "data.tokenizer: the data needs a tokenizer and none was given (the model is not a Hugging "
                 "Face directory with one): name a tokenizer directory or tokenizer.json, or `bytes`"
             )
-        if tok != "bytes" and not Path(tok).exists():
+        if tok != "bytes" and not _exists(Path(tok)):
             raise DataError(f"data.tokenizer: no such tokenizer file or directory {tok!r}")
         return tok
 
@@ -247,6 +247,14 @@ def _max_id(data: TokenizedData) -> int:
 def _content_key_of(data: TokenizedData) -> str:
     """Once per process: the files are hashed (or their memoized hashes read) on the first use only."""
     return data._compute_content_key()
+
+
+def _exists(p: Path) -> bool:
+    """``Path.exists`` that answers False, not an error, for a name no file system holds (NUL, too long)."""
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
