@@ -82,6 +82,13 @@ def test_tp_shards_whole_kv_groups_and_gpt2_says_unsupported(dirs):
     attn = local.layers[0].block.self_attn
     assert attn.q_proj.weight.shape == (16, 32) and attn.k_proj.weight.shape == (8, 32)
     assert local.layers[0].block.mlp.down_proj.weight.shape == (32, 12)
+    even = _build(str(dirs["qwen2"]), (1, 2)).layers[0].dtensor_tp_plan()  # even splits: DTensor's plan
+    assert sorted(even) == sorted(
+        f"block.{n}"
+        for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+        + ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    )
+    assert _build(str(dirs["gpt2"]), (1, 2)).layers[0].dtensor_tp_plan() is None
     with pytest.raises(HFModelError, match="tensor parallelism for HF gpt2 models is not supported yet"):
         HFModel(str(dirs["gpt2"]))(layer_range=(0, N), tp=TPSpec(2, 0), attention="flash", recompute="none")
 

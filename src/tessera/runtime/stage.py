@@ -74,7 +74,9 @@ def build_stage(
     gradient sync can add the other stage's contribution (Megatron's embedding group).
 
     With ``dtensor_tp`` (an even split) the blocks are built with full shapes and handed to DTensor's
-    ``parallelize_module``; their parameters become DTensors whose specs come from their placements. Layers
+    ``parallelize_module`` (the zoo's plan by Linear names, or the plan a layer gives by ``dtensor_tp_plan()``,
+    as the Hugging Face decoder layers do); their parameters become DTensors whose specs come from their
+    placements. Layers
     DTensor has no plan for (embedding, vocab head) take Tessera's own vocab-parallel shard in either case.
     """
     start, end = layer_range
@@ -98,6 +100,8 @@ def build_stage(
         shards = None
         if mesh is not None:
             layer_plan = block_tp_plan(local)
+            if layer_plan is None and hasattr(local, "dtensor_tp_plan"):  # a layer naming its own (HF blocks)
+                layer_plan = local.dtensor_tp_plan()
             if layer_plan is not None:
                 with torch.no_grad():
                     local.load_state_dict(full.state_dict())

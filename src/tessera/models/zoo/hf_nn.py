@@ -15,9 +15,11 @@ loads its own stage and nothing else. ``from_scratch`` initializes each layer wi
 Tied embeddings (gpt2, small qwen2): the lm_head shares the embedding's Parameter when one range holds both,
 which is how the runtime finds and syncs ties across pipeline stages (``runtime.model.tied_groups``).
 
-Tensor parallelism: llama, mistral and qwen2 decoder layers are sharded by Tessera's own column/row layers
-(whole kv-head groups and FFN columns, even or uneven); the embedding and the head stay replicated in the TP
-group. gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear error.
+Tensor parallelism: llama, mistral and qwen2 decoder layers are sharded — even splits through DTensor's
+``parallelize_module`` (:meth:`HFDecoderLayer.dtensor_tp_plan`, the plan ``transformers`` itself uses), uneven
+ones by Tessera's own column/row layers (whole kv-head groups and FFN columns); the embedding and the head stay
+replicated in the TP group. gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear
+error.
 
 Parameter names: layer ``i``'s parameters are ``layers.{i}.{name}`` where ``name`` maps to the checkpoint key
 by :func:`hf_key` (``embed_tokens.weight`` -> ``model.embed_tokens.weight``, ``block.mlp.up_proj.weight`` of
@@ -157,10 +159,28 @@ class HFDecoderLayer(nn.Module):
 
             attn.forward = forward
 
+    def dtensor_tp_plan(self) -> dict[str, object] | None:
+        """DTensor's plan for an even TP split (the runtime's ``parallelize_module``): q/k/v, gate/up
+        column-wise and o/down row-wise, as ``transformers``' own ``base_model_tp_plan``; ``None`` for gpt2."""
+        if not self.family.tp:
+            return None
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        col = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+        row = ("self_attn.o_proj", "mlp.down_proj")
+        plan: dict[str, object] = {f"block.{n}": ColwiseParallel() for n in col}
+        plan |= {f"block.{n}": RowwiseParallel() for n in row}
+        return plan
+
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+        # on meta (planning traces) no positions: transformers' packed-sequence check would read their values
         mask = self._mask_fn(
-            config=self.config, inputs_embeds=x, attention_mask=None, cache=None, position_ids=pos
+            config=self.config,
+            inputs_embeds=x,
+            attention_mask=None,
+            cache=None,
+            position_ids=None if x.device.type == "meta" else pos,
         )
         if self.rotary is None:  # gpt2: (hidden_states, cache, attention_mask)
             out = self.block(x, None, mask)
