@@ -140,6 +140,15 @@ SOURCES: dict[str, dict[str, str]] = {
         "set": "report",
         "style": "fsdp",
     },
+    "bigscience-bloom-2022": {
+        "citation": (
+            "BigScience, BLOOM-176B training (github.com/bigscience-workshop/bigscience, "
+            "train/tr11-176B-ml/README.md for the layout and chronicles.md 2022-03-18: 'A single train "
+            "iteration is about 105 secs' at GBS 2048, 149-150 TFLOPs per GPU)"
+        ),
+        "set": "report",
+        "style": "megatron",
+    },
 }
 
 
@@ -190,6 +199,102 @@ FSDP_RUNS = (
     FSDPRun("llama2-70b H100x96", "pytorch-ibm-fsdp-2024", "H100-80GB", 96, _H100_NET, 8192, 80, 64, 8, 28672,
             "full", 800, 0.34),
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """One published Megatron-style (TP x PP x DP) GPT run whose iteration time was published."""
+
+    name: str
+    source: str
+    gpu: str
+    hidden: int
+    layers: int
+    heads: int
+    vocab: int
+    seq_len: int
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+    layer_cuts: tuple[int, ...]  # stage boundaries over [embedding, blocks..., head], as the run cut them
+    recompute: str
+    attention: str
+    zero: int
+    inter_node_Bps: float
+    published_iteration_s: float
+    gpus_per_node: int = 8
+    schedule: str = "1f1b"
+    note: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+PIPELINE_RUNS = (
+    # tr11-176B-ml README: 384 A100 80GB in 48 nodes of 8, TP 4, PP 12, DP 8, MBS 2, GBS 2048, seq 2048,
+    # h 14336, 70 layers, 112 heads, vocab 250880, GELU, activation checkpointing, bf16, ZeRO-1, 4 Omni-Path
+    # links per node; pp rank 0 [embed | 5 blocks], ranks 1-10 6 blocks, rank 11 [5 blocks | embed];
+    # chronicles.md 2022-03-18: "GBS=2048 and at 149-150 TFLOPs per GPU. A single train iteration is about
+    # 105 secs."
+    PipelineRun("bloom-176b A100x384", "bigscience-bloom-2022", "A100-80GB", 14336, 70, 112, 250880, 2048,
+                tp=4, pp=12, dp=8, micro_batch=2, global_batch=2048,
+                layer_cuts=tuple(range(6, 67, 6)), recompute="full", attention="math", zero=1,
+                inter_node_Bps=4 * 100e9 / 8, published_iteration_s=105.0,
+                note="ALiBi priced as learned positions (2048 x h extra parameters); Omni-Path links at their "
+                     "100 Gb/s line rate (the README gives the link count, not the rate)"),
+    # the same README, "Global batch size": the logged iteration at GBS 16 (MBS 2, one micro-batch per replica)
+    # "elapsed time per iteration (s): 15.23 | global batch size: 16"
+    PipelineRun("bloom-176b A100x384 GBS16", "bigscience-bloom-2022", "A100-80GB", 14336, 70, 112, 250880, 2048,
+                tp=4, pp=12, dp=8, micro_batch=2, global_batch=16,
+                layer_cuts=tuple(range(6, 67, 6)), recompute="full", attention="math", zero=1,
+                inter_node_Bps=4 * 100e9 / 8, published_iteration_s=15.23, schedule="gpipe",
+                note="one micro-batch per replica: priced as GPipe (1F1B needs as many micro-batches as "
+                     "stages; with one they are the same schedule)"),
+)  # fmt: skip
+
+
+def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str, Any]:
+    """``estimate_plan`` of one published Megatron-style run: its own stage cut, TP groups inside a node."""
+    arch = gpt.gpt_arch(r.hidden, r.layers, r.heads, vocab=r.vocab, max_positions=r.seq_len)
+    spec = gpt.spec(f"gpt-{r.name.split()[0]}", arch, r.seq_len)
+    plan = simple_plan(
+        spec.name, n_layers=spec.n_layers, global_batch=r.global_batch, seq_len=r.seq_len, tp=r.tp, pp=r.pp,
+        dp=r.dp, gpu_type=r.gpu, micro_batches=r.global_batch // (r.micro_batch * r.dp),
+        layer_cuts=r.layer_cuts, precision=PRECISION, recompute=r.recompute, attention=r.attention,
+        zero=r.zero, model_heads=r.heads, schedule=r.schedule,
+    )  # fmt: skip
+    gpn = r.gpus_per_node
+    stages = tuple(
+        replace(st, devices=tuple(replace(d, node=f"node-{d.rank // gpn}", local_index=d.rank % gpn)
+                                  for d in st.devices))
+        for st in plan.stages
+    )  # fmt: skip
+    plan = replace(plan, stages=stages)
+    cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
+    e = estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
+    err = _rel(r.published_iteration_s, e.iteration_time_s)  # throughput error: published time / estimate - 1
+    return {
+        "name": r.name,
+        "source": r.source,
+        "style": SOURCES[r.source]["style"],
+        "set": SOURCES[r.source]["set"],
+        "gpu": r.gpu,
+        "gpus": r.gpus,
+        "plan": f"TP{r.tp} PP{r.pp} DP{r.dp} B{r.global_batch}/{r.micro_batch}, {r.recompute} recompute, "
+        f"ZeRO-{r.zero}, {r.attention} attention",
+        "metric": "iteration_time_s",
+        "published": r.published_iteration_s,
+        "estimated": e.iteration_time_s,
+        "relative_error": err,
+        "abs_relative_error": abs(err),
+        "iteration_time_s": e.iteration_time_s,
+        "stage_blocks": [st.layer_end - st.layer_start for st in plan.stages],
+        "feasible": e.feasible,
+        "note": r.note,
+    }
 
 
 def evaluate_fsdp(r: FSDPRun, cost: CostModel | None = None) -> dict[str, Any]:
@@ -429,10 +534,15 @@ def run(
     configs: tuple[Config, ...] = CONFIGS,
     cost: CostModel | None = None,
     fsdp_runs: tuple[FSDPRun, ...] = FSDP_RUNS,
+    pipeline_runs: tuple[PipelineRun, ...] = PIPELINE_RUNS,
 ) -> dict[str, Any]:
     cluster = get_cluster(CLUSTER)
     detail = [evaluate_config(c, cluster, cost) for c in configs]
-    rows = [_megatron_row(r) for r in detail] + [evaluate_fsdp(r, cost) for r in fsdp_runs]
+    rows = (
+        [_megatron_row(r) for r in detail]
+        + [evaluate_pipeline(r, cost) for r in pipeline_runs]
+        + [evaluate_fsdp(r, cost) for r in fsdp_runs]
+    )
     errs = [r["abs_relative_error"] for r in rows]
     meg = [r["abs_relative_error"] for r in rows if r["style"] == "megatron"]
     reported = [r for r in rows if r["set"] == "report"]
@@ -475,12 +585,13 @@ def run(
             "each_within_target": all(x <= TARGET for x in mega),
         },
         "notes": [
-            "rows: every published run compared; metric mfu (Megatron rows, Estimate.mfu) or tokens_per_s_per_gpu "
-            "(FSDP rows, Estimate.tokens_per_s_per_gpu); relative_error = (estimated - published) / published.",
+            "rows: every published run compared; metric mfu (Korthikanti rows, Estimate.mfu), tokens_per_s_per_gpu "
+            "(FSDP rows) or iteration_time_s (BLOOM); relative_error is the throughput error "
+            "(estimated - published) / published, for iteration times published / estimated - 1.",
             "mean_abs_error is over all rows (before the FSDP rows were added it was over the 4 Megatron rows, "
             "now megatron_mean_abs_error).",
             "Short of the issue's >= 40 runs from >= 3 sources: only runs whose exact published figures and "
-            "layouts were found are included (12 runs, 2 sources).",
+            "layouts were found are included (14 runs, 3 sources).",
             "configs[*] keep the Megatron detail: estimate_plan prices Tessera's runtime (vocab-parallel "
             "embedding/head, 3 + 1 input-gradient all-reduces per block in backward, foreach AdamW); "
             "megatron_runtime composes the same tessera.perf physics for Megatron's implementation.",
@@ -514,7 +625,7 @@ def print_table(result: dict[str, Any], console: Console | None = None) -> None:
     for col in ("run", "source", "set", "GPUs", "metric", "published", "tessera", "err"):
         f.add_column(col, justify="right")
     for r in result["rows"]:
-        fmt = "{:.1%}" if r["metric"] == "mfu" else "{:,.0f}"
+        fmt = {"mfu": "{:.1%}", "iteration_time_s": "{:.2f} s"}.get(r["metric"], "{:,.0f}")
         f.add_row(
             r["name"], r["source"], r["set"], f"{r['gpus']} {r['gpu']}", r["metric"],
             fmt.format(r["published"]), fmt.format(r["estimated"]), f"{r['relative_error']:+.1%}",

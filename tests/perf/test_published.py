@@ -73,7 +73,7 @@ def test_vocab_parallel_head_keeps_the_530b_pipeline_balanced(bench):
 
 
 def test_every_run_cites_a_source_and_the_split_is_by_source(bench):
-    assert {r.source for r in bench.FSDP_RUNS} <= set(bench.SOURCES)
+    assert {r.source for r in bench.FSDP_RUNS + bench.PIPELINE_RUNS} <= set(bench.SOURCES)
     for key, src in bench.SOURCES.items():
         assert src["set"] in ("calibrate", "report") and len(src["citation"]) > 40, key
     sets = {src["set"] for src in bench.SOURCES.values()}
@@ -81,7 +81,7 @@ def test_every_run_cites_a_source_and_the_split_is_by_source(bench):
 
 
 def test_result_keys_and_reported_figures(bench):
-    result = bench.run(configs=bench.CONFIGS[:1], fsdp_runs=bench.FSDP_RUNS[:1])
+    result = bench.run(configs=bench.CONFIGS[:1], fsdp_runs=bench.FSDP_RUNS[:1], pipeline_runs=())
     for key in ("rows", "sources", "reported_rows", "reported_mean_abs_error", "reported_worst_abs_error",
                 "megatron_mean_abs_error", "mean_abs_error"):  # fmt: skip
         assert key in result, key
@@ -90,3 +90,10 @@ def test_result_keys_and_reported_figures(bench):
     assert fsdp["metric"] == "tokens_per_s_per_gpu" and fsdp["published"] == 3700
     assert fsdp["relative_error"] == pytest.approx((fsdp["estimated"] - 3700) / 3700)
     assert result["reported_mean_abs_error"] == pytest.approx(fsdp["abs_relative_error"])
+
+
+def test_bloom_run_keeps_its_published_stage_cut(bench):
+    """BLOOM's pp rank 0 holds [embed | 5 blocks], ranks 1-10 six blocks, rank 11 [5 blocks | head]."""
+    r = bench.evaluate_pipeline(bench.PIPELINE_RUNS[0])
+    assert r["stage_blocks"] == [6] * 12 and r["gpus"] == 384 and r["published"] == 105.0
+    assert r["relative_error"] == pytest.approx(105.0 / r["estimated"] - 1)
