@@ -46,6 +46,23 @@ def _plan_for(job, plan: str | Path | None, devices: int | None) -> Plan:
     )
 
 
+def _check_resume_data(ckpt: Path, source, spec, plan: Plan) -> None:
+    """Refuse, before any process starts, to resume a checkpoint written on other data (the ranks check too)."""
+    import json
+
+    from tessera.runtime import SyntheticData
+    from tessera.runtime.checkpoint import resolve
+    from tessera.runtime.worker import check_resume_data, identity_of
+
+    try:
+        where = resolve(ckpt)
+        saved = json.loads((where / "meta.json").read_text()).get("data")
+    except (OSError, ValueError):
+        return  # no readable checkpoint metadata here: the ranks decide
+    current = identity_of(source or SyntheticData(spec.seed), plan)
+    check_resume_data(saved, current, str(where), spec.force_data_change)
+
+
 def train_command(
     job: str | Path,
     plan: str | Path | None = None,
@@ -82,6 +99,12 @@ def train_command(
         raise typer.Exit(2) from None
     out = Path(run_dir) if run_dir else Path("runs") / spec.name
     ckpt = out / "checkpoints"
+    if resume and ckpt.exists():
+        try:
+            _check_resume_data(ckpt, source, spec, p)
+        except RuntimeError as e:
+            console.print(f"[bold red]error:[/] {e}", highlight=False)
+            raise typer.Exit(2) from None
     options = RunOptions(
         steps=steps or spec.total_steps,
         **spec.training_options(),
