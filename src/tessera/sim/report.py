@@ -159,6 +159,8 @@ def prepare(
             on_config(done[0], len(configs))
 
     t0 = time.perf_counter()
+    if on_config:
+        on_config(0, len(configs))  # the build has begun (a cold one takes a while: say so at once)
     table = cell_table(cluster, configs, max_gpus=max_gpus, workers=workers, progress=tick)
     table_s = time.perf_counter() - t0
     return table, build_jobs(trace, table, workload), table_s
