@@ -72,6 +72,7 @@ def simulate(
         jct_change,
         resolve_policies,
         run_study,
+        trace_label,
     )
     from tessera.sim.simulator import SimConfig
     from tessera.sim.workload import WorkloadSpec
@@ -105,7 +106,7 @@ def simulate(
         workload = WorkloadSpec.of_models(names_m, seed=seed, deadlines=deadlines, max_gpus=max_gpus)
     else:
         workload = WorkloadSpec(seed=seed, deadlines=deadlines, max_gpus=max_gpus)
-    label = Path(trace_file).stem if trace_file else trace
+    label = trace_label(trace_file) if trace_file else trace
     out_dir = Path(out) if out else Path("runs") / "sim" / f"{label}-{Path(cluster).stem}"
     cfg = SimConfig(
         round_s=round_s, seed=seed, noise_sigma=noise, node_mtbf_s=mtbf_h * 3600 if mtbf_h else None

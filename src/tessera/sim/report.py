@@ -115,12 +115,21 @@ def jct_change(reduction: float) -> str:
     return f"+{-reduction:.0%}"
 
 
+def trace_label(path: str | Path) -> str:
+    """A trace file's study label: its name without ``.gz`` / ``.csv`` (``philly-2018.csv.gz`` →
+    ``philly-2018``)."""
+    name = Path(path).name
+    for ext in (".gz", ".csv"):
+        name = name.removesuffix(ext)
+    return name or str(path)
+
+
 def load_trace(
     trace: str, trace_file: str | None, columns: dict[str, str] | None = None
 ) -> tuple[Trace, str]:
     if trace == "philly":
         # a Philly-format file of one's own is that file's study, not "philly"
-        return load_philly(trace_file), Path(trace_file).stem if trace_file else "philly"
+        return load_philly(trace_file), trace_label(trace_file) if trace_file else "philly"
     if trace == "csv":
         if not trace_file:
             raise ValueError("--trace csv needs --trace-file")
@@ -133,7 +142,7 @@ def load_trace(
                 gpus=cols.get("gpus", "num_gpus"),
                 job_id=cols.get("id"),
             ),
-            Path(trace_file).stem,
+            trace_label(trace_file),
         )
     raise ValueError(f"--trace: {trace!r} is not one of philly, csv")
 
