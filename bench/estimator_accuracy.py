@@ -39,6 +39,7 @@ from tessera.perf.costmodel import CostModel  # noqa: E402
 from tessera.perf.estimate import Topology, estimate_plan  # noqa: E402
 from tessera.perf.profiler import ProfileRun, profile_layers  # noqa: E402
 from tessera.plan import Plan, simple_plan  # noqa: E402
+from tessera.planning.partition import block_range  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("gpt-small-cpu", "llama-small-cpu")
@@ -55,9 +56,10 @@ class Case:
 
 def _plan(model: str, *, dp: int = 1, tp: int = 1, pp: int = 1, m: int | None = None, **kw: object) -> Plan:
     spec = get_spec(model, seq_len=SEQ)
+    # pipelines cut as Megatron does: the blocks divided evenly, embedding and head riding along
     return simple_plan(
         model, n_layers=spec.n_layers, global_batch=BATCH, seq_len=SEQ, dp=dp, tp=tp, pp=pp, micro_batches=m,
-        model_heads=spec.arch.n_heads, **kw,
+        model_heads=spec.arch.n_heads, blocks=block_range(spec), **kw,
     )  # fmt: skip
 
 
