@@ -82,6 +82,9 @@ def test_tp_shards_whole_kv_groups_and_gpt2_says_unsupported(dirs):
     attn = local.layers[0].block.self_attn
     assert attn.q_proj.weight.shape == (16, 32) and attn.k_proj.weight.shape == (8, 32)
     assert local.layers[0].block.mlp.down_proj.weight.shape == (32, 12)
+    ends = f(layer_range=(0, N), tp=TPSpec(2, 1, (0.75, 0.25)), attention="flash", recompute="none")
+    emb, head = ends.layers[0].embed_tokens, ends.layers[-1].lm_head  # vocab 96 split 72:24
+    assert emb.vocab_start == 72 and emb.weight.shape == (24, 32) and head.weight.shape == (24, 32)
     even = _build(str(dirs["qwen2"]), (1, 2)).layers[0].dtensor_tp_plan()  # even splits: DTensor's plan
     assert sorted(even) == sorted(
         f"block.{n}"
@@ -128,3 +131,27 @@ def test_unsupported_family_is_one_error(tmp_path):
     ).save_pretrained(str(tmp_path / "opt"))
     with pytest.raises(HFModelError, match="supported families: llama, mistral, qwen2, gpt2"):
         _build(str(tmp_path / "opt"))
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_planning_description_from_the_module_agrees_with_the_zoo(dirs, family):
+    """Traced from the transformers module on meta vs the zoo's closed form of the same config. Differences
+    that are the description being truer: gpt2's blocks have no TP in the HF runtime (replicated), and the
+    zoo's llama form gives qwen2 biases on every Linear where the real module has them on q/k/v only."""
+    from tessera.models.hf import spec_from_hf_config
+    from tessera.models.zoo.hf_nn import hf_model_spec
+
+    traced, zoo = hf_model_spec(str(dirs[family]), 16), spec_from_hf_config(dirs[family], 16)
+    assert traced.family == zoo.family and traced.n_layers == zoo.n_layers == N
+    for a, b in zip(traced.layers, zoo.layers, strict=True):
+        assert (a.name, a.kind, a.fwd_flops_per_sample, a.out_bytes_per_sample) == (
+            b.name, b.kind, b.fwd_flops_per_sample, b.out_bytes_per_sample
+        )  # fmt: skip
+        if not (family == "qwen2" and a.kind == "transformer"):
+            assert a.params == b.params, a.name
+        else:  # the zoo adds o_proj, gate, up and down biases (32 + 48 + 48 + 32) the module lacks
+            assert b.params - a.params == 32 + 48 + 48 + 32
+        if not (family == "gpt2" and a.kind == "transformer"):
+            assert (a.tp_shard, a.tp_units) == (b.tp_shard, b.tp_units), a.name
+        else:
+            assert (a.tp_shard, a.tp_units) == ("replicated", 1)

@@ -17,8 +17,8 @@ which is how the runtime finds and syncs ties across pipeline stages (``runtime.
 
 Tensor parallelism: llama, mistral and qwen2 decoder layers are sharded — even splits through DTensor's
 ``parallelize_module`` (:meth:`HFDecoderLayer.dtensor_tp_plan`, the plan ``transformers`` itself uses), uneven
-ones by Tessera's own column/row layers (whole kv-head groups and FFN columns); the embedding and the head stay
-replicated in the TP group. gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear
+ones by Tessera's own column/row layers (whole kv-head groups and FFN columns); the token embedding and the
+lm_head split along the vocabulary (Megatron's vocab-parallel embedding and cross-entropy, as the zoo's). gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear
 error.
 
 Parameter names: layer ``i``'s parameters are ``layers.{i}.{name}`` where ``name`` maps to the checkpoint key
@@ -120,6 +120,29 @@ class HFEmbedding(nn.Module):
         if hasattr(self, "drop"):
             x = self.drop(x)
         return x
+
+
+class VocabShardEmbedding(nn.Module):
+    """Rows ``[vocab_start, vocab_start + rows)`` of a token embedding (Megatron's VocabParallelEmbedding
+    without its all-reduce, which the runtime adds): ids outside the shard give zeros; the model's
+    ``padding_idx`` row, when it is in this shard, gets no gradient, as in ``nn.Embedding``."""
+
+    def __init__(self, full: nn.Embedding, start: int, stop: int) -> None:
+        super().__init__()
+        w = full.weight
+        self.weight = nn.Parameter(torch.empty(stop - start, w.shape[1], device=w.device, dtype=w.dtype))
+        if w.device.type != "meta":
+            with torch.no_grad():
+                self.weight.copy_(w[start:stop])
+        self.vocab_start = start
+        pad = full.padding_idx
+        self.padding_idx = pad - start if pad is not None and start <= pad < stop else None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.vocab_start
+        outside = (local < 0) | (local >= self.weight.shape[0])
+        out = F.embedding(local.masked_fill(outside, 0), self.weight, padding_idx=self.padding_idx)
+        return out.masked_fill(outside.unsqueeze(-1), 0.0)
 
 
 class HFDecoderLayer(nn.Module):
@@ -424,10 +447,61 @@ def build_hf_layers(
             _load_layer(layer, i, family, n, model_dir, tied)
         if sharded and 0 < i < n - 1:
             _shard_decoder(layer.block, config, tp)
+        elif sharded:  # the token embedding and the lm_head split along the vocabulary
+            sizes = shard_sizes(int(config.vocab_size), tuple(tp.ratios) or (1.0,) * tp.degree)
+            rows = (sum(sizes[: tp.rank]), sum(sizes[: tp.rank + 1]))
+            if i == 0:
+                name = family.embeds[0]
+                setattr(layer, name, VocabShardEmbedding(getattr(layer, name), *rows))
+            else:
+                layer.lm_head = _rows(layer.lm_head, *rows)
+        _describe(layer, i, n, family, config)
         layers.append(layer)
     if tied and start == 0 and end == n:  # one Parameter, as in the plain model
         layers[-1].lm_head.weight = getattr(layers[0], family.embeds[0]).weight
     return HFLayers(config, layers, layer_start=start, n_model_layers=n)
+
+
+def _describe(layer: nn.Module, i: int, n: int, family: Family, config: Any) -> None:
+    """What the planner's trace reads from a layer: its name, kind and how TP shards it (as the zoo's)."""
+    from tessera.models.spec import TPShard
+
+    if 0 < i < n - 1:
+        heads = int(getattr(config, "num_key_value_heads", None) or _heads(config))
+        layer.spec_name, layer.kind = f"block_{i - 1}", "transformer"
+        layer.tp_shard, layer.tp_units = (TPShard.HEADS, heads) if family.tp else (TPShard.REPLICATED, 1)
+    else:
+        layer.spec_name = layer.kind = "embedding" if i == 0 else "head"
+        layer.tp_shard, layer.tp_units = TPShard.VOCAB, int(config.vocab_size)
+
+
+def _heads(config: Any) -> int:
+    return int(getattr(config, "num_attention_heads", None) or config.n_head)
+
+
+def hf_model_spec(source: str, seq_len: int | None = None, *, name: str | None = None) -> Any:
+    """The planner's ModelSpec of a Hugging Face model, read from the ``transformers`` module itself.
+
+    The layer list is built on the meta device (no weights, no memory) and traced layer by layer
+    (``tessera.models.trace``): parameters, forward FLOPs and saved activations are those of the real modules,
+    so a family needs no hand-written closed form; where the zoo has one (``spec_from_hf_config``) the two
+    agree on layers, parameters, FLOPs and TP sharding (tests/models/test_hf_nn.py).
+    """
+    from tessera.models.hf import arch_from_hf_config
+    from tessera.models.trace import trace_spec
+
+    factory = HFModel(source)
+    config = factory.config()
+    with torch.device("meta"):
+        model = factory(layer_range=None, tp=None, attention="flash", recompute="none")
+    arch = arch_from_hf_config(locate_model(source) / "config.json")
+    return trace_spec(
+        model,
+        seq_len or arch.max_positions,
+        name=name or str(source),
+        family="gpt" if config.model_type == "gpt2" else "llama",
+        arch=arch,
+    )
 
 
 @dataclass(frozen=True)
