@@ -26,9 +26,19 @@ a :class:`ModelSource` from the backend that may load user code (the service's),
 annotation-derived stage count and Plan. A configuration's ``exclude_gpu_types`` / ``max_gpus`` make other
 GPUs "not allowed" (rate 0).
 
-Estimating a configuration's grid costs seconds (tuning dominates), so :func:`cell_table` saves a warmed table
-per configuration under ``$TESSERA_HOME/sim/`` (or ``~/.cache/tessera/sim``), keyed by a digest of the cluster,
-the cost model and the source of every module the figures depend on — any change there recomputes them.
+Estimating a configuration's grid costs seconds, so :func:`cell_table` estimates it fast and saves it:
+
+* **fast, exact** — :class:`FastCellEstimator` is the planner's estimator on :class:`FastStageSpace` spaces,
+  which find the fastest combination of per-stage options with an exact bottleneck-bound program instead of
+  listing up to 2^20 combinations, and price the memory of a whole space (and, in :func:`warm_config`, of every
+  GPU type, count and stage count of the grid) in one vectorized formula call. The figures are the planner's
+  (``tests/scheduler/test_speed_fast.py``); the service uses the same estimator.
+* **parallel per model** — one pool task per model (its batches share the parameter-shape caches), largest
+  first; an interrupt terminates the workers (they also die with their parent).
+* **cached by what it depends on** — under ``$TESSERA_HOME/sim/`` (or ``~/.cache/tessera/sim``), keyed by
+  :func:`table_digest`: the GPU types' catalog entries and node shapes (not node counts), the calibration and
+  the source of every package the figures come from — one cache for every trace and for presets that share
+  their node shapes (``crius-sim-1280`` and ``crius-sim-12800``).
 """
 
 from __future__ import annotations
