@@ -96,7 +96,18 @@ def test_estimate_and_planner_space_take_virtual_stages():
     assert inter.bubble_s == pytest.approx(plain.bubble_s / 3)
     assert inter.iteration_time_s < plain.iteration_time_s
 
-    from tessera.planning.space import TrainSettings
+    from tessera.perf.estimate import Topology
+    from tessera.plan import Device
+    from tessera.planning.space import StageSpace, TrainSettings
 
     assert TrainSettings("gpt2", 16, 1024).virtual_stages == 1
-    assert TrainSettings("gpt2", 16, 1024, virtual_stages=2).virtual_stages == 2
+    bounds = [(st.layer_start, st.layer_end) for st in plan.stages]
+    devices = [[Device(0, "A100-40GB")] for _ in bounds]
+
+    def space(v: int) -> StageSpace:
+        settings = TrainSettings("gpt2", 16, spec.seq_len, precision="bf16", virtual_stages=v)
+        return StageSpace(spec, settings, bounds, devices, Topology(), micro_batches=8)
+
+    choice = [0] * len(bounds)
+    one, three = space(1).estimate(choice), space(3).estimate(choice)
+    assert three.bubble_s == pytest.approx(one.bubble_s / 3) and one.bubble_s > 0
