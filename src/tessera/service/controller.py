@@ -59,6 +59,9 @@ class Controller:
         self._not_before: dict[int, float] = {}
         self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
         self._iters: dict[int, list[float]] = {}
+        # warm spares: a completed gang's actors (process up, torch imported, pinned to their node), kept for
+        # a few seconds so the next launch on their nodes adopts them instead of starting workers cold
+        self._spares: list[tuple[Any, Any, Any, float]] = []  # (actor, placement group, Device, expires at)
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -121,6 +124,8 @@ class Controller:
         if self._thread is not None:
             self._thread.join(timeout=30)
         gangs = list(self.gangs.values())
+        with contextlib.suppress(Exception):
+            self._expire_spares(time.time(), all_=True)
         if self.cluster is not None and self.cluster.embedded:
             for g in gangs:
                 self._stopping_for[g.job_id] = StopReason.SERVER_STOPPED
@@ -178,6 +183,7 @@ class Controller:
                 self._drain()
                 self._cancels()
                 now = time.time()
+                self._expire_spares(now)
                 periodic = now >= self._next_round
                 if self._dirty.is_set() or periodic or any(t <= now for t in self._not_before.values()):
                     self._dirty.clear()
@@ -330,10 +336,47 @@ class Controller:
             on_end=lambda g, outcome, err, ck: self._events.put(("end", (g, outcome, err, ck))),
             on_checkpoint=lambda g, step: self.store.update(g.job_id, checkpoint_step=step),
         )
-        return Gang(
+        gang = Gang(
             self.cluster, job.id, attempt, a, run, events, watchdog_s=self.config.watchdog_s,
             placement_timeout_s=max(60.0, self.config.pg_timeout_s),
         )  # fmt: skip
+        gang.keep_on_finish = self._warm_workers()
+        return gang
+
+    def _warm_workers(self) -> bool:
+        """Workers outlive their gang for the next launch (fast rescale and spares): embedded only — on an
+        external cluster a restarted server reattaches to actors by their attempt's names."""
+        return _fast_rescale() and self.cluster is not None and self.cluster.embedded
+
+    def _with_spares(self, a: Assignment, reuse: list[Any] | None) -> list[Any] | None:
+        """The actors a launch of ``a`` adopts: the job's own kept ones plus spares on its nodes (as many as
+        its ranks there still need). The other spares on those nodes are stopped now — they hold GPUs the
+        new gang may have to place on."""
+        need: dict[str, int] = {}
+        for d in a.plan.devices:
+            need[d.node] = need.get(d.node, 0) + 1
+        for _, _, d in reuse or []:
+            if d.node in need:
+                need[d.node] -= 1
+        taken, stop, keep = [], [], []
+        for actor, pg, d, until in self._spares:
+            if need.get(d.node, 0) > 0:
+                need[d.node] -= 1
+                taken.append((actor, pg, d))
+            elif d.node in need:
+                stop.append((actor, pg))
+            else:
+                keep.append((actor, pg, d, until))
+        self._spares = keep
+        if stop:
+            Gang.release_now(stop)
+        return [*(reuse or []), *taken] or None
+
+    def _expire_spares(self, now: float, *, all_: bool = False) -> None:
+        gone = [(a, pg) for a, pg, _, until in self._spares if all_ or until <= now]
+        if gone:
+            self._spares = [x for x in self._spares if not (all_ or x[3] <= now)]
+            Gang.release_now(gone)
 
     def _launch(
         self, job: JobRecord, a: Assignment, kind: str, note: str = "", reuse: list[Any] | None = None
@@ -349,7 +392,7 @@ class Controller:
             kind = "recover"
         try:
             gang = self._gang(job, a, attempt)
-            gang.reuse = reuse
+            gang.reuse = self._with_spares(a, reuse) if gang.keep_on_finish else reuse
         except ModelSourceError as e:
             self.store.update(
                 job.id, state=JobState.FAILED, error=str(e), finished_at=time.time(), log=str(e)
@@ -400,9 +443,7 @@ class Controller:
             self.store.log(job.id, msg)
         # fast rescale: keep the workers alive through the stop, for the relaunch to adopt. Embedded only:
         # on an external cluster a restarted server reattaches to actors by their attempt's names.
-        gang.keep_on_stop = (
-            new is not None and _fast_rescale() and self.cluster is not None and self.cluster.embedded
-        )
+        gang.keep_on_stop = new is not None and self._warm_workers()
         gang.request_stop()
 
     def _on_steps(self, gang: Gang, records: list[dict[str, Any]]) -> None:
@@ -483,6 +524,10 @@ class Controller:
                 log=f"succeeded: {job.total_steps} steps, final loss {job.last_loss}",
             )  # fmt: skip
             self._calibrate(gang, job, measured)
+            if gang.kept:  # warm spares for the next launch on these nodes (released unless adopted soon)
+                until = now + SPARE_S
+                self._spares += [(actor, pg, d, until) for actor, pg, d in gang.kept]
+                gang.kept = None
             self._dirty.set()
             return
         if why == StopReason.DIVERGED:  # the training's own outcome: a relaunch would diverge again
@@ -670,6 +715,9 @@ class Controller:
     def gang_pids(self, job_id: int) -> list[int]:
         g = self.gangs.get(job_id)
         return list(g.pids) if g else []
+
+
+SPARE_S = 15.0  # how long a completed gang's workers wait to be adopted by the next launch on their nodes
 
 
 def _fast_rescale() -> bool:

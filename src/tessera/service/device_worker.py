@@ -119,8 +119,8 @@ class DeviceWorker:
         if t is not None:
             t.join(timeout=30)  # the state says "stopped" a moment before the thread has returned
         with self._lock:
-            if self._thread is None or self._thread.is_alive() or self._state != "stopped":
-                return False
+            if self._thread is None or self._thread.is_alive() or self._state not in ("stopped", "finished"):
+                return False  # ("finished": a spare — a gang that completed kept for the next launch here)
             self._thread = None
             self.rank, self.world_size, self.gpu_type = rank, world_size, gpu_type
             self._messages, self._acked = [], 0

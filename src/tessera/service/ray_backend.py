@@ -42,6 +42,10 @@ RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 NAMESPACE = "tessera"
+# What a device worker needs before its first step: Ray's idle worker processes import them ahead of time
+# (``RAY_preload_python_modules``), so an actor started for a launch or rescale does not pay torch's import
+# (seconds on a busy box) on the critical path. Embedded cluster only (an external one is set by its operator).
+PRELOAD_MODULES = "torch,torch.distributed,tessera.service.device_worker,tessera.runtime.engine"
 GPU_TYPE_LABEL = "tessera.io/gpu-type"
 NODE_LABEL = "tessera.io/node"
 RAY_TYPE_LABEL = "ray.io/accelerator-type"
@@ -134,6 +138,10 @@ class RayCluster:
             emulate = self.emulate or get_cluster("local")
             tmp = self.tmp_dir or "/tmp/tessera-ray"
             os.environ["RAY_TMPDIR"] = tmp
+            if (
+                os.environ.get("TESSERA_RAY_PRELOAD", "1") != "0"
+            ):  # the raylets' worker processes import these
+                os.environ.setdefault("RAY_preload_python_modules", PRELOAD_MODULES)
             kill_leftovers(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
@@ -353,6 +361,7 @@ class Gang:
         # fast rescale: ``keep_on_stop`` (set by the controller before a resize/migrate stop) leaves the
         # actors alive when the gang ends ``stopped``, in ``kept``; the next gang takes them as ``reuse``
         self.keep_on_stop = False
+        self.keep_on_finish = False  # a completed gang's actors become warm spares for the next launch here
         self.kept: list[tuple[Any, Any, Any]] | None = None  # (actor, its placement group, its Device)
         self.reuse: list[tuple[Any, Any, Any]] | None = None
         self.reused = 0  # ranks of this gang that are actors kept from the previous gang
@@ -423,7 +432,10 @@ class Gang:
         except Exception as e:  # noqa: BLE001 - reported as the gang's failure
             outcome, error = "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
         finally:
-            self._teardown(ray, keep=self.keep_on_stop and outcome == "stopped")
+            keep = (self.keep_on_stop and outcome == "stopped") or (
+                self.keep_on_finish and outcome == "finished"
+            )
+            self._teardown(ray, keep=keep)
             self.outcome = outcome
             self.events.on_end(self, outcome, error, ckpt)
 
@@ -550,6 +562,13 @@ class Gang:
             if pg is not None:
                 with contextlib.suppress(Exception):
                     remove_placement_group(pg)
+
+    @staticmethod
+    def release_now(pairs: list[tuple[Any, Any]]) -> None:
+        """Stop actors and remove their placement groups (warm spares the service lets go)."""
+        import ray
+
+        Gang._release(ray, pairs)
 
     def release_kept(self) -> None:
         """Stop the actors this gang kept for a fast rescale that will not happen (idempotent)."""
