@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from tessera.hardware import ClusterSpec, Node, get_cluster, get_gpu
+from tessera.hardware.cluster import cluster_of_gpus
 from tessera.jobs import JobSpec
 from tessera.models.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
 from tessera.plan import Device, Plan, simple_plan
 from tessera.planning.partition import block_range
-from tessera.planning.planner import PlanningResult, plan_job
+from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
 
 GPUS_PER_NODE = 8
 
@@ -141,10 +142,16 @@ def _place(plan: Plan, nodes: tuple[Node, ...]) -> Plan:
 def plan(
     job: JobSpec | str | Path,
     *,
-    cluster: ClusterSpec | str = "local",
+    cluster: ClusterSpec | str | None = None,
     gpus: Mapping[str, int] | str | None = None,
     cost: CostModel | None = None,
     guided: bool = True,
 ) -> PlanningResult:
-    """The job's Cells on the cluster, ranked, and the tuned plan of the best (``tessera plan``)."""
+    """The job's Cells on the cluster, ranked, and the tuned plan of the best (``tessera plan``). As the CLI:
+    ``gpus`` alone plans on exactly those GPUs; with ``cluster``, on those GPUs of it (default cluster:
+    ``local``)."""
+    if cluster is None:
+        cluster = (
+            cluster_of_gpus(parse_gpus(gpus) if isinstance(gpus, str) else dict(gpus)) if gpus else "local"
+        )
     return plan_job(job, cluster, gpus, cost=cost if cost is not None else CostModel.load(), guided=guided)

@@ -140,6 +140,13 @@ def test_plan_with_gpus_and_no_cluster_plans_on_exactly_those_gpus(tmp_path):
     r = runner.invoke(app, [*args[:4], "--cluster", "local", "--out", str(out)])
     assert r.exit_code == 2 and "cluster local has 2 A100-40GB, asked for 4" in r.output
     assert "Traceback" not in r.output
+    # the Python API means the same (it planned on a subset of `local` and raised)
+    import tessera
+
+    api = tessera.plan(ROOT / "examples" / "tiny-gpt.yaml", gpus="4xA100-40GB,4xV100-32GB")
+    assert {"A100-40GB": 4, "V100-32GB": 4} in [c.to_dict()["gpus"] for c in api.cells]
+    with pytest.raises(ValueError, match="asked for 4"):
+        tessera.plan(ROOT / "examples" / "tiny-gpt.yaml", cluster="local", gpus="4xA100-40GB")
 
 
 def test_state_lives_under_tessera_home(tmp_path, monkeypatch):

@@ -9,26 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.commands.common import GiB
-from tessera.hardware.cluster import ClusterSpec, NodeGroupSpec, get_cluster, with_network
+from tessera.hardware.cluster import ClusterSpec, cluster_of_gpus, get_cluster, with_network
 from tessera.perf.costmodel import CostModel
 from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
 
 DEFAULT_CLUSTER = "local"
-GPUS_PER_NODE = 8  # a server of the usual size: what a cluster made from --gpus alone is built of
-
-
-def cluster_of(gpus: dict[str, int]) -> ClusterSpec:
-    """A cluster holding exactly ``gpus`` (nodes of up to 8 GPUs of one type), for `--gpus` without `--cluster`:
-    asking to plan on 4×A100 + 4×V100 means those GPUs, not the few of the default preset."""
-    groups: list[NodeGroupSpec] = []
-    for gpu, n in gpus.items():
-        full, rest = divmod(n, GPUS_PER_NODE)
-        if full:
-            groups.append(NodeGroupSpec(count=full, gpu=gpu, gpus_per_node=GPUS_PER_NODE))
-        if rest:
-            groups.append(NodeGroupSpec(count=1, gpu=gpu, gpus_per_node=rest))
-    name = "+".join(f"{n}x{g}" for g, n in gpus.items())
-    return ClusterSpec(name=name, description="the GPUs given with --gpus", node_groups=tuple(groups))
 
 
 def _table(result: PlanningResult, top: int) -> Table:
@@ -74,7 +59,7 @@ def plan_command(
         raise ValueError(f"--top: must be >= 1, got {top}")
     target: ClusterSpec | str = cluster or DEFAULT_CLUSTER
     if gpus is not None and cluster is None:
-        target = cluster_of(parse_gpus(gpus))
+        target = cluster_of_gpus(parse_gpus(gpus))
     network = dict(nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
                    inter_node_bandwidth_Bps=inter_node_bandwidth_Bps)  # fmt: skip
     if any(v is not None for v in network.values()):

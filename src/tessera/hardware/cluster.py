@@ -138,6 +138,23 @@ def cluster_presets() -> dict[str, ClusterSpec]:
     return out
 
 
+GPUS_PER_NODE = 8  # a server of the usual size: what a cluster made from GPU counts alone is built of
+
+
+def cluster_of_gpus(gpus: dict[str, int], gpus_per_node: int = GPUS_PER_NODE) -> ClusterSpec:
+    """A cluster holding exactly ``gpus`` (nodes of up to ``gpus_per_node`` GPUs of one type): asking to plan
+    on 4×A100 + 4×V100 without naming a cluster means those GPUs, not the few of the default preset."""
+    groups: list[NodeGroupSpec] = []
+    for gpu, n in gpus.items():
+        full, rest = divmod(n, gpus_per_node)
+        if full:
+            groups.append(NodeGroupSpec(count=full, gpu=gpu, gpus_per_node=gpus_per_node))
+        if rest:
+            groups.append(NodeGroupSpec(count=1, gpu=gpu, gpus_per_node=rest))
+    name = "+".join(f"{n}x{g}" for g, n in gpus.items())
+    return ClusterSpec(name=name, description="the GPUs given", node_groups=tuple(groups))
+
+
 def get_cluster(name_or_path: str) -> ClusterSpec:
     """A shipped preset by name, or a YAML file by path."""
     presets = cluster_presets()
