@@ -8,6 +8,13 @@ under-occupancy), so the achievable fraction of peak follows a per-GPU-type :cla
 Measured truth beats the model: a :class:`Profile` entry for the same layer signature, device type, TP degree,
 micro-batch and precision replaces the roofline (Crius §5.1's single-device profiles land here).
 
+Dense transformer blocks whose shape the caller passes (:class:`BlockShape`; the estimator does for GPT/LLaMA/BERT
+specs) are priced kernel class by kernel class instead (:func:`block_terms`): each GEMM at the efficiency measured
+for its size, the attention core at FlashAttention's measured rate, and the elementwise work as memory traffic
+added to them — the published measurements live in ``tessera/hardware/efficiency.yaml``, one citation per figure.
+A whole-layer roofline hides that a small model's GEMMs are small and its norms and activations cost as much
+as they do; the per-kernel sum does not.
+
 Backward = 2 × forward FLOPs (gradients w.r.t. inputs and weights); full recompute adds one more forward to the
 backward of the layers the runtime checkpoints (blocks: ``RECOMPUTED_KINDS``; embeddings and heads run once),
 selective recompute adds only the attention core's forward — where no profiled variant of the block was timed.
