@@ -222,6 +222,10 @@ def test_health_is_terse_when_exposed(tmp_path):
     try:
         assert client.get("/api/health").json() == {"ok": True}
         assert client.get("/api/health", headers={"Authorization": ""}).status_code == 200
+        from tessera.service.api import TESSERA_VERSION
+
+        schema = client.get("/openapi.json").json()
+        assert schema["info"]["version"] == "1" != TESSERA_VERSION  # the API's major, not the build
     finally:
         service.stop()
     service, client = make_client(tmp_path / "y")

@@ -181,10 +181,13 @@ def create_app(service: Any) -> FastAPI:
     """The app for a :class:`tessera.service.server.Service` (store, controller, config)."""
     from tessera.service.dashboard import APP_JS, INDEX_HTML, STYLE_CSS
 
+    exposed = bool(getattr(service.config, "exposed", False))
     app = FastAPI(
         docs_url=None,  # served below from the package's Swagger UI files: /docs works without internet
         title="Tessera",
-        version=TESSERA_VERSION,
+        version="1"
+        if exposed
+        else TESSERA_VERSION,  # exposed: the API's major only (no build to fingerprint)
         description="Submit training jobs without GPU counts; Tessera picks GPU types, counts and the parallel "
         "plan, schedules them jointly on a heterogeneous Ray cluster and rescales them as others come and go.",
     )
