@@ -63,6 +63,18 @@ def _check_resume_data(ckpt: Path, source, spec, plan: Plan) -> None:
     check_resume_data(saved, current, str(where), spec.force_data_change)
 
 
+def _hf_factory(job):
+    """A job naming a Hugging Face model directory or cached repository trains the real ``transformers`` model,
+    from its weights or, with ``from_scratch``, from seeded random ones (``None``: the runtime's default)."""
+    from tessera.models.resolve import is_hf_model_dir
+
+    if getattr(job, "entrypoint", None) or not is_hf_model_dir(job.model):
+        return None
+    from tessera.models.zoo.hf_nn import HFModel
+
+    return HFModel(job.model, from_scratch=job.from_scratch)
+
+
 def train_command(
     job: str | Path,
     plan: str | Path | None = None,
@@ -109,6 +121,7 @@ def train_command(
         steps=steps or spec.total_steps,
         **spec.training_options(),
         seed=spec.seed,
+        model=_hf_factory(spec),
         data=source,
         force_data_change=spec.force_data_change,
         checkpoint_dir=str(ckpt),
