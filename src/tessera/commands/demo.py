@@ -190,10 +190,17 @@ def _cluster_table(cluster: dict[str, Any]) -> Table:
     return t
 
 
+def _error(a: dict[str, Any] | None) -> str:
+    """The last allocation's estimate against its measured iteration time (after the calibrations before it)."""
+    if not a or not a.get("estimate_iter_s") or not a.get("measured_iter_s"):
+        return "-"
+    return f"{(a['estimate_iter_s'] - a['measured_iter_s']) / a['measured_iter_s']:+.0%}"
+
+
 def _summary(c: Any) -> None:
     t = Table(title="summary")
     for col in ("job", "state", "GPUs of each allocation", "plan (last)", "rescales", "restarts", "JCT", "loss",
-                "est iter ms", "measured iter ms"):  # fmt: skip
+                "est iter ms", "measured iter ms", "est. error (last)"):  # fmt: skip
         t.add_column(col)
     for j in c.jobs()["jobs"]:
         d = c.job(j["id"])
@@ -210,6 +217,7 @@ def _summary(c: Any) -> None:
             f"{d['id']} {d['name']}", d["state"], gpus, plan_text(last["stages"]) if last else "-", str(d["rescales"]),
             str(d["restarts"]), duration(jct), f"{d['first_loss'] or 0:.2f} → {d['last_loss'] or 0:.2f}",
             " / ".join(f"{x * 1e3:.2f}" for x in est) or "-", " / ".join(f"{x * 1e3:.1f}" for x in meas) or "-",
+            _error(last),
         )  # fmt: skip
     console.print(t)
     console.print(

@@ -218,7 +218,8 @@ def status(
         )
     est, meas = j["estimate_iter_s"], j["measured_iter_s"]
     if est or meas:
-        console.print(f"iteration: estimated {ms(est)}, measured {ms(meas)}", highlight=False)
+        off = f" (estimate {(est - meas) / meas:+.0%})" if est and meas else ""
+        console.print(f"iteration: estimated {ms(est)}, measured {ms(meas)}{off}", highlight=False)
     if j["error"]:
         console.print(f"[red]last error:[/] {j['error']}", highlight=False)
     if j["history"]:
