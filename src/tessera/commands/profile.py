@@ -67,8 +67,9 @@ def layers(
     device_type: str | None = typer.Option(
         None,
         "--device-type",
-        help="CPU: profile as this device type of the embedded service (cpu-core, cpu-half: one thread, "
-        "cpu-half measured beside a busy neighbour)",
+        help="CPU: profile as this device type of the embedded service (cpu-core, cpu-half: one thread; "
+        "cpu-half = the core's figures × the slowdown measured beside a busy neighbour); "
+        "`cpu-core,cpu-half` stores both from one run",
     ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
@@ -98,9 +99,11 @@ def _layers(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from tessera import cpu_affinity
+    from tessera.hardware import get_gpu
     from tessera.models.resolve import resolve_spec
     from tessera.perf.costmodel import CostModel
-    from tessera.perf.profiler import count_steps, profile_layers
+    from tessera.perf.profiler import as_half_core, count_steps, half_core_slowdown, profile_layers
 
     if processes < 1:
         raise ValueError(f"--processes: must be >= 1, got {processes}")
@@ -113,6 +116,7 @@ def _layers(
     spec = resolve_spec(model, seq)
     mbs, tps = _ints(micro_batch, "--micro-batch"), _ints(tp, "--tp")
     directory = _cost_dir(cost_dir)
+    types = [t.strip() for t in (device_type or "").split(",") if t.strip()]
     cost = CostModel.load(directory)
     total = count_steps(spec, mbs, tps, passes=passes, recomputes=recomputes)
     with Progress(
@@ -137,10 +141,16 @@ def _layers(
             repeats=repeats,
             passes=passes,
             recomputes=recomputes,
-            device_type=device_type,
+            device_type=types[0] if types else None,
             profile=cost.profile,
             on_step=lambda label: bar.update(task, advance=1, description=label),
         )
+    for extra in types[1:]:  # the half core from the same measurements (one run, consistent types)
+        if get_gpu(extra).name != "cpu-half" or get_gpu(types[0]).name != "cpu-core":
+            raise ValueError("--device-type: only `cpu-core,cpu-half` may be combined")
+        with cpu_affinity.pinned(0, 2) as core:
+            half = as_half_core(run, half_core_slowdown(core))
+        half.store(spec, cost.profile)
     cost.save(directory)
     if as_json:
         print(json.dumps({**run.to_dict(), "saved_to": str(directory)}, indent=2))

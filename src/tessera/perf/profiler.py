@@ -541,17 +541,25 @@ def profile_layers(
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
                 on_step=on_step, recomputes=recomputes,
             )  # fmt: skip
-        medians = _median_rows(rows)
+        run = ProfileRun(
+            spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows))
+        )
         if half:  # the core's figures × the share the neighbour leaves (see half_core_slowdown)
-            factor = half_core_slowdown(core)
-            medians = [
-                replace(r, fwd_s=r.fwd_s * factor, bwd_s=r.bwd_s * factor, optimizer_s=r.optimizer_s * factor)
-                for r in medians
-            ]
-    run = ProfileRun(spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(medians))
+            run = as_half_core(run, half_core_slowdown(core))
     if profile is not None:
         run.store(spec, profile)
     return run
+
+
+def as_half_core(run: ProfileRun, factor: float) -> ProfileRun:
+    """``run`` (a ``cpu-core`` profile) as the ``cpu-half`` device's: every figure × the measured slowdown
+    ``factor`` of a core shared with the busy neighbour. From the same measurements, so the two types differ
+    by exactly what was measured between them, not by two runs' noise."""
+    rows = tuple(
+        replace(r, fwd_s=r.fwd_s * factor, bwd_s=r.bwd_s * factor, optimizer_s=r.optimizer_s * factor)
+        for r in run.rows
+    )
+    return replace(run, device_type=profile_device(CPU_HALF_DEVICE.name, run.threads), rows=rows)
 
 
 def half_core_slowdown(core: int | None, work_s: float = 0.25, repeats: int = 3) -> float:
