@@ -117,7 +117,7 @@ def test_shell_completion_is_enabled():
     )  # fmt: skip
     assert words.stdout.split() == ["clusters"], (words.stdout, words.stderr)
     for line, expected in (("tessera memory --gpu A10", {"A10", "A100-40GB", "A100-80GB"}),
-                           ("tessera plan x.yaml --cluster crius", {"crius-sim-1280", "crius-testbed-64"}),
+                           ("tessera plan x.yaml --cluster crius", {"crius-sim-1280", "crius-sim-12800", "crius-testbed-64"}),
                            ("tessera estimate --model llama2-1", {"llama2-13b"})):  # fmt: skip
         env = {**os.environ, "_TESSERA_COMPLETE": "complete_bash", "COMP_WORDS": line}
         env["COMP_CWORD"] = str(len(line.split()) - 1)
