@@ -93,3 +93,42 @@ def test_export_errors_are_one_line(runs, tmp_path):
     assert r.exit_code == 2 and "not empty" in r.output
     r = runner.invoke(app, ["export", str(run_b), str(tmp_path / "y"), "--model", str(tmp_path / "no-model")])
     assert r.exit_code == 2 and "Hugging Face cache" in r.output
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("from_scratch", [False, True])
+def test_tessera_train_a_job_naming_the_model_directory(tmp_path, from_scratch):
+    """`tessera train` on a job whose model is a save_pretrained directory (from its weights, or from seeded
+    random ones), then `tessera export`: the exported weights are the run's, not the directory's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    save_tiny("llama", tmp_path / "tiny-llama")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "version: 1\nname: hf-job\nmodel: tiny-llama\nglobal_batch: 8\nseq_len: 16\nsteps: 2\n"
+        f"from_scratch: {str(from_scratch).lower()}\n"
+    )
+    tessera = str(Path(sys.executable).parent / "tessera")
+    run = [tessera, "train", "job.yaml", "--devices", "2", "--run-dir", "runs/hf", "--timeout", "120"]
+    r = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([tessera, "export", "runs/hf", "out"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    trained = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"), dtype=torch.float32).state_dict()
+    original = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "tiny-llama"), dtype=torch.float32
+    ).state_dict()
+    from tessera.models.zoo.hf_nn import HFModel
+    from tessera.runtime.model import initial_state
+
+    family = FAMILIES["llama"]
+    scratch = initial_state(HFModel(str(tmp_path / "tiny-llama"), from_scratch=True), N, 0)  # the job's seed
+    start = {hf_key(family, N, k): v for k, v in scratch.items()} if from_scratch else original
+    other = original if from_scratch else {hf_key(family, N, k): v for k, v in scratch.items()}
+    for key in ("model.embed_tokens.weight", "model.layers.1.mlp.up_proj.weight"):
+        assert 0 < (trained[key] - start[key]).abs().max() < 0.01, key  # 2 small steps from where it started
+        assert (trained[key] - other[key]).abs().max() > 0.02, key  # not from the other initialization
