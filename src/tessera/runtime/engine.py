@@ -2,7 +2,8 @@
 
 The order of a step is fixed: pipeline schedule (forward/backward of every micro-batch, gradients
 accumulating) → gradients into the fp32 master copies when the plan keeps bf16 parameters → DP gradient
-sync → (fp16) unscale and skip on overflow → (``skip_nonfinite``) skip when any rank's loss or gradient is NaN or
+sync (each bucket started during the replica's last micro-batch backward as soon as its gradients are ready,
+DDP's overlap; waited for here) → (fp16) unscale and skip on overflow → (``skip_nonfinite``) skip when any rank's loss or gradient is NaN or
 infinite → (``grad_clip_norm``) clip to the global norm → optimizer step at the step's learning rate (the owner
 only, under ZeRO) → updated parameters broadcast from their owners.
 
@@ -151,7 +152,7 @@ class Trainer:
             set_dropout(self.stage.module, self.training.dropout)
         self.fsdp = use_fsdp(plan, lay)
         if self.fsdp:
-            _shard_stage(self.stage, lay, device)
+            _shard_stage(self.stage, lay, device, gather_bf16=plan.precision == Precision.BF16)
         self.entries: list[ParamEntry] = self.stage.entries
         self.precision = plan.precision
         self.has_masters = self.precision == Precision.BF16_MASTER
@@ -184,6 +185,12 @@ class Trainer:
             lay.dp_ranks,
             owners=self.owners,
             reduce_to_owner=plan.zero >= 2,
+            overlap=not self.has_masters,  # bf16-master: the fp32 masters' gradients exist only after backward
+        )
+        # backward passes this replica runs per step (micro-batches where it holds rows): the last one's
+        # gradients are reduced while it runs
+        self.backward_passes = sum(
+            1 for m in range(plan.micro_batches) if lay.my_rows(m)[0] < lay.my_rows(m)[1]
         )
         self.scaler = _LossScaler() if self.precision == Precision.FP16 else None
         self.transport = Transport(device)
@@ -210,10 +217,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ step
     def _autocast(self) -> contextlib.AbstractContextManager:
+        """AMP's op-level precision (fp32 norms, softmax and loss). Under FSDP2 the sharded layers already
+        compute on bf16 gathered parameters (``MixedPrecisionPolicy``): autocast's weight cache is turned
+        off, so no bf16 copy of any weight outlives the op that cast it."""
         name = self.precision.autocast_dtype_name
         if name is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=getattr(torch, name))
+        return torch.autocast(self.device.type, dtype=getattr(torch, name), cache_enabled=not self.fsdp)
 
     def forward_backward(
         self, inputs: torch.Tensor | None, targets: torch.Tensor | None
@@ -224,6 +234,7 @@ class Trainer:
         for e in self.entries:
             e.param.grad = None
         scale = self.scaler.scale if self.scaler else 1.0
+        self.sync.arm(self.backward_passes)
         loss, times = self.runner.run(inputs, targets, loss_scale=scale)
         if self.has_masters:
             for e, m in zip(self.entries, self.masters, strict=True):
@@ -408,11 +419,13 @@ class Trainer:
                     self.optimizer.state[m] = state
 
     def close(self) -> None:
+        self.sync.close()
         self.layout.destroy()
 
 
 def use_fsdp(plan: Plan, lay: Layout) -> bool:
-    """ZeRO-3 through FSDP2: a DP stage of identical devices, without TP, in fp32 or bf16 autocast, whose
+    """ZeRO-3 through FSDP2: a DP stage of identical devices, without TP, in fp32 or bf16 (FSDP2's
+    ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose
     replicas all compute every micro-batch (FSDP's per-micro-batch all-gathers must line up). Otherwise
     ``zero=3`` falls back to Tessera's ZeRO-2 (reduce-to-owner), which handles every other case exactly."""
     st = lay.stage
@@ -426,17 +439,23 @@ def use_fsdp(plan: Plan, lay: Layout) -> bool:
     return all(a < b for replica in rows for a, b in replica)
 
 
-def _shard_stage(stage: StageModel, lay: Layout, device: torch.device) -> None:
+def _shard_stage(stage: StageModel, lay: Layout, device: torch.device, *, gather_bf16: bool = False) -> None:
     """``fully_shard`` the stage over its DP group and point its entries at the new DTensor parameters.
 
-    Parameters tied to another stage stay unsharded (``ignored_params``): their gradient is summed over the
-    tie group by hand, as in every other plan."""
+    ``gather_bf16`` (bf16 AMP): FSDP2's ``MixedPrecisionPolicy`` — bf16 all-gathers, fp32 reduce-scatters,
+    fp32 shards for the optimizer. Parameters tied to another stage stay unsharded (``ignored_params``) and
+    fp32: their gradient is summed over the tie group by hand, as in every other plan."""
     assert lay.dp_group is not None
     module = stage.module
     paths = {id(p): n for n, p in module.named_parameters()}
     entry_paths = [paths[id(e.param)] for e in stage.entries]
     ignored = {e.param for e in stage.cross_stage}
-    fully_shard_stage(module, mesh_of(lay.dp_group, device, "dp"), ignored)
+    fully_shard_stage(
+        module,
+        mesh_of(lay.dp_group, device, "dp"),
+        ignored,
+        param_dtype=torch.bfloat16 if gather_bf16 else None,
+    )
     entries = []
     for e, path in zip(stage.entries, entry_paths, strict=True):
         p = module.get_parameter(path)

@@ -11,6 +11,7 @@ tensors (``local``), with a ``ShardSpec`` describing where each local shard live
 * ZeRO-3: ``fully_shard`` per block + root over the stage's DP group; gloo has no PREMUL_SUM, so every
   sharded module gets ``set_gradient_divide_factor(1.0)`` and ``set_force_sum_reduction_for_comms(True)``
   (pitfall 5): the reduction is a plain SUM of the already loss-weighted gradients (uneven shares stay exact).
+  Under bf16 AMP a ``MixedPrecisionPolicy`` gathers bf16 parameters and reduces fp32 gradients.
 
 ``TESSERA_TP_IMPL=own|dtensor|auto`` (default auto = DTensor for even splits) forces one implementation.
 """
@@ -66,21 +67,43 @@ def parallelize_block(layer: nn.Module, plan: dict[str, object], mesh) -> None:
     parallelize_module(layer, mesh, plan)  # type: ignore[arg-type]
 
 
-def fully_shard_stage(module: nn.Module, mesh, ignored: set[nn.Parameter]) -> None:
-    """FSDP2 per layer (those sharing no parameter with another layer or ``ignored``) + root."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+def fully_shard_stage(
+    module: nn.Module,
+    mesh,
+    ignored: set[nn.Parameter],
+    *,
+    param_dtype: torch.dtype | None = None,
+    reshard_after_forward: bool = True,
+) -> None:
+    """FSDP2 per layer (those sharing no parameter with another layer or ``ignored``) + root.
 
+    ``param_dtype`` (bf16 under bf16 AMP) is FSDP2's ``MixedPrecisionPolicy``: parameters are all-gathered
+    in that dtype and the layers compute on them, while gradients are reduce-scattered in fp32 into the fp32
+    shards the optimizer steps — PyTorch's FSDP as it runs, half the gather bytes of fp32, and no bf16 copy
+    of a gathered fp32 weight left in autocast's cache until the forward ends. ``reshard_after_forward``
+    True frees each layer's gathered parameters after its forward (ZeRO-3; gathered again in backward).
+    Each layer prefetches the next one's all-gather in forward and the previous one's in backward, so the
+    gathers overlap the neighbour's compute (FSDP2's explicit prefetch)."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
     layers: nn.ModuleList = module.layers  # type: ignore[assignment]
     owners: dict[int, int] = {}
     for j, layer in enumerate(layers):
         for p in layer.parameters():
             owners[id(p)] = -1 if owners.get(id(p), j) != j else j
     ignored_ids = {id(p) for p in ignored}
+    sharded: list[FSDPModule] = []
     for j, layer in enumerate(layers):
         ps = list(layer.parameters())
         if ps and all(owners[id(p)] == j and id(p) not in ignored_ids for p in ps):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(module, mesh=mesh, ignored_params=set(ignored) or None)
+            sharded.append(
+                fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+            )
+    fully_shard(module, mesh=mesh, ignored_params=set(ignored) or None, mp_policy=mp)
+    for a, b in zip(sharded, sharded[1:], strict=False):
+        a.set_modules_to_forward_prefetch([b])  # type: ignore[list-item]
+        b.set_modules_to_backward_prefetch([a])  # type: ignore[list-item]
     for m in module.modules():
         if isinstance(m, FSDPModule):
             m.set_gradient_divide_factor(1.0)
