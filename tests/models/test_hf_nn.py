@@ -58,6 +58,20 @@ def test_a_stage_reads_only_its_own_layers(dirs):
     assert set(hf_weights.READ_KEYS) == {"model.embed_tokens.weight", "model.norm.weight"}
 
 
+def test_a_runtime_stage_reads_each_of_its_tensors_once(dirs):
+    from tessera.runtime.stage import build_stage
+
+    hf_weights.READ_KEYS.clear()
+    stage = build_stage(
+        HFModel(str(dirs["mistral"])), (1, 3), 0, tp=None, tp_group=None, attention="flash", recompute="none",
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    assert sorted(hf_weights.READ_KEYS) == sorted(
+        {hf_key(FAMILIES["mistral"], N, e.fqn) for e in stage.entries}
+    )
+    assert all(p.device.type == "cpu" for p in stage.module.parameters())
+
+
 def test_ties_are_found_across_the_layer_list(dirs):
     assert tied_groups(HFModel(str(dirs["gpt2"]))) == (
         ("layers.0.wte.weight", f"layers.{N - 1}.lm_head.weight"),

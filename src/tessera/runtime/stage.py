@@ -85,26 +85,31 @@ def build_stage(
     if use_tp and dtensor_tp:
         assert tp_group is not None
         mesh = mesh_of(tp_group, device, "tp")
-    module = factory(
-        layer_range=layer_range,
-        tp=tp if use_tp and mesh is None else None,
-        attention=attention,
-        recompute=recompute,
-    )
+    # The container only, on meta: every layer is then built alone with its canonical weights (a pretrained
+    # model's tensors are read once per layer, not also for a throw-away copy).
+    with torch.device("meta"):
+        module = factory(
+            layer_range=layer_range,
+            tp=tp if use_tp and mesh is None else None,
+            attention=attention,
+            recompute=recompute,
+        )
     raw: list[ParamEntry] = []
     vocab_output = None
     last_layer = end - 1 if getattr(module, "has_head", False) else -1
     for j, i in enumerate(range(start, end)):
         full = build_layer(factory, i, seed, attention=attention, recompute=recompute)
-        local = module.layers[j]
+        local = module.layers[j] = full
         shards = None
+        if use_tp and mesh is None:
+            local = module.layers[j] = build_layer(
+                factory, i, seed, tp=tp, attention=attention, recompute=recompute
+            )
         if mesh is not None:
             layer_plan = block_tp_plan(local)
             if layer_plan is None and hasattr(local, "dtensor_tp_plan"):  # a layer naming its own (HF blocks)
                 layer_plan = local.dtensor_tp_plan()
             if layer_plan is not None:
-                with torch.no_grad():
-                    local.load_state_dict(full.state_dict())
                 local.to(device)
                 parallelize_block(local, layer_plan, mesh)
                 for name, p in local.named_parameters():
