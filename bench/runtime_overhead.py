@@ -1,7 +1,11 @@
 """Runtime overhead: Tessera's own DP and 1F1B against plain PyTorch on the same model, batch and machine.
 
-* ``dp_vs_ddp_ratio``: Tessera DP on 2 processes (loss weighting + bucketed all-reduce after backward) vs
-  ``DistributedDataParallel`` (bucketed all-reduce overlapped with backward).
+* ``dp_vs_ddp_ratio``: Tessera DP on 2 processes (loss weighting + bucketed all-reduce, each bucket started
+  as soon as its gradients are ready during the last micro-batch's backward) vs ``DistributedDataParallel``
+  (bucketed all-reduce overlapped with backward), both with ``--bucket-mb`` buckets (gpt-tiny is 0.8 MiB:
+  the default 25 MiB would make one bucket and leave nothing to overlap). In the same run, Tessera DP with
+  the sync after backward (``dp_no_overlap_vs_ddp_ratio``) shows what the overlap changes
+  (``dp_overlap_speedup`` = no-overlap / overlap time).
 * ``pp_vs_torch_ratio``: Tessera 1F1B on a 2-stage regular plan (own transport) vs
   ``torch.distributed.pipelining.Schedule1F1B`` with ``PipelineStage`` on the same layer split.
 
@@ -27,6 +31,7 @@ import torch.multiprocessing as mp
 
 from tessera.plan import simple_plan
 from tessera.runtime import SyntheticData, Trainer, ZooModel, make_optimizer
+from tessera.runtime.data_parallel import GradSync
 from tessera.runtime.model import initial_state
 
 OUT = Path(__file__).parent / "results" / "runtime_overhead.json"
@@ -40,7 +45,17 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _dp_pair(rank: int, args, factory, data) -> tuple[list[float], list[float]]:
+def _syncs(trainer: Trainer, bucket_bytes: int) -> tuple[GradSync, GradSync]:
+    """The trainer's gradient sync rebuilt with ``bucket_bytes`` buckets: (overlapped, after backward)."""
+    old = trainer.sync
+    old.close()
+    kw = {"owners": old.owners, "reduce_to_owner": old.reduce_to_owner, "bucket_bytes": bucket_bytes}
+    overlapped = GradSync(old.params, old.group, old.group_ranks, overlap=True, **kw)
+    after = GradSync(old.params, old.group, old.group_ranks, overlap=False, **kw)
+    return overlapped, after
+
+
+def _dp_pair(rank: int, args, factory, data) -> tuple[list[float], ...]:
     n = args.n_layers
     plan = simple_plan(
         args.model, n_layers=n, global_batch=args.batch, seq_len=args.seq, dp=2, micro_batches=1
@@ -48,13 +63,20 @@ def _dp_pair(rank: int, args, factory, data) -> tuple[list[float], list[float]]:
     trainer = Trainer(plan, rank, factory, seed=0, learning_rate=1e-4, device=torch.device("cpu"))
     model = factory(layer_range=None, tp=None, attention="flash", recompute="none")
     model.load_state_dict(initial_state(factory, n, 0))
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    overlapped, after = _syncs(trainer, int(args.bucket_mb * 2**20))
     opt = make_optimizer("adamw", list(ddp.parameters()), 1e-4)
     half = args.batch // 2
     inputs, targets = data.batch(trainer.stage.module, 0, args.batch, args.seq)
     mine = slice(rank * half, (rank + 1) * half)
 
     def tessera_step() -> None:
+        trainer.sync = overlapped
+        trainer.step(0, inputs, targets)
+        started[0] = overlapped.launched_in_backward
+
+    def tessera_after_step() -> None:
+        trainer.sync = after
         trainer.step(0, inputs, targets)
 
     def ddp_step() -> None:
@@ -63,7 +85,9 @@ def _dp_pair(rank: int, args, factory, data) -> tuple[list[float], list[float]]:
         loss.backward()
         opt.step()
 
-    return _alternate(args, tessera_step, ddp_step)
+    started = [0]
+    times = _alternate(args, tessera_step, ddp_step, tessera_after_step)
+    return (*times, [float(len(overlapped._buckets)), float(started[0])])
 
 
 def _ce(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -114,19 +138,16 @@ def _pp_pair(rank: int, args, factory, data) -> tuple[list[float], list[float]]:
     return _alternate(args, tessera_step, torch_step)
 
 
-def _alternate(args, a, b) -> tuple[list[float], list[float]]:
+def _alternate(args, *fns) -> tuple[list[float], ...]:
     for _ in range(args.warmup):
-        a()
-        b()
-    ta, tb = [], []
+        for f in fns:
+            f()
+    times: list[list[float]] = [[] for _ in fns]
     for i in range(args.iters):
-        if i % 2:  # alternate which goes first so neither always runs on a warmer cache
-            tb.append(_timed(b))
-            ta.append(_timed(a))
-        else:
-            ta.append(_timed(a))
-            tb.append(_timed(b))
-    return ta, tb
+        for k in range(len(fns)):  # rotate which goes first so none always runs on a warmer cache
+            j = (i + k) % len(fns)
+            times[j].append(_timed(fns[j]))
+    return tuple(times)
 
 
 def _worker(rank: int, args, port: int, queue) -> None:
@@ -150,8 +171,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--micro", type=int, default=4)
-    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--bucket-mb", type=float, default=0.1, help="DP bucket size, Tessera and DDP alike")
     args = ap.parse_args()
     if args.model == "gpt-small-bench":
         args.model = "gpt-tiny"
@@ -186,6 +208,8 @@ def main() -> None:
     by_rank = {r: (dp, pp) for r, dp, pp in got}
     dp_t = [max(by_rank[0][0][0][i], by_rank[1][0][0][i]) for i in range(args.iters)]
     dp_d = [max(by_rank[0][0][1][i], by_rank[1][0][1][i]) for i in range(args.iters)]
+    dp_a = [max(by_rank[0][0][2][i], by_rank[1][0][2][i]) for i in range(args.iters)]
+    n_buckets, started = by_rank[0][0][3]
     pp_t = [max(by_rank[0][1][0][i], by_rank[1][1][0][i]) for i in range(args.iters)]
     pp_p = [max(by_rank[0][1][1][i], by_rank[1][1][1][i]) for i in range(args.iters)]
     med = statistics.median
@@ -201,6 +225,12 @@ def main() -> None:
         "tessera_dp_s": med(dp_t),
         "ddp_s": med(dp_d),
         "dp_vs_ddp_ratio": med(dp_t) / med(dp_d),
+        "dp_bucket_mb": args.bucket_mb,
+        "dp_buckets": int(n_buckets),
+        "dp_buckets_started_in_backward": int(started),
+        "tessera_dp_no_overlap_s": med(dp_a),
+        "dp_no_overlap_vs_ddp_ratio": med(dp_a) / med(dp_d),
+        "dp_overlap_speedup": med(dp_a) / med(dp_t),
         "tessera_1f1b_s": med(pp_t),
         "torch_1f1b_s": med(pp_p),
         "pp_vs_torch_ratio": med(pp_t) / med(pp_p),
