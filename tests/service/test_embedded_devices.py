@@ -74,7 +74,7 @@ def test_a_job_waits_for_its_profile_runs_on_cpu_devices_and_calibrates_them(tmp
         assert 0.2 < a["measured_iter_s"] / a["estimate_iter_s"] < 5.0, a
         cal = json.loads((config.cost_dir / "calibration.json").read_text())
         assert cal["compute_scale"] and set(cal["compute_scale"]) <= {"cpu-core", "cpu-half"}, cal
-        logs = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{jid}/logs").json()["lines"]]
+        logs = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{jid}/logs", timeout=60).json()["lines"]]
         assert any(line.startswith("calibrated the cost model") for line in logs), logs
     finally:
         s.close()

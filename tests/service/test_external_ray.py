@@ -73,31 +73,33 @@ def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_
     corpus.write_text((EXAMPLES / "data" / "corpus.txt").read_text())
     procs = [start(state, port, address, tmp)]
     try:
-        c = httpx.get(f"{url}/api/cluster").json()
+        c = httpx.get(f"{url}/api/cluster", timeout=60).json()
         assert c["mode"] == "external" and c["by_type"] == {  # Ray's accelerator types → the GPU catalog
             "A100-40GB": {"total": 2, "used": 0, "free": 2},
             "V100-32GB": {"total": 2, "used": 0, "free": 2},
         }
         body = {"name": "ext", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 400, "precision": "fp32",
                 "learning_rate": 3e-3, "data": str(corpus), "checkpoint_every_steps": 100}  # fmt: skip
-        jid = httpx.post(f"{url}/api/jobs", json=body).json()["job"]["id"]
-        wait_for(lambda: (j := httpx.get(f"{url}/api/jobs/{jid}").json())["state"] == "RUNNING" and j["steps_done"] >= 20,
+        jid = httpx.post(f"{url}/api/jobs", json=body, timeout=60).json()["job"]["id"]
+        wait_for(lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] == "RUNNING" and j["steps_done"] >= 20,
                  150, "the job to run")  # fmt: skip
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(timeout=30)
         time.sleep(2.0)  # the detached actors train on without a server
         procs.append(start(state, port, address, tmp))
         final = wait_for(
-            lambda: (j := httpx.get(f"{url}/api/jobs/{jid}").json())["state"] in ("SUCCEEDED", "FAILED") and j,
+            lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] in ("SUCCEEDED", "FAILED") and j,
             200, "the reattached job to finish",
         )  # fmt: skip
         assert final["state"] == "SUCCEEDED", final["error"]
         assert (
             final["restarts"] == 0 and final["attempt"] == 1 and len(final["history"]) == 1
         )  # never relaunched
-        logs = [x["line"] for x in httpx.get(f"{url}/api/jobs/{jid}/logs").json()["lines"]]
+        logs = [x["line"] for x in httpx.get(f"{url}/api/jobs/{jid}/logs", timeout=60).json()["lines"]]
         assert any("reattached to attempt 1" in line for line in logs)
-        steps = httpx.get(f"{url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}).json()["steps"]
+        steps = httpx.get(
+            f"{url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}, timeout=60
+        ).json()["steps"]
         assert sorted(x["step"] for x in steps) == list(range(400))  # every step once, none lost or repeated
         procs[1].send_signal(signal.SIGTERM)
         assert procs[1].wait(timeout=60) == 0
