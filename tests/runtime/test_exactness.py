@@ -41,6 +41,14 @@ def _variants_2() -> dict[str, object]:
             ),
         }
     n = n_layers("gpt-tiny")
+    # ZeRO-2 on FSDP2 (no reshard after forward) over 2 micro-batches; a replica without rows in some
+    # micro-batches falls back to Tessera's reduce-to-owner ZeRO-2
+    out["gpt-tiny/dp2-zero2-fsdp2-mb2"] = plan(
+        "gpt-tiny", [stage(0, n, [0, 1], dp=2, shares=(3, 5))], micro=2, zero=2
+    )
+    out["gpt-tiny/dp2-zero2-owner-7:1-mb4"] = plan(
+        "gpt-tiny", [stage(0, n, [0, 1], dp=2, shares=(7, 1))], micro=4, zero=2
+    )
     # regular pipeline, equal micro-batches: torch.distributed.pipelining Schedule1F1B (GPipe: pp2-gpipe-uneven)
     out["gpt-tiny/pp2-1f1b-torch-schedule"] = plan("gpt-tiny", [stage(0, 2, [0]), stage(2, n, [1])], micro=4)
     out["gpt-tiny/pp2-1f1b-recompute-full"] = plan(

@@ -1,4 +1,4 @@
-"""ZeRO-3 under bf16 AMP runs as FSDP2 with a ``MixedPrecisionPolicy``: the layers compute on bf16 gathered
+"""ZeRO-3 (and ZeRO-2) under bf16 AMP run as FSDP2 with a ``MixedPrecisionPolicy``: the layers compute on bf16 gathered
 parameters (a forward pre-hook sees them), the optimizer steps fp32 shards with fp32 gradients, and the loss
 and gradients stay within bf16 rounding of the fp32 single-process reference.
 
@@ -18,12 +18,17 @@ LOSS_TOL = 1e-2
 GRAD_TOL = 1.5e-1
 
 
-def _plan():
+def _plan(zero: int):
     n = n_layers(NAME)
-    return plan(NAME, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=3, precision="bf16")
+    return plan(NAME, [stage(0, n, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=zero, precision="bf16")
 
 
 def _worker(rank: int, out: dict) -> None:
+    for zero in (3, 2):
+        _one(rank, zero, out)
+
+
+def _one(rank: int, zero: int, out: dict) -> None:
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
@@ -31,7 +36,7 @@ def _worker(rank: int, out: dict) -> None:
     from tessera.runtime.engine import Trainer
     from tessera.runtime.shards import assemble
 
-    p = _plan()
+    p = _plan(zero)
     t = Trainer(p, rank, factory(NAME), seed=0, learning_rate=1e-3, device=torch.device("cpu"))
     seen: list[torch.dtype] = []
     for layer in t.stage.layers:
@@ -47,25 +52,28 @@ def _worker(rank: int, out: dict) -> None:
     gathered: list = [None, None]
     dist.all_gather_object(gathered, t.captured_grads)
     if rank == 0:
-        out["fsdp"] = t.fsdp
-        out["gathered_dtypes"] = sorted({str(d) for d in seen})
-        out["shard_dtypes"] = sorted({str(e.param.dtype) for e in t.entries if isinstance(e.param, DTensor)})
-        out["grad_dtypes"] = sorted({str(m.grad.dtype) for m in t.masters if m.grad is not None})
-        out["loss"] = float(loss.item())
-        out["grads"] = assemble([piece for pieces in gathered for piece in pieces])
+        out[zero] = {
+            "fsdp": t.fsdp,
+            "gathered_dtypes": sorted({str(d) for d in seen}),
+            "shard_dtypes": sorted({str(e.param.dtype) for e in t.entries if isinstance(e.param, DTensor)}),
+            "grad_dtypes": sorted({str(m.grad.dtype) for m in t.masters if m.grad is not None}),
+            "loss": float(loss.item()),
+            "grads": assemble([piece for pieces in gathered for piece in pieces]),
+        }
     t.close()
 
 
-@pytest.mark.timeout(180)
-def test_zero3_bf16_gathers_bf16_and_stays_close_to_reference():
-    got = run_on_gloo(_worker)
-    assert got["fsdp"]
-    assert got["gathered_dtypes"] == ["torch.bfloat16"]  # every block Linear computed on bf16 weights
-    assert got["shard_dtypes"] == ["torch.float32"]  # the optimizer's shards stay fp32
-    assert got["grad_dtypes"] == ["torch.float32"]
-    losses, grads = reference(factory(NAME), _plan(), steps=1)
-    loss_err = rel(got["loss"], losses[0])
-    grad_err = max_rel(got["grads"], grads)
-    print(f"bf16 FSDP2 vs fp32 reference: loss {loss_err:.2e} grad {grad_err:.2e}")
-    assert loss_err < LOSS_TOL
-    assert grad_err < GRAD_TOL
+@pytest.mark.timeout(240)
+def test_zero3_and_zero2_bf16_gather_bf16_and_stay_close_to_reference():
+    runs = run_on_gloo(_worker)
+    losses, grads = reference(factory(NAME), _plan(3), steps=1)
+    for zero, got in runs.items():
+        assert got["fsdp"], zero
+        assert got["gathered_dtypes"] == ["torch.bfloat16"], zero  # every block Linear ran on bf16 weights
+        assert got["shard_dtypes"] == ["torch.float32"], zero  # the optimizer's shards stay fp32
+        assert got["grad_dtypes"] == ["torch.float32"], zero
+        loss_err = rel(got["loss"], losses[0])
+        grad_err = max_rel(got["grads"], grads)
+        print(f"ZeRO-{zero} bf16 FSDP2 vs fp32 reference: loss {loss_err:.2e} grad {grad_err:.2e}")
+        assert loss_err < LOSS_TOL, zero
+        assert grad_err < GRAD_TOL, zero

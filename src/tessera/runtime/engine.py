@@ -152,7 +152,13 @@ class Trainer:
             set_dropout(self.stage.module, self.training.dropout)
         self.fsdp = use_fsdp(plan, lay)
         if self.fsdp:
-            _shard_stage(self.stage, lay, device, gather_bf16=plan.precision == Precision.BF16)
+            _shard_stage(
+                self.stage,
+                lay,
+                device,
+                gather_bf16=plan.precision == Precision.BF16,
+                reshard_after_forward=plan.zero >= 3,
+            )
         self.entries: list[ParamEntry] = self.stage.entries
         self.precision = plan.precision
         self.has_masters = self.precision == Precision.BF16_MASTER
@@ -424,12 +430,13 @@ class Trainer:
 
 
 def use_fsdp(plan: Plan, lay: Layout) -> bool:
-    """ZeRO-3 through FSDP2: a DP stage of identical devices, without TP, in fp32 or bf16 (FSDP2's
-    ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose
+    """ZeRO-2 and ZeRO-3 through FSDP2 (ZeRO-3: ``reshard_after_forward``; ZeRO-2: parameters stay gathered
+    from forward to the end of backward, PyTorch's SHARD_GRAD_OP): a DP stage of identical devices, without
+    TP, in fp32 or bf16 (FSDP2's ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose
     replicas all compute every micro-batch (FSDP's per-micro-batch all-gathers must line up). Otherwise
-    ``zero=3`` falls back to Tessera's ZeRO-2 (reduce-to-owner), which handles every other case exactly."""
+    ``zero`` 2 or 3 falls back to Tessera's ZeRO-2 (reduce-to-owner), which handles every other case exactly."""
     st = lay.stage
-    if plan.zero < 3 or st.dp_degree < 2 or st.tp_degree > 1:
+    if plan.zero < 2 or st.dp_degree < 2 or st.tp_degree > 1:
         return False
     if len({d.gpu_type for d in st.devices}) != 1:
         return False
@@ -439,7 +446,14 @@ def use_fsdp(plan: Plan, lay: Layout) -> bool:
     return all(a < b for replica in rows for a, b in replica)
 
 
-def _shard_stage(stage: StageModel, lay: Layout, device: torch.device, *, gather_bf16: bool = False) -> None:
+def _shard_stage(
+    stage: StageModel,
+    lay: Layout,
+    device: torch.device,
+    *,
+    gather_bf16: bool = False,
+    reshard_after_forward: bool = True,
+) -> None:
     """``fully_shard`` the stage over its DP group and point its entries at the new DTensor parameters.
 
     ``gather_bf16`` (bf16 AMP): FSDP2's ``MixedPrecisionPolicy`` — bf16 all-gathers, fp32 reduce-scatters,
@@ -455,6 +469,7 @@ def _shard_stage(stage: StageModel, lay: Layout, device: torch.device, *, gather
         mesh_of(lay.dp_group, device, "dp"),
         ignored,
         param_dtype=torch.bfloat16 if gather_bf16 else None,
+        reshard_after_forward=reshard_after_forward,
     )
     entries = []
     for e, path in zip(stage.entries, entry_paths, strict=True):

@@ -1,4 +1,4 @@
-"""Where PyTorch already does the job: DTensor TP for even splits, FSDP2 for ZeRO-3 in a uniform DP group.
+"""Where PyTorch already does the job: DTensor TP for even splits, FSDP2 for ZeRO-2/3 in a uniform DP group.
 
 Both replace a module's parameters by DTensor parameters; the rest of the runtime keeps working on *local*
 tensors (``local``), with a ``ShardSpec`` describing where each local shard lives in the full tensor
@@ -8,7 +8,8 @@ tensors (``local``), with a ``ShardSpec`` describing where each local shard live
   ``ColwiseParallel``, proj and fc_out/down ``RowwiseParallel``. The zoo reshapes attention with
   ``view(B, T, -1, d)`` (pitfall 9), so a block built with full shapes runs on its local heads. Embeddings
   and heads (no DTensor plan) run as Tessera's own vocab-parallel shards, as in uneven stages.
-* ZeRO-3: ``fully_shard`` per block + root over the stage's DP group; gloo has no PREMUL_SUM, so every
+* ZeRO-3 / ZeRO-2: ``fully_shard`` per block + root over the stage's DP group (ZeRO-2 without
+  ``reshard_after_forward``); gloo has no PREMUL_SUM, so every
   sharded module gets ``set_gradient_divide_factor(1.0)`` and ``set_force_sum_reduction_for_comms(True)``
   (pitfall 5): the reduction is a plain SUM of the already loss-weighted gradients (uneven shares stay exact).
   Under bf16 AMP a ``MixedPrecisionPolicy`` gathers bf16 parameters and reduces fp32 gradients.
@@ -81,7 +82,9 @@ def fully_shard_stage(
     in that dtype and the layers compute on them, while gradients are reduce-scattered in fp32 into the fp32
     shards the optimizer steps — PyTorch's FSDP as it runs, half the gather bytes of fp32, and no bf16 copy
     of a gathered fp32 weight left in autocast's cache until the forward ends. ``reshard_after_forward``
-    True frees each layer's gathered parameters after its forward (ZeRO-3; gathered again in backward).
+    True frees each unit's gathered parameters after its forward (ZeRO-3; gathered again in backward);
+    False keeps them to the end of backward (ZeRO-2). The root unit does the same (as the memory trace
+    models it).
     Each layer prefetches the next one's all-gather in forward and the previous one's in backward, so the
     gathers overlap the neighbour's compute (FSDP2's explicit prefetch)."""
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -100,7 +103,13 @@ def fully_shard_stage(
             sharded.append(
                 fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
             )
-    fully_shard(module, mesh=mesh, ignored_params=set(ignored) or None, mp_policy=mp)
+    fully_shard(
+        module,
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        ignored_params=set(ignored) or None,
+        mp_policy=mp,
+    )
     for a, b in zip(sharded, sharded[1:], strict=False):
         a.set_modules_to_forward_prefetch([b])  # type: ignore[list-item]
         b.set_modules_to_backward_prefetch([a])  # type: ignore[list-item]
