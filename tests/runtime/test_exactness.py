@@ -49,6 +49,11 @@ def _variants_2() -> dict[str, object]:
     out["gpt-tiny/dp2-zero2-owner-7:1-mb4"] = plan(
         "gpt-tiny", [stage(0, n, [0, 1], dp=2, shares=(7, 1))], micro=4, zero=2
     )
+    # the DP sync counts each parameter's gradient accumulations to start buckets in the last backward:
+    # full recompute runs each block's forward again inside backward
+    out["gpt-tiny/dp2-uneven-recompute-full-mb3"] = plan(
+        "gpt-tiny", [stage(0, n, [0, 1], dp=2, shares=(6, 2))], micro=3, recompute="full"
+    )
     # regular pipeline, equal micro-batches: torch.distributed.pipelining Schedule1F1B (GPipe: pp2-gpipe-uneven)
     out["gpt-tiny/pp2-1f1b-torch-schedule"] = plan("gpt-tiny", [stage(0, 2, [0]), stage(2, n, [1])], micro=4)
     out["gpt-tiny/pp2-1f1b-recompute-full"] = plan(
