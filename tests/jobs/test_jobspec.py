@@ -100,3 +100,9 @@ def test_every_example_spec_still_loads():
     examples = Path(__file__).resolve().parents[2] / "examples"
     jobs = [p for p in sorted(examples.rglob("*.yaml")) if "node_groups" not in p.read_text()]
     assert len(jobs) >= 5 and all(load_job(p).total_steps >= 1 for p in jobs)
+
+
+def test_a_model_name_with_an_unknown_users_home_is_an_unknown_model():
+    """``~nosuchuser/x`` made pathlib raise RuntimeError (no such home) and the API answer 500 (schemathesis)."""
+    with pytest.raises(JobSpecError, match="unknown model"):
+        parse_job({"model": "~nosuchuser/x", "global_batch": 8, "steps": 3})

@@ -71,7 +71,10 @@ def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:
 def locate_model(source: str | os.PathLike[str]) -> Path:
     """The local directory holding ``config.json`` of the model ``source`` names (no download)."""
     text = str(source)
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~nobody/…": no such user's home; the name as written
+        path = Path(text)
     if _is_file(path) and path.name == "config.json":
         return path.parent
     if _is_dir(path):
