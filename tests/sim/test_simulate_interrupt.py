@@ -32,7 +32,9 @@ def _group(pgid: int) -> set[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_simulate_leaves_no_workers(tmp_path, sig):
-    rows = ["id,t,dur,g"] + [f"j{i},{i * 400},1800,1" for i in range(8)]
+    # jobs of up to 64 GPUs: a cold build of tens of seconds, so the signal lands mid-build even on a quiet box
+    # (1-GPU jobs only built in about a second on CI, and the study had finished when the signal came)
+    rows = ["id,t,dur,g"] + [f"j{i},{i * 400},1800,{(1, 8, 64, 16)[i % 4]}" for i in range(8)]
     (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
     cmd = [sys.executable, "-m", "tessera.cli", "simulate", "--cluster", "crius-sim-1280", "--trace", "csv",
            "--trace-file", str(tmp_path / "t.csv"), "--submit-col", "t", "--duration-col", "dur",
