@@ -13,7 +13,8 @@ same speed source (``SpeedSource(..., models=ServiceModels())``).
 What the replay may know is what the service knew BEFORE the run — never the run's own timings:
 
 * the cost model of the state dir's ``perf-emulated`` calibration, snapshotted before the live run starts
-  (a warm-up workload runs first in the same state dir so the first policy's run has calibration too; later
+  (a warm-up workload runs first in the same state dir so the first policy's run has calibration too, and
+  this machine's profiles of every configuration of the workload; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
 * speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
 * restart costs measured by ``bench/service.py`` (``bench/results/service.json``: ``rescale_pause_s_p50``
@@ -100,6 +101,10 @@ WARMUP: list[tuple[float, dict[str, Any]]] = [
     (0.0, {"name": f"w-{m.split('-')[0]}-{t.split('-')[0]}", "model": m, "global_batch": 8, "seq_len": 64,
            "steps": 40, "max_gpus": 1, "gpu_types": [t]})
     for m in ("gpt-tiny", "llama-tiny") for t in DEVICE_TYPES
+] + [  # and every configuration of the workload once, so its profiles are taken before the measured runs
+    (0.0, {"name": f"w-{s['name'][2:]}", "model": s["model"], "global_batch": s["global_batch"],
+           "seq_len": s["seq_len"], "steps": 3, "max_gpus": 1})
+    for _, s in WORKLOAD
 ]  # fmt: skip
 
 
