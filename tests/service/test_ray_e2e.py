@@ -33,7 +33,7 @@ def served(tmp_path_factory):
     corpus = state / "corpus.txt"
     corpus.write_text((EXAMPLES / "data" / "corpus.txt").read_text())
     config = ServiceConfig(
-        cluster="local", state_dir=state, round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
+        cluster="local", state_dir=state, round_s=2.0, restart_cost_s=1.0, pg_timeout_s=20.0, watchdog_s=90.0, backoff_s=1.0,
         log_every=10,
     )  # fmt: skip
     service = Service(config)
@@ -72,7 +72,7 @@ def test_three_jobs_train_rescale_and_respect_gpu_types(served):
     a = submit(served, {"name": "a-short", "model": "gpt-tiny", "steps": 40, **TEXT, "data": served.corpus})
     c = submit(served, {"name": "c-capped", "model": "gpt-tiny", "steps": 300, "max_gpus": 1, **TEXT,
                         "data": served.corpus, "checkpoint_every_steps": 50})  # fmt: skip
-    b = submit(served, {"name": "b-long", "model": "llama-tiny", "steps": 700, **TEXT, "data": served.corpus,
+    b = submit(served, {"name": "b-long", "model": "llama-tiny", "steps": 1500, **TEXT, "data": served.corpus,
                         "checkpoint_every_steps": 100})  # fmt: skip
     jobs = wait_for(lambda: done(served, [a, c, b]), 400, "the three jobs to end", interval_s=2.0)
     by_id = {j["id"]: j for j in jobs}

@@ -23,7 +23,7 @@ ONLY_A100 = {"exclude_gpu_types": ["V100-32GB"]}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     config = ServiceConfig(
-        cluster="local", state_dir=tmp_path_factory.mktemp("svc"), round_s=2.0, restart_cost_s=3.0, pg_timeout_s=20.0,
+        cluster="local", state_dir=tmp_path_factory.mktemp("svc"), round_s=2.0, restart_cost_s=1.0, pg_timeout_s=20.0,
         watchdog_s=90.0, backoff_s=1.0,
     )  # fmt: skip
     service = Service(config)
@@ -38,7 +38,9 @@ def served(tmp_path_factory):
 @pytest.mark.timeout(600)
 def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served):
     short = submit(served, {**JOB, **ONLY_A100, "name": "short", "steps": 30, "max_gpus": 1})
-    long_ = submit(served, {**JOB, **ONLY_A100, "name": "long", "steps": 600, "checkpoint_every_steps": 1000})
+    long_ = submit(
+        served, {**JOB, **ONLY_A100, "name": "long", "steps": 1500, "checkpoint_every_steps": 2000}
+    )
     seen: dict[int, dict[str, int]] = {}  # attempt → {actor id: pid}, sampled while it runs
 
     def sample() -> bool:

@@ -28,17 +28,22 @@ def _group(pgid: int) -> set[int]:
     return out
 
 
+# many models and GPU counts up to 256: a cold build long enough (tens of seconds on a quiet box) that the signal
+# lands mid-build — with 1-GPU jobs of 3 models the build had finished before it on CI (exit 0)
+MODELS = "bert-1.3b,wrn-1b,moe-1.3b,bert-6.7b,gpt3-6.7b,llama2-7b"
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_simulate_leaves_no_workers(tmp_path, sig):
-    # jobs of up to 64 GPUs: a cold build of tens of seconds, so the signal lands mid-build even on a quiet box
-    # (1-GPU jobs only built in about a second on CI, and the study had finished when the signal came)
-    rows = ["id,t,dur,g"] + [f"j{i},{i * 400},1800,{(1, 8, 64, 16)[i % 4]}" for i in range(8)]
+    rows = ["id,t,dur,g"] + [
+        f"j{i},{i * 400},1800,{(1, 8, 64, 16, 128, 256, 32, 4)[i % 8]}" for i in range(16)
+    ]
     (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
     cmd = [sys.executable, "-m", "tessera.cli", "simulate", "--cluster", "crius-sim-1280", "--trace", "csv",
            "--trace-file", str(tmp_path / "t.csv"), "--submit-col", "t", "--duration-col", "dur",
-           "--gpus-col", "g", "--id-col", "id", "--models", "bert-1.3b,wrn-1b,moe-1.3b", "--workers", "2",
+           "--gpus-col", "g", "--id-col", "id", "--models", MODELS, "--workers", "2",
            "--policies", "fcfs", "--no-plots", "--out", str(tmp_path / "out")]  # fmt: skip
     env = {**os.environ, "TESSERA_HOME": str(tmp_path / "home")}  # a cold cache: the pool has work
     proc = subprocess.Popen(
@@ -52,7 +57,7 @@ def test_interrupted_simulate_leaves_no_workers(tmp_path, sig):
             assert time.monotonic() < deadline, "no pool workers appeared"
             time.sleep(0.2)
         workers = _group(pgid) - {proc.pid}
-        time.sleep(1.0)  # mid-build
+        time.sleep(0.2)  # mid-build
         proc.send_signal(sig)
         proc.wait(timeout=60)
         assert proc.returncode != 0
