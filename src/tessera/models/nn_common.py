@@ -363,7 +363,38 @@ class Block(nn.Module):
         return self._forward(x)
 
 
-class BlockModel(nn.Module):
+class LayerRange(nn.Module):
+    """Layers ``[layer_start, layer_start + len(layers))`` of a model run in order, the loss on the head's
+    output — what a stage is to the runtime, whoever built the layers (the zoo's or a Hugging Face model's).
+    Subclasses set ``layers``, ``layer_start`` and ``n_model_layers``."""
+
+    layers: nn.ModuleList
+    layer_start: int
+    n_model_layers: int
+
+    @property
+    def layer_end(self) -> int:
+        return self.layer_start + len(self.layers)
+
+    @property
+    def has_head(self) -> bool:
+        return self.layer_end == self.n_model_layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over every token (or image); only meaningful when the range has the head."""
+        if not self.has_head:
+            raise ValueError(
+                f"layers [{self.layer_start}, {self.layer_end}) have no head: no loss to compute"
+            )
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), targets.reshape(-1))
+
+
+class BlockModel(LayerRange):
     """Layers ``[layer_start, layer_start + len(layers))`` of a zoo model; the runtime cuts stages by slicing.
 
     ``layers[i]`` is spec layer ``layer_start + i``. ``input_kind`` says what the first layer takes:
@@ -414,27 +445,6 @@ class BlockModel(nn.Module):
                 m.reset_rope()
             elif m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
-
-    @property
-    def layer_end(self) -> int:
-        return self.layer_start + len(self.layers)
-
-    @property
-    def has_head(self) -> bool:
-        return self.layer_end == self.n_model_layers
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy over every token (or image); only meaningful when the range has the head."""
-        if not self.has_head:
-            raise ValueError(
-                f"layers [{self.layer_start}, {self.layer_end}) have no head: no loss to compute"
-            )
-        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), targets.reshape(-1))
 
     def stage_input_shape(self, batch_size: int, seq_len: int) -> tuple[int, ...]:
         a = self.arch

@@ -40,7 +40,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tessera.models.hf_weights import locate_model, read_tensors, weight_map
-from tessera.models.nn_common import shard_sizes
+from tessera.models.nn_common import LayerRange, shard_sizes
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
 
@@ -232,7 +232,7 @@ class HFHead(nn.Module):
         return self.lm_head(getattr(self, self._norm)(x))
 
 
-class HFLayers(nn.Module):
+class HFLayers(LayerRange):
     """Layers ``[layer_start, layer_start + len(layers))`` of a Hugging Face causal LM (the runtime's model)."""
 
     def __init__(
@@ -245,27 +245,6 @@ class HFLayers(nn.Module):
         self.n_model_layers = n_model_layers
         self.vocab = int(config.vocab_size)
         self.hidden = int(_hidden(config))
-
-    @property
-    def layer_end(self) -> int:
-        return self.layer_start + len(self.layers)
-
-    @property
-    def has_head(self) -> bool:
-        return self.layer_end == self.n_model_layers
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy (``targets`` are already shifted), as the plain model's logits give."""
-        if not self.has_head:
-            raise ValueError(
-                f"layers [{self.layer_start}, {self.layer_end}) have no head: no loss to compute"
-            )
-        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), targets.reshape(-1))
 
     def make_batch(
         self,
