@@ -105,6 +105,8 @@ class Cell:
 class CellEstimator:
     """Estimates Cells of one job on one cluster (or the catalog), caching every Cell and stage space."""
 
+    space_class: type[StageSpace] = StageSpace  # the stage-space implementation (the simulator's is faster)
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -180,7 +182,7 @@ class CellEstimator:
             if layout is None:
                 return None
             bounds, groups = layout
-            self._spaces[key] = StageSpace(
+            self._spaces[key] = self.space_class(
                 self.spec, self.settings, bounds, groups, self.topo, self.cost,
                 micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction, memo=self._times,
             )  # fmt: skip
