@@ -3,7 +3,7 @@
 ``--policies all`` is every registered policy: ``tessera-crius`` (Crius Algorithm 1 as published) runs beside
 ``tessera`` (the project's rework of it), in the main run and in the load sweep.
 
-    python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4] [--workers 2] [--densities 2,4]
+    python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4] [--workers 2] [--densities 0.25,0.5,1,2,4,8] [--noise 0.1,0.2,0.3]
 
 Writes bench/results/sim_philly.json (per policy under ``policies.<name>``: avg_jct_s, avg_queue_s,
 avg_throughput, peak_throughput, finished, restarts_per_job, decision_ms_p99, sim_wall_s, and more) and the
@@ -12,9 +12,11 @@ plots bench/results/sim_philly_*.png. Targets: sim_wall_s <= 120 for every polic
 estimated once and cached under $TESSERA_HOME/sim; its time is reported apart (table_build_s), and with an empty
 cache the time from the start to the first simulated event is ``cold_table_s`` (target <= 60 s).
 
-``load_sweep`` replays the same window with arrivals compressed ``--densities`` times (heavier load: the nominal
-window leaves the cluster lightly loaded, so average throughput is fixed by demand there) under
-``--sweep-policies``: per density and policy avg_jct_s, avg_throughput, finished, decision_ms_p99, sim_wall_s.
+``saturation.<density>`` replays the same window with arrivals ``--densities`` times as dense (0.25: four times
+as sparse) under ``--sweep-policies``: per policy ``capacity_fraction`` and ``demand_fraction`` (avg_throughput
+over each bound), avg and p99 JCT, p99 and max JCT slowdown (JCT over the job's run time on its requested GPUs
+alone), the longest wait to a first start, queueing. ``noise.<sigma>.<policy>`` replays it with the truth departing
+from every policy's belief by a lognormal σ (``--noise``) under ``--noise-policies``.
 
 ``demand_bound_throughput`` / ``capacity_bound_throughput`` (top level, and per density): upper bounds on any
 policy's avg_throughput (``tessera.sim.metrics.throughput_bounds``: the jobs' normalized work that can fall inside
@@ -31,13 +33,17 @@ import platform
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, run_study
+from tessera.sim.simulator import SimConfig
 
 KEYS = ("avg_jct_s", "avg_queue_s", "avg_throughput", "peak_throughput", "finished", "restarts_per_job",
         "decision_ms_p99", "sim_wall_s")  # fmt: skip
-SWEEP_KEYS = ("avg_jct_s", "avg_throughput", "finished", "decision_ms_p99", "sim_wall_s")
+SWEEP_KEYS = ("avg_jct_s", "p99_jct_s", "avg_queue_s", "avg_throughput", "p99_slowdown", "max_slowdown", "max_wait_s",
+              "finished", "decision_ms_p99", "sim_wall_s")  # fmt: skip
+PhaseFn = Callable[[str, float, float], None]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -50,8 +56,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--densities", default="2,4", help="arrival densities of the load sweep ('' skips it)")
-    ap.add_argument("--sweep-policies", default="tessera,tessera-crius,sia,gavel,elasticflow-ls,gandiva")
+    ap.add_argument(
+        "--densities", default="0.25,0.5,1,2,4,8", help="arrival densities of the saturation table"
+    )
+    ap.add_argument("--sweep-policies", default="tessera,tessera-crius,sia,gavel,elasticflow-ls,gandiva,fcfs")
+    ap.add_argument("--noise", default="0.1,0.2,0.3", help="estimation-noise σ of the robustness curve")
+    ap.add_argument("--noise-policies", default="tessera,sia,gavel")
     args = ap.parse_args()
     depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
     out = Path(args.out)
@@ -95,30 +105,14 @@ def main() -> int:
             bounds.get("capacity_bound_throughput", float("nan")),
         )
     )
-    load_sweep: list[dict] = []
-    for d in [float(x) for x in args.densities.split(",") if x.strip()]:
-        st = run_study(
-            **window,
-            policies=args.sweep_policies,
-            out_dir=None,
-            plots=False,
-            density=d,
-            on_phase=lambda label, done, total, d=d: on_phase(f"density {d:g}: {label}", done, total),
-        )
-        row = {"density": d, "jobs": st.n_jobs, **(st.bounds or {}),
-               "policies": {n: {k: v[k] for k in SWEEP_KEYS} for n, v in st.metrics.items()}}  # fmt: skip
-        sm = st.metrics
-        if "tessera" in sm:
-            others = [v for n, v in sm.items() if n != "tessera"]
-            row["tessera_lowest_avg_jct"] = all(sm["tessera"]["avg_jct_s"] <= v["avg_jct_s"] for v in others)
-            row["tessera_highest_avg_throughput"] = all(
-                sm["tessera"]["avg_throughput"] >= v["avg_throughput"] for v in others
-            )
-        load_sweep.append(row)
-        print(f"density {d:g}: " + "; ".join(
-            f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h, tput {v['avg_throughput']:.1f}" for n, v in sm.items()
-        ) + f"; bounds: demand {row.get('demand_bound_throughput', float('nan')):.1f}, "
-            f"capacity {row.get('capacity_bound_throughput', float('nan')):.1f}")  # fmt: skip
+    saturation = {
+        f"{d:g}": _saturation_row(window, args.sweep_policies, d, on_phase)
+        for d in [float(x) for x in args.densities.split(",") if x.strip()]
+    }
+    noise = {
+        f"{sigma:g}": _noise_row(window, args.noise_policies, sigma, on_phase)
+        for sigma in [float(x) for x in args.noise.split(",") if x.strip()]
+    }
     payload = {
         "benchmark": "sim_philly",
         "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
@@ -138,7 +132,8 @@ def main() -> int:
         "ratios": full["ratios"],
         "depth_sweep": full["depth_sweep"],
         "targets": targets,
-        "load_sweep": load_sweep,
+        "saturation": saturation,
+        "noise": noise,
         "total_wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -149,6 +144,56 @@ def main() -> int:
     print(json.dumps(clean_nan(targets), indent=1))
     print(f"wrote {out / 'sim_philly.json'}")
     return 0
+
+
+def _saturation_row(window: dict, policies: str, density: float, on_phase: PhaseFn) -> dict:
+    """One density of the saturation table: per policy the bounds' fractions, JCT, slowdown and waits."""
+    st = run_study(
+        **window,
+        policies=policies,
+        out_dir=None,
+        plots=False,
+        density=density,
+        on_phase=lambda label, done, total: on_phase(f"density {density:g}: {label}", done, total),
+    )
+    bounds = st.bounds or {}
+    cap, dem = bounds.get("capacity_bound_throughput"), bounds.get("demand_bound_throughput")
+    rows = {
+        n: {k: v[k] for k in SWEEP_KEYS}
+        | {
+            "capacity_fraction": v["avg_throughput"] / cap if cap else None,
+            "demand_fraction": v["avg_throughput"] / dem if dem else None,
+        }  # fmt: skip
+        for n, v in st.metrics.items()
+    }
+    row = {"jobs": st.n_jobs, **bounds, "policies": rows}
+    if "tessera" in rows:
+        others = {n: v for n, v in rows.items() if not n.startswith("tessera")}
+        best = min((v["avg_jct_s"] for v in others.values()), default=float("nan"))
+        row["tessera_jct_vs_best_baseline"] = rows["tessera"]["avg_jct_s"] / best
+        row["tessera_lowest_avg_jct"] = all(
+            rows["tessera"]["avg_jct_s"] <= v["avg_jct_s"] for v in others.values()
+        )
+    print(f"density {density:g}: " + "; ".join(
+        f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h, cap. fraction {v['capacity_fraction'] or float('nan'):.2f}, "
+        f"p99 slowdown {v['p99_slowdown']:.1f}" for n, v in rows.items()
+    ), flush=True)  # fmt: skip
+    return row
+
+
+def _noise_row(window: dict, policies: str, sigma: float, on_phase: PhaseFn) -> dict:
+    """The truth departs from every policy's belief by a lognormal σ per (job, allocation)."""
+    st = run_study(
+        **window,
+        policies=policies,
+        out_dir=None,
+        plots=False,
+        config=SimConfig(seed=window["seed"], noise_sigma=sigma),
+        on_phase=lambda label, done, total: on_phase(f"noise {sigma:g}: {label}", done, total),
+    )
+    rows = {n: {k: v[k] for k in SWEEP_KEYS} for n, v in st.metrics.items()}
+    print(f"noise {sigma:g}: " + "; ".join(f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h" for n, v in rows.items()))
+    return rows
 
 
 if __name__ == "__main__":

@@ -191,3 +191,14 @@ def test_simulator_runs_on_the_shared_speed_source(tmp_path, monkeypatch):
             assert ev.gpus == (("V100-32GB", 1),)
         if ev.gpus:
             assert ev.rate_iters_per_s == table.true_rate(jobs[ev.job_id], ev.gpus) > 0
+
+
+def test_slowdown_and_longest_wait():
+    # two jobs each asking for all 4 GPUs, arriving together: the second waits the first's whole run
+    cs, table, jobs = _setup([(A100, 4)], [("m", A100, 0.0, 3600.0, 4), ("m", A100, 0.0, 3600.0, 4)])
+    res = Simulator(cs, jobs, table, get_policy("fcfs"), SimConfig(startup_s=0)).run()
+    assert [r.alone_s for r in res.jobs] == pytest.approx([3600.0, 3600.0])
+    m = compute_metrics(res)
+    assert m["max_slowdown"] == pytest.approx(2.0)  # the second: 7,200 s for 3,600 s of work
+    assert 1.0 < m["p99_slowdown"] <= 2.0
+    assert m["max_wait_s"] == pytest.approx(3600.0)

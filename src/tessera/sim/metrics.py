@@ -1,6 +1,8 @@
 """Metrics of a simulation (Crius §8.4, ElasticFlow, Sia §5.6).
 
 * JCT (finish − arrival) of finished jobs: average, median, p95, p99; makespan (last finish − first arrival).
+* Fairness: JCT slowdown (JCT ÷ the job's run time on its requested GPUs alone) p99 and max, and the longest
+  wait of any job (finished or not) from arrival to its first start (to the end of the run if it never started).
 * Queueing time: time a finished job spent without GPUs (waiting to start, preempted, evicted).
 * Cluster throughput: Σ over computing jobs of (true speed ÷ the job's true speed on its requested GPUs), so a
   job on exactly what it asked for counts 1 — averaged per round; ``avg_throughput`` is the mean over the rounds
@@ -64,6 +66,12 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
     jct = np.array([j.finish_s - j.arrival_s for j in fin]) if fin else np.zeros(0)
     queue = np.array([(j.finish_s - j.arrival_s) - j.held_s for j in fin]) if fin else np.zeros(0)
     wait_start = np.array([j.first_start_s - j.arrival_s for j in jobs if j.first_start_s is not None])
+    slowdown = np.array([(j.finish_s - j.arrival_s) / j.alone_s for j in fin if j.alone_s > 0])
+    submitted = [j for j in jobs if j.arrival_s <= result.end_s]
+    longest_wait = max(
+        ((j.first_start_s if j.first_start_s is not None else result.end_s) - j.arrival_s for j in submitted),
+        default=float("nan"),
+    )
     tput = per_round(result, result.throughput, t0, window_end, cfg.round_s)
     busy = per_round(result, result.busy, t0, window_end, cfg.round_s)
     cap = np.array([result.capacity.get(t, 0) for t in result.gpu_types], dtype=float)
@@ -98,6 +106,9 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
         "p99_jct_s": pct(jct, 99),
         "avg_queue_s": mean(queue),
         "avg_wait_to_start_s": mean(wait_start),
+        "p99_slowdown": pct(slowdown, 99),
+        "max_slowdown": float(slowdown.max()) if len(slowdown) else float("nan"),
+        "max_wait_s": float(longest_wait),
         "makespan_s": float(max(j.finish_s for j in fin) - t0) if fin else float("nan"),
         "avg_throughput": mean(tput),
         "peak_throughput": float(tput.max()) if len(tput) else float("nan"),

@@ -71,6 +71,7 @@ class JobRecord:
     gpu_s: float  # GPU-seconds held
     done_iterations: float
     deadline_s: float | None
+    alone_s: float = float("nan")  # its run time on its requested GPUs alone (the unit of JCT slowdown)
 
 
 @dataclass(frozen=True)
@@ -378,6 +379,7 @@ class Simulator:
                         0.0,
                         0.0,
                         j.deadline_s,
+                        j.total_iterations / self.reference_rate(j),
                     )  # fmt: skip
                 )
         return SimResult(
@@ -417,6 +419,7 @@ class Simulator:
             gpu_s=gpu_s,
             done_iterations=js.done_at(end),
             deadline_s=js.job.deadline_s,
+            alone_s=js.job.total_iterations / self.reference_rate(js.job),
         )
 
 
