@@ -313,6 +313,33 @@ def _catalog_gpu(device_name: str) -> Any:
     return best
 
 
+def _sdpa_kernels() -> dict[str, str]:
+    """Which SDPA kernel torch picks on this GPU for the zoo's attention calls (causal, dropout 0.1, head
+    dims 64 / 128): the first of flash > memory-efficient > math (torch's priority) that accepts the inputs.
+    The trace always calls the flash op; fp32 on a real GPU is expected to take the efficient kernel."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out: dict[str, str] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for d in (64, 128):
+            q = torch.randn(2, 4, 256, d, device="cuda", dtype=dtype)
+            key = f"{str(dtype).removeprefix('torch.')}/d{d}"
+            out[key] = "none"
+            for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+                try:
+                    with sdpa_kernel(backend):
+                        torch.nn.functional.scaled_dot_product_attention(
+                            q, q, q, dropout_p=0.1, is_causal=True
+                        )
+                    out[key] = backend.name
+                    break
+                except RuntimeError:
+                    continue
+            del q
+    return out
+
+
 def _err(est: float | None, truth: float | None) -> float | None:
     if est is None or truth is None or truth <= 0:
         return None
@@ -359,11 +386,16 @@ def measure(args: argparse.Namespace) -> int:
         env.update(
             gpu=gpu_name, total_memory_bytes=int(props.total_memory), capability=[props.major, props.minor]
         )
+        print(f"torch {torch.__version__}, {gpu_name}, {props.total_memory / GB:.1f} GB", flush=True)
         used0 = _device_used_bytes()  # right after context creation
+        env["context_initial_bytes"] = used0 - torch.cuda.memory_reserved()
+        try:
+            env["sdpa_kernel"] = _sdpa_kernels()
+        except Exception as e:  # an API that moved: say so, measure anyway
+            env["sdpa_kernel"] = f"probe failed: {type(e).__name__}: {e}"
         workspace = warm_blas_workspaces("cuda")
         used1 = _device_used_bytes()
         env.update(
-            context_initial_bytes=used0 - torch.cuda.memory_reserved(),
             after_blas_device_used_bytes=used1,
             after_blas_reserved_bytes=torch.cuda.memory_reserved(),
         )
