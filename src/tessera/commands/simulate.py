@@ -37,7 +37,11 @@ class PlainProgress:
 
 def simulate(
     cluster: str = typer.Option("crius-sim-1280", "--cluster", help="cluster preset or YAML file"),
-    trace: str = typer.Option("philly", "--trace", help="philly | csv (with --trace-file)"),
+    trace: str = typer.Option(
+        "philly",
+        "--trace",
+        help="philly | csv (with --trace-file) | gen:FAMILY (bursty-short, large-long, deadline-mixed)",
+    ),
     trace_file: str | None = typer.Option(None, "--trace-file", help="trace CSV (default: the Philly trace)"),
     start: str | None = typer.Option(None, "--start", help="window start: YYYY-MM-DD[ HH:MM:SS] or seconds"),
     end: str | None = typer.Option(None, "--end", help="window end (exclusive)"),

@@ -21,6 +21,8 @@ from tessera.hardware import ClusterSpec, get_cluster
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.policy import get_policy, policy_names
 from tessera.scheduler.state import Job
+from tessera.sim.generator import family as generator_family
+from tessera.sim.generator import generate
 from tessera.sim.metrics import compute_metrics, throughput_bounds, throughput_series
 from tessera.sim.simulator import SimConfig, SimResult, Simulator
 from tessera.sim.trace import Trace, densify, load_csv, load_philly, window, window_length
@@ -144,7 +146,7 @@ def load_trace(
             ),
             trace_label(trace_file),
         )
-    raise ValueError(f"--trace: {trace!r} is not one of philly, csv")
+    raise ValueError(f"--trace: {trace!r} is not one of philly, csv, gen:FAMILY")
 
 
 def prepare(
@@ -214,14 +216,18 @@ def run_study(
     t_start = time.perf_counter()
     spec = get_cluster(cluster)
     names = resolve_policies(policies)
-    tr, trace_name = load_trace(trace, trace_file, columns)
+    generated = generator_family(trace[len("gen:") :], seed) if trace.startswith("gen:") else None
+    if generated is not None:
+        tr, trace_name = generate(generated), trace
+    else:
+        tr, trace_name = load_trace(trace, trace_file, columns)
     w_len = window_length(tr, start, end)
     tr = densify(window(tr, start, end), density)
     if w_len is not None:
         w_len /= density
     if not tr.jobs:
         raise ValueError("the trace window holds no jobs")
-    wl = workload or WorkloadSpec(seed=seed)
+    wl = workload or (generated.workload() if generated is not None else WorkloadSpec(seed=seed))
     cfg = config or SimConfig(seed=seed)
     if cfg.window_s is None:
         cfg = SimConfig(**{**cfg.__dict__, "window_s": w_len or tr.jobs[-1].submit_s - tr.jobs[0].submit_s})
