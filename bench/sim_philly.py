@@ -16,7 +16,8 @@ cache the time from the start to the first simulated event is ``cold_table_s`` (
 as sparse) under ``--sweep-policies``: per policy ``capacity_fraction`` and ``demand_fraction`` (avg_throughput
 over each bound), avg and p99 JCT, p99 and max JCT slowdown (JCT over the job's run time on its requested GPUs
 alone), the longest wait to a first start, queueing. ``noise.<sigma>.<policy>`` replays it with the truth departing
-from every policy's belief by a lognormal σ (``--noise``) under ``--noise-policies``.
+from every policy's belief by a lognormal σ (``--noise``) under ``--noise-policies``. ``workloads.<family>`` runs
+the generated families (``tessera.sim.generator``, ``--families``) with their knobs.
 
 ``demand_bound_throughput`` / ``capacity_bound_throughput`` (top level, and per density): upper bounds on any
 policy's avg_throughput (``tessera.sim.metrics.throughput_bounds``: the jobs' normalized work that can fall inside
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tessera.sim.generator import FAMILIES, family
 from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, run_study
 from tessera.sim.simulator import SimConfig
 
@@ -62,6 +64,9 @@ def main() -> int:
     ap.add_argument("--sweep-policies", default="tessera,tessera-crius,sia,gavel,elasticflow-ls,gandiva,fcfs")
     ap.add_argument("--noise", default="0.1,0.2,0.3", help="estimation-noise σ of the robustness curve")
     ap.add_argument("--noise-policies", default="tessera,sia,gavel")
+    ap.add_argument(
+        "--families", default=",".join(FAMILIES), help="generated workload families ('' skips them)"
+    )
     args = ap.parse_args()
     depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
     out = Path(args.out)
@@ -109,6 +114,10 @@ def main() -> int:
         f"{d:g}": _saturation_row(window, args.sweep_policies, d, on_phase)
         for d in [float(x) for x in args.densities.split(",") if x.strip()]
     }
+    workloads = {
+        name: _workload_row(name, args.seed, args.sweep_policies, on_phase)
+        for name in [x.strip() for x in args.families.split(",") if x.strip()]
+    }
     noise = {
         f"{sigma:g}": _noise_row(window, args.noise_policies, sigma, on_phase)
         for sigma in [float(x) for x in args.noise.split(",") if x.strip()]
@@ -134,6 +143,7 @@ def main() -> int:
         "targets": targets,
         "saturation": saturation,
         "noise": noise,
+        "workloads": workloads,
         "total_wall_s": time.perf_counter() - t0,
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -178,6 +188,31 @@ def _saturation_row(window: dict, policies: str, density: float, on_phase: Phase
         f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h, cap. fraction {v['capacity_fraction'] or float('nan'):.2f}, "
         f"p99 slowdown {v['p99_slowdown']:.1f}" for n, v in rows.items()
     ), flush=True)  # fmt: skip
+    return row
+
+
+def _workload_row(name: str, seed: int, policies: str, on_phase: PhaseFn) -> dict:
+    """A generated workload family (tessera.sim.generator) on the same cluster: its knobs and every policy."""
+    st = run_study(
+        cluster="crius-sim-1280",
+        trace=f"gen:{name}",
+        seed=seed,
+        policies=policies,
+        out_dir=None,
+        plots=False,
+        on_phase=lambda label, done, total: on_phase(f"{name}: {label}", done, total),
+    )
+    rows = {
+        n: {k: v[k] for k in SWEEP_KEYS} | {"deadline_ratio": v["deadline_ratio"]}
+        for n, v in st.metrics.items()
+    }
+    row = {"knobs": family(name, seed).knobs(), "jobs": st.n_jobs, **(st.bounds or {}), "policies": rows}
+    if "tessera" in rows:
+        others = [v["avg_jct_s"] for n, v in rows.items() if not n.startswith("tessera")]
+        row["tessera_jct_vs_best_baseline"] = rows["tessera"]["avg_jct_s"] / min(others, default=float("nan"))
+    print(
+        f"{name}: " + "; ".join(f"{n} JCT {v['avg_jct_s'] / 3600:.2f} h" for n, v in rows.items()), flush=True
+    )
     return row
 
 
