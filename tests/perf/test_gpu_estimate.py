@@ -67,7 +67,7 @@ def test_smoke_plan_runs_end_to_end_on_cpu(bench, tmp_path):
     """Two tiny plans (world 1 under gloo; a TP2 shard under the fake group) through profile → both
     estimates → a real run, and the JSON the lead reads."""
     assert bench.main(["--device", "cpu", "--smoke", "--only", "s64 mb2 fp32", "--out", str(tmp_path)]) == 0
-    out = json.loads((tmp_path / "gpu_estimate.json").read_text())
+    out = json.loads((tmp_path / "gpu_estimate_smoke.json").read_text())
     for k in KEYS:
         assert k in out, k
     assert out["plans"] == 2 and not out["truncated"], out["rows"]
