@@ -109,7 +109,7 @@ GPT13 = Model("gpt3-1.3b", "gpt3-1.3b")
 GPT27 = Model("gpt3-2.7b", "gpt3-2.7b")
 # LLaMA-2's block (RMSNorm, SwiGLU, RoPE, no biases, 32k vocab) at small sizes: ~134M, and TinyLlama's
 # 1.1B shape (h 2048, 22 layers, GQA 32/4, ffn 5632)
-LLAMA160 = Model("llama-134m (llama2 block, h768 x12)", "llama2-7b", _llama(768, 12, 12, 12, 2048))
+LLAMA134 = Model("llama-134m (llama2 block, h768 x12)", "llama2-7b", _llama(768, 12, 12, 12, 2048))
 LLAMA11 = Model("llama-1.1b (TinyLlama shape)", "llama2-7b", _llama(2048, 22, 32, 4, 5632))
 LLAMA7 = Model("llama2-7b", "llama2-7b")
 GPT_CPU = Model("gpt-small-cpu", "gpt-small-cpu")
@@ -156,15 +156,15 @@ def gpu_cases() -> list[Case]:
         C("gpt3-125m s1024 mb4x2 bf16", GPT125, 1024, 4, micro_batches=2),
         C("gpt3-125m s1024 mb8 bf16 full recompute", GPT125, 1024, 8, recompute="full"),
         C("gpt3-125m s1024 mb8 bf16 selective recompute", GPT125, 1024, 8, recompute="selective"),
-        C("llama-134m s2048 mb1 bf16", LLAMA160, 2048, 1),
-        C("llama-134m s2048 mb4 bf16", LLAMA160, 2048, 4),
-        C("llama-134m s2048 mb8 bf16 full recompute", LLAMA160, 2048, 8, recompute="full"),
+        C("llama-134m s2048 mb1 bf16", LLAMA134, 2048, 1),
+        C("llama-134m s2048 mb4 bf16", LLAMA134, 2048, 4),
+        C("llama-134m s2048 mb8 bf16 full recompute", LLAMA134, 2048, 8, recompute="full"),
         C("gpt3-125m s512 mb2 fp32", GPT125, 512, 2, precision="fp32"),
         C("gpt3-125m s512 mb8 fp32", GPT125, 512, 8, precision="fp32"),
         C("gpt3-350m s2048 mb2 bf16", GPT350, 2048, 2),
         C("gpt3-350m s2048 mb4 bf16", GPT350, 2048, 4),
         C("gpt3-350m s2048 mb4 bf16 full recompute", GPT350, 2048, 4, recompute="full"),
-        C("llama-134m s512 mb4 fp32", LLAMA160, 512, 4, precision="fp32"),
+        C("llama-134m s512 mb4 fp32", LLAMA134, 512, 4, precision="fp32"),
         C("gpt3-760m s1024 mb1 fp32", GPT760, 1024, 1, precision="fp32"),
         C("gpt3-760m s1024 mb2 fp32", GPT760, 1024, 2, precision="fp32"),
         C("gpt3-1.3b s2048 mb1 bf16", GPT13, 2048, 1),
@@ -293,7 +293,7 @@ def run_plan(
                     learning_rate=training.lr_at(0, warmup + steps),
                     device=device,
                     training=training,
-                ),  # fmt: skip
+                ),
             )
             _sync(device)
             build_s = time.perf_counter() - t_build
