@@ -84,7 +84,9 @@ class PipelineRunner:
         s = lay.stage_index
         batch = lay.plan.global_batch
         saved: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = {}
-        loss_sum = 0.0
+        # each micro-batch's loss stays on the device until the schedule is done: reading it per micro-batch
+        # (``float(loss)``) would stop the host for the GPU between every forward and its backward
+        losses: list[torch.Tensor] = []
         comm0 = tr.comm_s
         t0 = time.perf_counter()
         for kind, m in self.actions:
@@ -110,7 +112,7 @@ class PipelineRunner:
                         assert targets is not None
                         y = targets[base + lo : base + hi].to(self.device, non_blocking=True)
                         out = weighted_loss(self.stage.loss(out, y), hi - lo, batch)
-                        loss_sum += float(out.detach())
+                        losses.append(out.detach())
                 if not lay.last and lay.tp_rank == 0:
                     for r, a, b in self._peers(s + 1, m):
                         for dst in lay.replica_ranks(s + 1, r):
@@ -133,6 +135,10 @@ class PipelineRunner:
                         for dst in lay.replica_ranks(s - 1, r):
                             tr.send(x_in.grad[a - lo : b - lo], dst, 2 * m + BWD, BWD)
         tr.flush()
+        # one host read for the whole step, summed in micro-batch order as Python floats (as before)
+        loss_sum = 0.0
+        for value in torch.stack(losses).tolist() if losses else ():
+            loss_sum += value
         total = time.perf_counter() - t0
         comm = tr.comm_s - comm0
         return loss_sum, StepTimes(compute_s=total - comm, comm_s=comm)
