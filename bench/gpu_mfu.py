@@ -326,9 +326,20 @@ def run_pair(args, device: torch.device, backend: str, peak: float, deadline: fl
             row["peak_memory_gib_both_models"] = round(torch.cuda.max_memory_allocated(device) / GIB, 2)
         if args.profile == "always" or (args.profile == "auto" and row["ratio_vs_plain"] < 0.95):
             if time.monotonic() < deadline:
-                row["profile"] = profile_pair(fns, device, args.profile_steps)
+                try:  # the runtime's own optimizer still: before the what-if swaps it
+                    row["profile"] = profile_pair(fns, device, args.profile_steps)
+                except Exception as e:  # noqa: BLE001
+                    row["profile"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             else:
                 row["profile"] = "skipped: budget spent"
+        if args.fused_what_if:
+            if time.monotonic() < deadline:
+                try:
+                    row["fused_adamw_what_if"] = fused_what_if(pair, args, device, fpt, peak)
+                except Exception as e:  # noqa: BLE001 - a what-if must not cost the row
+                    row["fused_adamw_what_if"] = {"error": f"{type(e).__name__}: {e}"[:500]}
+            else:
+                row["fused_adamw_what_if"] = "skipped: budget spent"
     finally:
         pair.close()
         del pair
@@ -337,6 +348,40 @@ def run_pair(args, device: torch.device, backend: str, peak: float, deadline: fl
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
     return row
+
+
+def fused_what_if(pair: Pair, args, device: torch.device, fpt: float, peak: float) -> dict[str, Any]:
+    """Both loops again with ``torch.optim.AdamW(fused=True)`` in place of the runtime's optimizer (the
+    Trainer's swapped by hand: a what-if for the lead, not what the runtime runs today)."""
+    wd = pair.training.weight_decay
+    wd = 0.01 if wd is None else wd  # make_optimizer's AdamW default
+    tr = pair.trainer
+    mine = [p for g in tr.optimizer.param_groups for p in g["params"]]
+    lr = tr.optimizer.param_groups[0]["lr"]
+    tr.optimizer = torch.optim.AdamW(mine, lr=lr, weight_decay=wd, fused=True)
+    pair.opt = torch.optim.AdamW(list(pair.plain.parameters()), lr=lr, weight_decay=wd, fused=True)
+    gc.collect()
+    fns = {"plain": pair.plain_step, "tessera": pair.tessera_step}
+    for _ in range(args.fused_warmup):
+        for f in fns.values():
+            f()
+    times: dict[str, list[float]] = {"plain": [], "tessera": []}
+    for i in range(args.fused_iters):
+        for k in ("plain", "tessera") if i % 2 == 0 else ("tessera", "plain"):
+            times[k].append(timed(fns[k], device))
+    tokens = pair.global_batch * args.seq
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "optimizer": "torch.optim.AdamW(fused=True), both loops",
+        "timed_steps": args.fused_iters,
+        "tessera_step_s": med["tessera"],
+        "plain_step_s": med["plain"],
+        "tokens_per_s": tokens / med["tessera"],
+        "plain_tokens_per_s": tokens / med["plain"],
+        "mfu": fpt * tokens / med["tessera"] / peak,
+        "plain_mfu": fpt * tokens / med["plain"] / peak,
+        "ratio_vs_plain": med["plain"] / med["tessera"],
+    }
 
 
 def profile_pair(fns: dict[str, Any], device: torch.device, steps: int, top: int = 12) -> dict[str, Any]:
@@ -503,6 +548,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-steps", type=int, default=2)
     ap.add_argument("--nccl-steps", type=int, default=None, help="tessera train steps (default 20; smoke 5)")
     ap.add_argument("--no-launch", action="store_true", help="skip the runtime.launch cross-check")
+    ap.add_argument(
+        "--no-fused-what-if", dest="fused_what_if", action="store_false",
+        help="skip re-timing both loops with AdamW(fused=True)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--fused-iters", type=int, default=None, help="timed steps of the fused what-if (6; smoke 2)"
+    )
     args = ap.parse_args(argv)
     smoke = args.smoke
     args.model = args.model or ("gpt-small-cpu" if smoke else "gpt-1.3b")
@@ -512,6 +564,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.iters = args.iters or (3 if smoke else 12)
     args.launch_iters = args.launch_iters or (2 if smoke else 8)
     args.nccl_steps = args.nccl_steps or (5 if smoke else 20)
+    args.fused_iters = args.fused_iters or (2 if smoke else 6)
+    args.fused_warmup = 1 if smoke else 2
     args.precision = args.precision or ("bf16" if args.device == "cuda" else "fp32")
     return args
 
@@ -626,6 +680,13 @@ def summary(r: dict[str, Any]) -> None:
         print(
             f"{'tessera launch':<16}{f(la['step_s'], '10.4f')}{f(la['tokens_per_s'], '12.0f')}{f(la['mfu'], '8.3f')}"
         )
+    fw = next((x.get("fused_adamw_what_if") for x in r.get("rows", []) if x.get("fused_adamw_what_if")), None)
+    if isinstance(fw, dict) and "mfu" in fw:
+        for name, pre in (("plain fused", "plain_"), ("tessera fused", "")):
+            print(
+                f"{name:<16}{f(fw[pre + 'step_s' if pre else 'tessera_step_s'], '10.4f')}"
+                f"{f(fw[pre + 'tokens_per_s'], '12.0f')}{f(fw[pre + 'mfu'], '8.3f')}"
+            )
     print(
         f"ratio tessera/plain: {f(r.get('ratio_vs_plain'), '.3f')}   model {r.get('model')} seq {r.get('seq')} "
         f"micro-batch {r.get('micro_batch')} x {r.get('micro_batches')}   {r.get('error', '')}"
