@@ -87,3 +87,22 @@ def test_gpu_mfu_script_on_cuda(tmp_path):
     assert r["ratio_vs_plain"] > 0 and 0 < r["mfu"] < 1
     assert r["nccl_train"]["ran"] and r["nccl_train"]["backend"] == "nccl", r["nccl_train"]
     assert (tmp_path / "gpu_mfu.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_out_of_memory_retries_with_half_the_micro_batch(tmp_path, monkeypatch):
+    bench = _bench()
+    calls = []
+
+    def fake_pair(args, device, backend, peak, deadline):
+        calls.append((args.micro_batch, args.micro_batches))
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {"model": args.model, "micro_batch": args.micro_batch, "flops_per_token": 1.0, "mfu": 0.5}
+
+    monkeypatch.setattr(bench, "run_pair", fake_pair)
+    monkeypatch.setattr(bench, "run_nccl_train", lambda *a, **k: {"ran": True, "steps": 0})
+    r = bench.main(["--device", "cpu", "--smoke", "--out", str(tmp_path), "--no-launch", "--budget-s", "600"])
+    assert calls == [(2, 2), (1, 4)]  # same tokens per step, micro-batches of half the size
+    assert "OutOfMemoryError" in r["rows"][0]["error"] and r["mfu"] == 0.5 and r["micro_batch"] == 1
+    assert (tmp_path / "gpu_mfu.json").exists()
