@@ -47,10 +47,12 @@ import gc
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -613,6 +615,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "peak_flops_source": peak_src,
         "target": "ratio_vs_plain >= 0.95 and mfu >= 0.40 on an H100",
     }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every part: a run killed by its cap keeps what it measured
+        result["wall_s"] = round(time.monotonic() - t_start, 1)
+        (out / "gpu_mfu.json").write_text(json.dumps(result, indent=2) + "\n")
+
+    def on_term(signum: int, frame: Any) -> None:  # a cap's SIGTERM: stop workers (launch's finally), save
+        result["interrupted"] = f"signal {signum}"
+        raise SystemExit(128 + signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    result["truncated"] = False
+    try:
+        run_parts(args, device, backend, peak, deadline, result, save)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        result["truncated"] = bool(result["truncated"] or result.get("interrupted"))
+        save()
+        summary(result)
+    return result
+
+
+def run_parts(args, device, backend, peak, deadline, result: dict[str, Any], save) -> None:
+    """The pair (the headline figures), then tessera train on one rank, then the launch cross-check."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     own_group = not dist.is_initialized()
     if own_group:  # a world of one, as the worker of a one-rank `tessera train` joins
@@ -634,9 +663,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 oom = isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
             # out of the except block: the traceback's frames (and the tensors they hold) are gone
             if attempt == 0 and oom and args.micro_batch > 1 and time.monotonic() < deadline - 60:
-                rows.append(
-                    row
-                )  # retry: the same tokens per step in twice the micro-batches of half the size
+                # retry: the same tokens per step in twice the micro-batches of half the size
+                rows.append(row)
                 args.micro_batch //= 2
                 args.micro_batches *= 2
                 gc.collect()
@@ -657,7 +685,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ):  # fmt: skip
         if k in first:
             result[k] = first[k]
-    truncated = bool(first.get("truncated"))
+    result["truncated"] = bool(first.get("truncated"))
+    save()
     # tessera train on one rank (NCCL on a GPU)
     left = deadline - time.monotonic()
     if left > 20:
@@ -667,7 +696,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["nccl_train"] = {"ran": False, "error": f"{type(e).__name__}: {e}"[:1000]}
     else:
         result["nccl_train"] = {"ran": False, "error": "skipped: budget spent"}
-        truncated = True
+        result["truncated"] = True
+    save()
     if torch.cuda.is_available() and device.type == "cuda":
         torch.cuda.empty_cache()
     # the 1.3B plan through runtime.launch (a worker process), if the budget allows
@@ -679,19 +709,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["tessera_launch"] = {"ran": False, "error": "skipped: the in-process pair failed"}
     elif left < need:
         result["tessera_launch"] = {"ran": False, "error": f"skipped: {left:.0f} s of budget left (< {need})"}
-        truncated = True
+        result["truncated"] = True
     else:
         try:
             result["tessera_launch"] = run_launch(args, backend, peak, first["flops_per_token"])
         except Exception as e:  # noqa: BLE001
             result["tessera_launch"] = {"ran": False, "error": f"{type(e).__name__}: {e}"[:1000]}
-    result["truncated"] = truncated
-    result["wall_s"] = round(time.monotonic() - t_start, 1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_mfu.json").write_text(json.dumps(result, indent=2) + "\n")
-    summary(result)
-    return result
 
 
 def summary(r: dict[str, Any]) -> None:
