@@ -405,9 +405,37 @@ def measure(args: argparse.Namespace) -> int:
     print(f"cuBLAS/cuBLASLt workspace bytes (allocated, no tensor): {workspace:,d}")
     print(f"{len(rows_in)} configurations from {args.predicted}")
 
+    # rows stream to a JSON-lines journal: a CUDA error that kills the context (a device-side assert) ends
+    # this process, and `--resume` starts a fresh one that records the config it died in and goes on
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    journal = out_dir / ("gpu_memory_smoke_rows.jsonl" if args.smoke else "gpu_memory_rows.jsonl")
     rows: list[dict[str, Any]] = []
+    if args.resume and journal.exists():
+        for line in journal.read_text().splitlines():
+            entry = json.loads(line)
+            if "started" in entry:
+                continue
+            rows.append(entry)
+        done = {x["name"] for x in rows}
+        started = [json.loads(x)["started"] for x in journal.read_text().splitlines() if '"started"' in x]
+        for name in started:
+            if name not in done:
+                crashed = {
+                    "name": name,
+                    "error": "the process died in this configuration (CUDA context lost)",
+                }
+                rows.append(crashed)
+                done.add(name)
+                with journal.open("a") as f:
+                    f.write(json.dumps(crashed) + "\n")
+        rows_in = [r for r in rows_in if r["name"] not in done]
+        print(f"resuming: {len(rows)} configurations already in {journal}")
+    elif journal.exists():
+        journal.unlink()
+    n_before = len(rows)
     truncated = False
-    for i, r in enumerate(rows_in):
+    for i, r in enumerate(rows_in, start=n_before):
         elapsed = time.perf_counter() - t_start
         if args.budget_s is not None and elapsed > args.budget_s:
             truncated = True
@@ -423,6 +451,8 @@ def measure(args: argparse.Namespace) -> int:
             row["error"] = "skipped: predicted over the size limit"
             rows.append(row)
             continue
+        with journal.open("a") as f:
+            f.write(json.dumps({"started": r["name"]}) + "\n")
         try:
             req = StageTraceRequest.from_dict(r["request"])
             m = measure_step_peak(req, device=device)
@@ -447,7 +477,7 @@ def measure(args: argparse.Namespace) -> int:
             torch.cuda.reset_peak_memory_stats()
         te, fe = row.get("trace_error"), row.get("formula_error")
         print(
-            f"[{i + 1:2d}/{len(rows_in)}] {r['name']:62s} "
+            f"[{i + 1:2d}/{n_before + len(rows_in)}] {r['name']:62s} "
             + (
                 f"measured {row['measured']['peak_bytes'] / GB:7.3f} GB  trace {_fmt(te)}  formula {_fmt(fe)}"
                 if "measured" in row
@@ -456,7 +486,28 @@ def measure(args: argparse.Namespace) -> int:
             flush=True,
         )
         rows.append(row)
+        with journal.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if "error" in row and "CUDA error" in row["error"]:
+            print("the CUDA context is lost: stopping (run again with --resume)", flush=True)
+            _write_result(args, rows, env, gpu_name, workspace, truncated, t_start)
+            return 3
 
+    return _write_result(args, rows, env, gpu_name, workspace, truncated, t_start)
+
+
+def _write_result(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    env: dict[str, Any],
+    gpu_name: str,
+    workspace: int,
+    truncated: bool,
+    t_start: float,
+) -> int:
+    import torch
+
+    device = args.device
     ok = [x for x in rows if "measured" in x]
     trace_s = _stats([x.get("trace_error") for x in ok])
     raw_s = _stats([x.get("trace_error_raw") for x in ok])
@@ -499,7 +550,6 @@ def measure(args: argparse.Namespace) -> int:
     result["wall_s"] = time.perf_counter() - t_start
     result["rows"] = rows
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     name = "gpu_memory_smoke.json" if args.smoke else "gpu_memory.json"
     (out_dir / name).write_text(json.dumps(result, indent=1))
     _print_table(result, rows, out_dir / name)
@@ -619,6 +669,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="output folder (default bench/results)")
     ap.add_argument("--budget-s", type=float, default=None, help="stop measuring after this many seconds")
     ap.add_argument("--predicted", default=str(PREDICTED), help="the predict phase's JSON")
+    ap.add_argument(
+        "--resume", action="store_true", help="go on from the rows journal of an earlier run in --out"
+    )
     ap.add_argument("--only", default=None, help="measure only configurations whose name matches this regex")
     args = ap.parse_args()
     if args.phase == "predict":

@@ -248,3 +248,32 @@ def test_recompute_blocks_are_timed_and_priced_from_the_timing():
     assert prof.get(block, key, 1, 2, "fp32", recompute="full")[1] > prof.get(block, key, 1, 2, "fp32")[1]
     with pytest.raises(ValueError, match="recompute"):
         profile_layers(TINY, recomputes=("sometimes",))
+
+
+def test_back_to_back_timing_runs_several_passes_per_sync(monkeypatch):
+    # a GPU queues kernels ahead of the host: the timed region repeats between syncs and figures are per pass.
+    # Here (CPU) the count is forced; each pass runs the layer's forward once more and its backward once more.
+    import torch
+
+    import tessera.perf.profiler as profiler
+
+    assert profiler._back_to_back(torch.device("cpu"), None) == 1
+    assert profiler._back_to_back(torch.device("cuda"), None) == profiler.CUDA_BACK_TO_BACK > 1
+    with pytest.raises(ValueError, match="back_to_back"):
+        profiler._back_to_back(torch.device("cpu"), 0)
+    calls = {"fwd": 0}
+    run = profile_layers(TINY, micro_batches=(1,), repeats=1, warmup=0, passes=1, back_to_back=3)
+    assert all(r.fwd_s > 0 and r.bwd_s > 0 and r.optimizer_s > 0 for r in run.rows)
+    block = profiler._build(TINY, 1, 1, "flash")
+    layer = block.layers[0]
+    orig = layer.forward
+
+    def counting(*a, **k):
+        calls["fwd"] += 1
+        return orig(*a, **k)
+
+    monkeypatch.setattr(layer, "forward", counting)
+    x = torch.randn(1, TINY.seq_len, TINY.arch.hidden)
+    profiler.time_layer(block, x, None, device=torch.device("cpu"), precision="fp32", warmup=0, repeats=2,
+                        back_to_back=3)  # fmt: skip
+    assert calls["fwd"] == 6

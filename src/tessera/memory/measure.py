@@ -63,7 +63,15 @@ def _closures(req: StageTraceRequest) -> tuple[Any, Any]:
         return model.make_batch(req.micro_batch_size, req.seq_len, device=req.device)
 
     def loss(model: Any, out: Any, targets: Any) -> Any:
-        return model.loss(out, targets) if getattr(model, "has_head", True) else None
+        if not getattr(model, "has_head", True):
+            return None
+        import torch
+
+        if req.tp_degree > 1 and targets.dtype == torch.long and out.shape[-1] < int(targets.max()) + 1:
+            # a TP shard's head holds vocab / tp classes; the runtime's vocab-parallel loss maps the
+            # targets onto it, and so must a real device (a CPU-free fake trace never checks the range)
+            targets = targets.remainder(out.shape[-1])
+        return model.loss(out, targets)
 
     return make_batch, loss
 

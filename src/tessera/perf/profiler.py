@@ -21,8 +21,11 @@ What is timed mirrors what the runtime runs on a rank:
 * on the CPU stand-in device under the thread count the runtime gives each of ``processes`` ranks sharing the
   host (``cpus // processes``), keyed ``cpu@{threads}t`` — and with ``processes − 1`` co-runner processes doing
   the same work at the same time, because ranks on one host share its caches and memory bandwidth (alone, a
-  1-thread rank ran a TP shard ~25 % faster than beside its peer); on CUDA with ``torch.cuda.synchronize``
-  around each timed region, keyed by the catalog name of the GPU (GPUs share nothing).
+  1-thread rank ran a TP shard ~25 % faster than beside its peer); on CUDA keyed by the catalog name of the
+  GPU (GPUs share nothing), each timed region run ``back_to_back`` times between two synchronizations (the
+  host queues kernels ahead of the GPU in a training step, so a layer costs the larger of its launch and its
+  kernel time, not their sum: one region between syncs made a 125M GPT's estimate 1.6-2.6x its step on an
+  H200, ``bench/results/gpu_estimate.json``).
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
@@ -372,6 +375,18 @@ def _median_time(fn: Callable[[], tuple[float, ...]], warmup: int, repeats: int)
     return tuple(statistics.median(r[k] for r in runs) for k in range(len(runs[0])))
 
 
+#: timed regions run this many times between two synchronizations on a GPU (see the module docstring)
+CUDA_BACK_TO_BACK = 4
+
+
+def _back_to_back(device: torch.device, back_to_back: int | None) -> int:
+    if back_to_back is not None:
+        if back_to_back < 1:
+            raise ValueError(f"back_to_back: must be >= 1, got {back_to_back}")
+        return back_to_back
+    return CUDA_BACK_TO_BACK if device.type == "cuda" else 1
+
+
 def time_layer(
     model: nn.Module,
     x: torch.Tensor,
@@ -381,14 +396,18 @@ def time_layer(
     precision: str,
     warmup: int,
     repeats: int,
+    back_to_back: int | None = None,
 ) -> tuple[float, float]:
-    """Median (forward s, backward s) of ``model.layers[0]`` on input ``x``; ``targets``: add the loss."""
+    """Median (forward s, backward s) of ``model.layers[0]`` on input ``x``; ``targets``: add the loss.
+    ``back_to_back`` forwards, then as many backwards, between synchronizations (default: 4 on CUDA, 1 on
+    CPU, where the host runs the kernels itself); the figures are per pass."""
     layer = model.layers[0]  # type: ignore[index]
     params = [p for p in model.parameters() if p.requires_grad]
     x = x.detach().clone()
     if x.is_floating_point():
         x.requires_grad_(True)
     grad_out: list[torch.Tensor] = []
+    k = _back_to_back(device, back_to_back)
 
     def run() -> tuple[float, float]:
         for p in params:
@@ -396,30 +415,44 @@ def time_layer(
         x.grad = None
         _sync(device)
         t0 = time.perf_counter()
-        with _autocast(device, precision):
-            out = layer(x)
-            if targets is not None:
-                out = model.loss(out, targets)  # type: ignore[operator]
+        outs = []
+        for _ in range(k):
+            with _autocast(device, precision):
+                out = layer(x)
+                if targets is not None:
+                    out = model.loss(out, targets)  # type: ignore[operator]
+            outs.append(out)
         _sync(device)
         t1 = time.perf_counter()
-        if targets is not None:
-            out.backward()
-        else:
-            if not grad_out:
-                grad_out.append(torch.randn_like(out) * 1e-3)
-            out.backward(grad_out[0])
+        for out in outs:
+            if targets is not None:
+                out.backward()
+            else:
+                if not grad_out:
+                    grad_out.append(torch.randn_like(out) * 1e-3)
+                out.backward(grad_out[0])
+        del outs, out
         _sync(device)
-        return t1 - t0, time.perf_counter() - t1
+        return (t1 - t0) / k, (time.perf_counter() - t1) / k
 
     fwd, bwd = _median_time(run, warmup, repeats)
     return fwd, bwd
 
 
 def time_optimizer(
-    model: nn.Module, *, device: torch.device, precision: str, optimizer: str, warmup: int, repeats: int
+    model: nn.Module,
+    *,
+    device: torch.device,
+    precision: str,
+    optimizer: str,
+    warmup: int,
+    repeats: int,
+    back_to_back: int | None = None,
 ) -> float:
     """Median seconds of one optimizer step over ``model``'s parameters, with the precision's bookkeeping
-    around it as the runtime does it (bf16-master: grads into fp32 masters and back; fp16: unscale + check)."""
+    around it as the runtime does it (bf16-master: grads into fp32 masters and back; fp16: unscale + check);
+    ``back_to_back`` steps between synchronizations (as :func:`time_layer`), per step."""
+    k = _back_to_back(device, back_to_back)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return 0.0
@@ -430,9 +463,7 @@ def time_optimizer(
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
 
-    def run() -> tuple[float]:
-        _sync(device)
-        t0 = time.perf_counter()
+    def one() -> None:
         if precision == "bf16-master":
             for p, m in zip(params, masters, strict=True):
                 m.grad = p.grad.float()  # type: ignore[union-attr]
@@ -449,8 +480,14 @@ def time_optimizer(
             with torch.no_grad():
                 for p, m in zip(params, masters, strict=True):
                     p.copy_(m)
+
+    def run() -> tuple[float]:
         _sync(device)
-        return (time.perf_counter() - t0,)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            one()
+        _sync(device)
+        return ((time.perf_counter() - t0) / k,)
 
     return _median_time(run, max(1, warmup), repeats)[0]
 
@@ -475,6 +512,7 @@ def profile_layers(
     co_run: bool = True,
     recomputes: Sequence[str] = ("none",),
     device_type: str | None = None,
+    back_to_back: int | None = None,
 ) -> ProfileRun:
     """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
 
@@ -539,7 +577,7 @@ def profile_layers(
             rows += _profile_pass(
                 spec, start, end, tp_degrees, micro_batches, inputs, targets, device=dev, precision=precision,
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
-                on_step=on_step, recomputes=recomputes,
+                on_step=on_step, recomputes=recomputes, back_to_back=_back_to_back(dev, back_to_back),
             )  # fmt: skip
         run = ProfileRun(
             spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows))
@@ -633,11 +671,15 @@ def _profile_pass(
     peer_batch: Any,
     on_step: Callable[[str], None] | None,
     recomputes: Sequence[str] = ("none",),
+    back_to_back: int = 1,
 ) -> list[LayerMeasurement]:
     """One timing of every distinct layer in [start, end) at each TP degree and micro-batch."""
     rows: list[LayerMeasurement] = []
     seen: set[tuple] = set()
-    timing = dict(device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch)
+    timing = dict(
+        device=device, precision=precision, warmup=warmup, repeats=repeats, peer_batch=peer_batch,
+        back_to_back=back_to_back,
+    )  # fmt: skip
 
     def timed(model: nn.Module, x: torch.Tensor, y: torch.Tensor | None, what: LayerMeasurement) -> None:
         """Time ``model`` at every micro-batch into ``rows``; ``what`` says what it is (figures filled in)."""
@@ -670,7 +712,7 @@ def _profile_pass(
                 if rc == "none":
                     opt_s = time_optimizer(
                         model, device=device, precision=precision, optimizer=optimizer, warmup=warmup,
-                        repeats=repeats,
+                        repeats=repeats, back_to_back=back_to_back,
                     )  # fmt: skip
                 what = LayerMeasurement(i, layer.name, t, 0, 0.0, 0.0, opt_s, "own", rc)
                 with _vocab_parallel_loss(model, t if y is not None else 1):
@@ -713,6 +755,7 @@ def _time_micro_batches(
     warmup: int,
     repeats: int,
     peer_batch: Any,
+    back_to_back: int = 1,
 ) -> Iterator[tuple[int, float, float]]:
     """(micro-batch, fwd s, bwd s) of ``model.layers[0]`` at each size, co-runners set to the same size."""
     for b in sorted(set(micro_batches)):
@@ -720,8 +763,9 @@ def _time_micro_batches(
             peer_batch.value = b
         y = targets[:b] if targets is not None else None
         fwd, bwd = time_layer(
-            model, x[:b], y, device=device, precision=precision, warmup=warmup, repeats=repeats
-        )
+            model, x[:b], y, device=device, precision=precision, warmup=warmup, repeats=repeats,
+            back_to_back=back_to_back,
+        )  # fmt: skip
         yield b, fwd, bwd
 
 

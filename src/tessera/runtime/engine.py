@@ -56,11 +56,23 @@ def make_optimizer(
     ``weight_decay`` None keeps each optimizer's default here (AdamW 0.01, Adam and SGD 0); it applies to
     every parameter (decoupled for AdamW, L2 for Adam and SGD, as torch defines them)."""
     kind = Optimizer(kind)
+    groups = _dtensor_groups(params)
     if kind == Optimizer.ADAMW:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01 if weight_decay is None else weight_decay)
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=0.01 if weight_decay is None else weight_decay)
     if kind == Optimizer.ADAM:
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay or 0.0)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay or 0.0)
+        return torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay or 0.0)
+    return torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=weight_decay or 0.0)
+
+
+def _dtensor_groups(params: list[nn.Parameter]) -> list[dict[str, list[nn.Parameter]]]:
+    """DTensor (TP-sharded) and plain parameters in separate groups: the multi-tensor (foreach) update, which
+    torch picks on CUDA, runs one op over a whole group and refuses a DTensor beside a plain tensor. Same
+    hyper-parameters in both; state is kept per parameter, so checkpoints do not see the split."""
+    from torch.distributed.tensor import DTensor
+
+    sharded = [p for p in params if isinstance(p, DTensor)]
+    plain = [p for p in params if not isinstance(p, DTensor)]
+    return [{"params": g} for g in (plain, sharded) if g] or [{"params": []}]
 
 
 def clip_coefficient(total_norm: float, max_norm: float) -> float:
