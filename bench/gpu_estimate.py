@@ -45,7 +45,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +298,7 @@ def run_plan(
             _sync(device)
             build_s = time.perf_counter() - t_build
             times: list[float] = []
+            computes: list[float] = []
             spent = 0.0
             for step in range(warmup + steps):
                 torch.manual_seed(hash((0, step, 0, 0)) % (2**63))  # the worker's dropout seed
@@ -307,6 +308,7 @@ def run_plan(
                 )
                 if step >= warmup:
                     times.append(stats.iter_s)
+                    computes.append(stats.compute_s)
                     spent += stats.iter_s
                     if len(times) >= min(3, steps) and spent >= time_cap_s:
                         break
@@ -317,6 +319,7 @@ def run_plan(
         torch.set_num_threads(before)
     return {
         "measured_s": statistics.median(times),
+        "measured_compute_s": statistics.median(computes),
         "steps_s": times,
         "build_s": build_s,
         "peak_memory_bytes": peak,
@@ -376,6 +379,7 @@ def profile_group(
         "model": c0.model.label, "seq_len": c0.seq_len, "precision": c0.precision, "optimizer": c0.optimizer,
         "micro_batches": mbs, "tp_degrees": tps, "recomputes": list(rcs), "device_type": run.device_type,
         "measurements": len(run.rows), "profile_s": seconds, "command": command,
+        "rows": [asdict(r) for r in run.rows],
     }  # fmt: skip
 
 
@@ -396,6 +400,10 @@ def _estimates(case: Case, plan: Plan, cost: CostModel) -> dict[str, Any]:
         "estimate_comm_s": est.comm_s,
         "estimate_feasible": est.feasible,
         "uncalibrated_comm_s": unc.comm_s,
+        "estimate_compute_s": est.compute_s,
+        "estimate_optimizer_s": est.optimizer_s,
+        "estimate_bubble_s": est.bubble_s,
+        "estimate_stage_times_s": list(est.stage_times_s),
     }
 
 
