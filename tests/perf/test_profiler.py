@@ -250,30 +250,42 @@ def test_recompute_blocks_are_timed_and_priced_from_the_timing():
         profile_layers(TINY, recomputes=("sometimes",))
 
 
-def test_back_to_back_timing_runs_several_passes_per_sync(monkeypatch):
-    # a GPU queues kernels ahead of the host: the timed region repeats between syncs and figures are per pass.
-    # Here (CPU) the count is forced; each pass runs the layer's forward once more and its backward once more.
+def test_back_to_back_timing_runs_several_passes_per_sync():
+    # a GPU queues kernels ahead of the host: a block is timed as a chain of copies in one forward and one
+    # backward, other layers back to back, the optimizer over several copies of the parameters; figures are
+    # per pass and per copy. Here (CPU, where the defaults are 1) the counts are forced.
     import torch
 
     import tessera.perf.profiler as profiler
 
-    assert profiler._back_to_back(torch.device("cpu"), None) == 1
+    cpu = torch.device("cpu")
+    assert profiler._back_to_back(cpu, None) == 1
     assert profiler._back_to_back(torch.device("cuda"), None) == profiler.CUDA_BACK_TO_BACK > 1
     with pytest.raises(ValueError, match="back_to_back"):
-        profiler._back_to_back(torch.device("cpu"), 0)
-    calls = {"fwd": 0}
+        profiler._back_to_back(cpu, 0)
     run = profile_layers(TINY, micro_batches=(1,), repeats=1, warmup=0, passes=1, back_to_back=3)
     assert all(r.fwd_s > 0 and r.bwd_s > 0 and r.optimizer_s > 0 for r in run.rows)
     block = profiler._build(TINY, 1, 1, "flash")
-    layer = block.layers[0]
-    orig = layer.forward
-
-    def counting(*a, **k):
-        calls["fwd"] += 1
-        return orig(*a, **k)
-
-    monkeypatch.setattr(layer, "forward", counting)
+    calls = {"fwd": 0}
+    block.layers[0].register_forward_hook(lambda *a: calls.__setitem__("fwd", calls["fwd"] + 1))
     x = torch.randn(1, TINY.seq_len, TINY.arch.hidden)
-    profiler.time_layer(block, x, None, device=torch.device("cpu"), precision="fp32", warmup=0, repeats=2,
-                        back_to_back=3)  # fmt: skip
-    assert calls["fwd"] == 6
+    assert len(profiler._chain(block.layers[0], x, 3, cpu, "fp32")) == 3  # a block maps x to its own shape
+    calls["fwd"] = 0
+    profiler.time_layer(block, x, None, device=cpu, precision="fp32", warmup=0, repeats=2, back_to_back=3)
+    assert calls["fwd"] == 1 + 2 * 3  # the shape check, then two timed chains of three (hooks copied too)
+    head = profiler._build(TINY, TINY.n_layers - 1, 1, "flash")
+    hx = torch.randn(1, TINY.seq_len, TINY.arch.hidden)
+    _, y = head.make_batch(1, TINY.seq_len)
+    calls["fwd"] = 0
+    head.layers[0].register_forward_hook(lambda *a: calls.__setitem__("fwd", calls["fwd"] + 1))
+    profiler.time_layer(head, hx, y, device=cpu, precision="fp32", warmup=0, repeats=2, back_to_back=3)
+    assert calls["fwd"] == 2 * 3  # the head (with the loss) back to back: no chain
+    one = profiler.time_optimizer(block, device=cpu, precision="fp32", optimizer="adamw", warmup=1, repeats=3)
+    four = profiler.time_optimizer(
+        block, device=cpu, precision="bf16-master", optimizer="adamw", warmup=1, repeats=3, replicas=4
+    )
+    assert one > 0 and four > 0
+    assert profiler._optimizer_replicas(cpu, list(block.parameters()), None) == 1
+    assert profiler._optimizer_replicas(torch.device("cuda"), list(block.parameters()), None) == (
+        profiler.CUDA_OPTIMIZER_REPLICAS
+    )

@@ -22,10 +22,14 @@ What is timed mirrors what the runtime runs on a rank:
   host (``cpus // processes``), keyed ``cpu@{threads}t`` — and with ``processes − 1`` co-runner processes doing
   the same work at the same time, because ranks on one host share its caches and memory bandwidth (alone, a
   1-thread rank ran a TP shard ~25 % faster than beside its peer); on CUDA keyed by the catalog name of the
-  GPU (GPUs share nothing), each timed region run ``back_to_back`` times between two synchronizations (the
-  host queues kernels ahead of the GPU in a training step, so a layer costs the larger of its launch and its
-  kernel time, not their sum: one region between syncs made a 125M GPT's estimate 1.6-2.6x its step on an
-  H200, ``bench/results/gpu_estimate.json``).
+  GPU (GPUs share nothing), the way a training step runs it: the host queues kernels ahead of the GPU, so a
+  layer costs the larger of its launch and its kernel time, not their sum, and per-call costs are shared by
+  the whole model. So on a GPU a shape-preserving layer (a block) is timed as a chain of ``back_to_back``
+  copies in one forward and one backward (the autograd engine and autocast entered once, as in the model),
+  other layers ``back_to_back`` times between two synchronizations, and the optimizer step over
+  ``optimizer_replicas`` copies of the layer's parameters in one step (its per-call host cost is paid once
+  per model, not once per layer). Timed one region per sync, a 125M GPT's estimate was 1.6-2.6x its step on
+  an H200 and a 1.3B GPT's optimizer 4x (``bench/results/gpu_estimate.json``).
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
@@ -379,6 +383,40 @@ def _median_time(fn: Callable[[], tuple[float, ...]], warmup: int, repeats: int)
 CUDA_BACK_TO_BACK = 4
 
 
+#: copies of a layer's parameters one timed optimizer step covers on a GPU (bounded by OPTIMIZER_REPLICA_BYTES)
+CUDA_OPTIMIZER_REPLICAS = 8
+OPTIMIZER_REPLICA_BYTES = 4 * 2**30
+
+
+def _optimizer_replicas(device: torch.device, params: list[nn.Parameter], replicas: int | None) -> int:
+    if replicas is not None:
+        return max(1, replicas)
+    if device.type != "cuda":
+        return 1
+    per_copy = sum(p.numel() for p in params) * 16  # parameter, gradient and two moments in fp32
+    return max(1, min(CUDA_OPTIMIZER_REPLICAS, OPTIMIZER_REPLICA_BYTES // max(1, per_copy)))
+
+
+def _chain(
+    layer: nn.Module, x: torch.Tensor, k: int, device: torch.device, precision: str
+) -> list[nn.Module]:
+    """``k`` copies of ``layer`` to run one after another when it maps ``x`` to the same shape and dtype (a
+    block of a residual stream); else just the layer (timed back to back instead)."""
+    from torch.distributed.tensor import DTensor
+
+    if k <= 1 or any(isinstance(p, DTensor) for p in layer.parameters()):
+        return [layer]  # (a DTensor shard's copies would share its mesh: timed back to back)
+    with torch.no_grad(), _autocast(device, precision):
+        out = layer(x)
+    same = isinstance(out, torch.Tensor) and out.shape == x.shape and out.dtype == x.dtype
+    del out
+    if not same:
+        return [layer]
+    import copy
+
+    return [layer, *(copy.deepcopy(layer) for _ in range(k - 1))]
+
+
 def _back_to_back(device: torch.device, back_to_back: int | None) -> int:
     if back_to_back is not None:
         if back_to_back < 1:
@@ -402,12 +440,33 @@ def time_layer(
     ``back_to_back`` forwards, then as many backwards, between synchronizations (default: 4 on CUDA, 1 on
     CPU, where the host runs the kernels itself); the figures are per pass."""
     layer = model.layers[0]  # type: ignore[index]
-    params = [p for p in model.parameters() if p.requires_grad]
     x = x.detach().clone()
     if x.is_floating_point():
         x.requires_grad_(True)
     grad_out: list[torch.Tensor] = []
     k = _back_to_back(device, back_to_back)
+    chain = _chain(layer, x, k, device, precision) if targets is None else [layer]
+    params = [p for p in model.parameters() if p.requires_grad]
+    params += [p for m in chain[1:] for p in m.parameters() if p.requires_grad]
+
+    def run_chain() -> tuple[float, float]:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        _sync(device)
+        t0 = time.perf_counter()
+        with _autocast(device, precision):
+            out = x
+            for m in chain:
+                out = m(out)
+        _sync(device)
+        t1 = time.perf_counter()
+        if not grad_out:
+            grad_out.append(torch.randn_like(out) * 1e-3)
+        out.backward(grad_out[0])
+        del out
+        _sync(device)
+        return (t1 - t0) / k, (time.perf_counter() - t1) / k
 
     def run() -> tuple[float, float]:
         for p in params:
@@ -435,7 +494,7 @@ def time_layer(
         _sync(device)
         return (t1 - t0) / k, (time.perf_counter() - t1) / k
 
-    fwd, bwd = _median_time(run, warmup, repeats)
+    fwd, bwd = _median_time(run_chain if len(chain) > 1 else run, warmup, repeats)
     return fwd, bwd
 
 
@@ -448,14 +507,19 @@ def time_optimizer(
     warmup: int,
     repeats: int,
     back_to_back: int | None = None,
+    replicas: int | None = None,
 ) -> float:
     """Median seconds of one optimizer step over ``model``'s parameters, with the precision's bookkeeping
     around it as the runtime does it (bf16-master: grads into fp32 masters and back; fp16: unscale + check);
-    ``back_to_back`` steps between synchronizations (as :func:`time_layer`), per step."""
+    ``back_to_back`` steps between synchronizations (as :func:`time_layer`), per step; each step covers
+    ``replicas`` copies of the parameters (default: up to 8 on CUDA, 1 on CPU), the figure per copy."""
     k = _back_to_back(device, back_to_back)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         return 0.0
+    r = _optimizer_replicas(device, params, replicas)
+    own = list(params)
+    params = own + [nn.Parameter(p.detach().clone()) for _ in range(r - 1) for p in own]
     masters = (
         [nn.Parameter(p.detach().float().clone()) for p in params] if precision == "bf16-master" else params
     )
@@ -487,7 +551,7 @@ def time_optimizer(
         for _ in range(k):
             one()
         _sync(device)
-        return ((time.perf_counter() - t0) / k,)
+        return ((time.perf_counter() - t0) / (k * r),)
 
     return _median_time(run, max(1, warmup), repeats)[0]
 
