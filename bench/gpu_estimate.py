@@ -441,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=180.0, help="wall-clock budget for the whole script")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps per plan (3; smoke 1)")
     ap.add_argument("--steps", type=int, default=None, help="most timed steps per plan (8; smoke 3)")
+    ap.add_argument(
+        "--no-sync-compare", action="store_true", help="skip the one-pass-per-sync profiles (the old method)"
+    )
     ap.add_argument("--only", default=None, help="run only cases whose label contains this text")
     args = ap.parse_args(argv)
     # from the command line the budget counts from the start of the imports; a call (tests) from here
@@ -502,9 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                 _fresh(device)
                 continue
             _fresh(device)
-            if (
-                device.type == "cuda" or args.smoke
-            ):  # the old method beside it: one pass per sync (smoke: the path)
+            # the old method beside it: one pass per sync (smoke: to exercise the path)
+            if (device.type == "cuda" and not args.no_sync_compare) or args.smoke:
                 try:
                     profile_group(
                         members, device, sync_dir, warmup=prof_warmup, repeats=prof_repeats, back_to_back=1
@@ -513,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
                     traceback.print_exc()
                 _fresh(device)
             cost = CostModel.load(cost_dir)  # the saved profiles, as `tessera estimate` reads them
-            cost_sync = CostModel.load(sync_dir) if device.type == "cuda" or args.smoke else None
+            cost_sync = CostModel.load(sync_dir) if any(sync_dir.iterdir()) else None
             for c in members:
                 if clock.left() < reserve_s:
                     truncated = True
