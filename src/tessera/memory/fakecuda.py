@@ -183,17 +183,3 @@ def amp_patches() -> Iterator[None]:
         yield
     finally:
         amp_common.amp_definitely_not_available, torch.cuda.is_bf16_supported = saved
-
-
-def _worker_main() -> int:
-    """Subprocess entry: load the shim, then serve one JSON request (see ``trace._serve``)."""
-    from tessera.memory import fakecuda  # not __main__: the flag must live in the importable module
-
-    fakecuda.load()
-    from tessera.memory.trace import _serve
-
-    return _serve(sys.stdin, sys.stdout)
-
-
-if __name__ == "__main__":
-    sys.exit(_worker_main())

@@ -14,7 +14,7 @@ Entry points:
   allocator with :func:`reference_cpu_peak`, the same protocol run for real).
 * :func:`trace_stage` / :func:`trace_stages` — zoo models (by name or ``arch``) or ``"module:function"``
   factories, described by a JSON-able :class:`StageTraceRequest`; run in a fresh worker process
-  (``python -m tessera.memory.fakecuda``) that loads the fake CUDA device before torch.
+  (``python -m tessera.memory.trace_worker``) that loads the fake CUDA device before torch.
 * :func:`trace_plan` (every device of a ``Plan``, identical devices once) and :func:`trace_view` /
   :func:`trace_views` (the analytic estimator's ``DeviceView``).
 
@@ -1054,7 +1054,7 @@ def trace_stages(
     src_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = src_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.run(
-        [sys.executable, "-m", "tessera.memory.fakecuda"],
+        [sys.executable, "-m", "tessera.memory.trace_worker"],
         input=payload,
         capture_output=True,
         text=True,
