@@ -61,19 +61,19 @@ class ZooModel:
         if hf_nn.names_hf_model(self.name):
             hf = hf_nn.HFModel(self.name, overrides=self.overrides)
             return hf(layer_range=layer_range, tp=tp, attention=attention, recompute=recompute)
-        from tessera.models import zoo
         from tessera.models.nn_common import TPShare
+        from tessera.models.zoo.build_nn import build_named
 
         share = None
         if tp is not None:
             share = TPShare(degree=tp.degree, rank=tp.rank, ratios=tuple(tp.ratios) or None)
-        target: Any = self.name
-        if self.overrides:
-            from dataclasses import replace
-
-            target = replace(zoo.get_arch(self.name), **dict(self.overrides))
-        return zoo.build_model(
-            target, attention=attention, recompute=recompute, layer_range=layer_range, tp=share
+        return build_named(
+            self.name,
+            self.overrides,
+            attention=attention,
+            recompute=recompute,
+            layer_range=layer_range,
+            tp=share,
         )
 
 

@@ -18,7 +18,7 @@ from tessera.models.zoo import bert, gpt, llama, moe, wide_resnet
 from tessera.models.zoo.base import ModelInfo
 
 if TYPE_CHECKING:
-    from tessera.models.nn_common import BlockModel
+    from torch import nn
 
 FAMILIES: dict[str, ModuleType] = {
     gpt.FAMILY: gpt,
@@ -118,8 +118,9 @@ _NN_MODULES = {
 
 def build_model(
     name_or_arch: str | TransformerArch | ConvArch, *, family: str | None = None, **kw: Any
-) -> BlockModel:
-    """PyTorch model (a ``BlockModel``) of a zoo name or an arch.
+) -> nn.Module:
+    """PyTorch model (a ``tessera.models.nn_common.BlockModel``: the torch side's type, not named here so the
+    catalog imports nothing of it) of a zoo name or an arch.
 
     Keywords: ``attention`` "flash" | "math"; ``recompute`` "none" | "selective" | "full";
     ``layer_range`` (start, end) of the spec's layers (default all); ``tp`` a ``TPShare`` to build one
