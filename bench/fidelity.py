@@ -61,6 +61,7 @@ from tessera.scheduler.speed import SpeedSource, config_of, job_of, speed_table 
 from tessera.scheduler.state import JobConfig  # noqa: E402
 from tessera.service.client import Client  # noqa: E402
 from tessera.service.config import ServiceConfig  # noqa: E402
+from tessera.service.controller import SPARE_S  # noqa: E402
 from tessera.service.job_models import ServiceModels  # noqa: E402
 from tessera.sim.replay import (  # noqa: E402
     ReplaySimulator,
@@ -226,7 +227,9 @@ def restart_costs() -> dict[str, Any]:
         for k in ("cold_launch_s_p50", "rescale_pause_s_p50", "submit_to_running_s_p50")
         if k in data
     }
-    return {"startup_s": startup, "restart_s": restart, "from": src}
+    # a launch onto a finished job's spare workers: bench/service.py's submissions mostly start that way
+    # (its p50; its first, cold job is the max)
+    return {"startup_s": startup, "restart_s": restart, "warm_start_s": fallback, "from": src}
 
 
 def earlier_launch_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -262,7 +265,7 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
         cluster, jobs, speed_table(speed), get_policy(policy),
         SimConfig(round_s=TICK_S, startup_s=costs["startup_s"]),
         restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
-        service_round_s=round_s,
+        service_round_s=round_s, warm_start_s=costs.get("warm_start_s"), spare_s=SPARE_S,
     )  # fmt: skip
     sim.result = sim.run()  # type: ignore[attr-defined]
     return sim

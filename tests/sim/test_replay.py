@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.hardware.cluster import get_cluster
+from tessera.hardware.cluster import get_cluster, parse_cluster
 from tessera.jobs.spec import parse_job
 from tessera.scheduler.policy import get_policy
 from tessera.scheduler.speed import SpeedSource, job_of, speed_table
@@ -134,3 +134,23 @@ def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -
             cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=2.0),
             restart_s=1.0, believed_restart_s=20.0, service_round_s=1.0,
         )  # fmt: skip
+
+
+def test_a_launch_onto_a_finished_jobs_spare_workers_starts_warm() -> None:
+    # one GPU: job 2 arrives while job 1 runs and starts on its GPU when it finishes (job 1's worker is kept
+    # as a spare: warm, 0.5 s); job 3 arrives long after the spare expired (cold, 6 s)
+    one = parse_cluster(
+        {"name": "one", "node_groups": [{"name": "a", "count": 1, "gpu": "A100-40GB", "gpus_per_node": 1}]}
+    )
+    short = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 40, "max_gpus": 1}
+    jobs = [job_of(parse_job({**short, "name": f"j{i}"}), i + 1, t) for i, t in enumerate([0.0, 0.5, 400.0])]
+    sim = ReplaySimulator(
+        one, jobs, speed_table(SpeedSource(one)), get_policy("fcfs"),
+        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed_restart_s=20.0,
+        warm_start_s=0.5, spare_s=15.0,
+    )  # fmt: skip
+    res = sim.run()
+    pauses = {e.job_id: e.paused_until_s - e.time_s for e in res.allocation_log if e.kind == "start"}
+    assert pauses[1] == pytest.approx(6.0)  # nothing was warm
+    assert pauses[2] == pytest.approx(0.5)  # job 1's worker, kept as a spare
+    assert pauses[3] == pytest.approx(6.0)  # the spare expired long before

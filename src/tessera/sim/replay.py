@@ -80,9 +80,19 @@ class ReplaySimulator(Simulator):
     core answers only on events, and every ``service_round_s`` one is forced, as live."""
 
     def __init__(  # type: ignore[no-untyped-def]
-        self, *args, restart_s: float, believed_restart_s: float, service_round_s: float | None = None, **kw
+        self,
+        *args,
+        restart_s: float,
+        believed_restart_s: float,
+        service_round_s: float | None = None,
+        warm_start_s: float | None = None,
+        spare_s: float = 0.0,
+        **kw,
     ) -> None:
         self._restart_cost_s = restart_s
+        self._warm_start_s = warm_start_s
+        self._spare_s = spare_s
+        self._warm: dict[int, list[float]] = {}  # node → expiry times of its finished jobs' spare workers
         super().__init__(*args, **kw)
         self.sched.restart_estimate = lambda job: believed_restart_s
         self.decisions: list[Decision] = []
@@ -106,6 +116,28 @@ class ReplaySimulator(Simulator):
 
     def restart_s(self, job) -> float:  # type: ignore[no-untyped-def, override]
         return self._restart_cost_s
+
+    def start_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def, override]
+        """A launch onto GPUs whose finished job's workers are still kept as spares (the service keeps a
+        completed gang's workers ``spare_s``) starts warm, in ``warm_start_s``; any GPU without one, cold."""
+        if self._warm_start_s is None:
+            return super().start_s(job, placement, now)
+        live = {i: [t for t in self._warm.get(i, []) if t > now] for i, _ in placement}
+        if any(len(live[i]) < n for i, n in placement):
+            self._warm.update(live)
+            return super().start_s(job, placement, now)
+        for i, n in placement:  # the spares are taken: the soonest to expire first
+            self._warm[i] = sorted(live[i])[n:]
+        return self._warm_start_s
+
+    def _on_complete(self, jid: int, v: int, now: float) -> bool:
+        js = self.sched.jobs[jid]
+        placement = js.allocation.placement if js.allocation is not None else ()
+        done = super()._on_complete(jid, v, now)
+        if done and self._spare_s > 0:
+            for i, n in placement:
+                self._warm.setdefault(i, []).extend([now + self._spare_s] * n)
+        return done
 
     def _stages(self, ch: Change) -> int:
         """The Cell's stage count; where the policy left it to the planner (baselines), the one the service

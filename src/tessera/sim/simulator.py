@@ -213,6 +213,10 @@ class Simulator:
             self._computing.discard(jid)
             self._cur_norm -= self._norm.pop(jid)
 
+    def start_s(self, job: Job, placement: Sequence[tuple[int, int]], now: float) -> float:
+        """The pause before a first start computes (a launch): ``startup_s`` here."""
+        return self.cfg.startup_s
+
     def _release_gpus(self, jid: int, placement: Sequence[tuple[int, int]], now: float) -> None:
         for i, n in placement:
             self._busy[self.state.type_index[i]] -= n
@@ -236,7 +240,7 @@ class Simulator:
             self._busy[self.state.type_index[i]] += n
         self._held_since[jid] = now
         rate = self.true_rate(js.job, ch.new.gpus)
-        delay = self.cfg.startup_s if ch.kind == "start" else self.restart_s(js.job)
+        delay = self.start_s(js.job, ch.new.placement, now) if ch.kind == "start" else self.restart_s(js.job)
         js.rate_iters_per_s = rate
         js.paused_until_s = now + delay
         js.as_of_s = now
