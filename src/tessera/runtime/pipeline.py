@@ -76,10 +76,29 @@ class PipelineRunner:
         return overlaps(lay.my_rows(m), theirs)
 
     def run(
-        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, loss_scale: float = 1.0
+        self,
+        inputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        loss_scale: float = 1.0,
+        *,
+        forward_only: bool = False,
     ) -> tuple[float, StepTimes]:
         """Returns this rank's share of the step loss (already weighted; the step loss is the sum over the
-        last stage's replicas) and the time split."""
+        last stage's replicas) and the time split. ``forward_only`` (evaluation): the forwards alone, in
+        micro-batch order (GPipe's first half: deadlock-free for any stage sizes), without autograd."""
+        if forward_only:
+            with torch.no_grad():
+                return self._run([(k, m) for k, m in self.actions if k == FWD], inputs, targets, 1.0, True)
+        return self._run(self.actions, inputs, targets, loss_scale, False)
+
+    def _run(
+        self,
+        steps: list[tuple[int, int]],
+        inputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        loss_scale: float,
+        forward_only: bool,
+    ) -> tuple[float, StepTimes]:
         lay, tr = self.layout, self.transport
         s = lay.stage_index
         batch = lay.plan.global_batch
@@ -89,7 +108,7 @@ class PipelineRunner:
         losses: list[torch.Tensor] = []
         comm0 = tr.comm_s
         t0 = time.perf_counter()
-        for kind, m in self.actions:
+        for kind, m in steps:
             lo, hi = lay.my_rows(m)
             base = lay.micro[m][0]
             if kind == FWD:
@@ -103,7 +122,7 @@ class PipelineRunner:
                         for r, a, b in self._peers(s - 1, m)
                     ]
                     x = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
-                    if x.is_floating_point():
+                    if x.is_floating_point() and not forward_only:
                         x.requires_grad_(True)
                     x_in = x
                 with self.autocast():
@@ -117,7 +136,8 @@ class PipelineRunner:
                     for r, a, b in self._peers(s + 1, m):
                         for dst in lay.replica_ranks(s + 1, r):
                             tr.send(out[a - lo : b - lo], dst, 2 * m + FWD, FWD)
-                saved[m] = (x_in, out)
+                if not forward_only:
+                    saved[m] = (x_in, out)
             else:
                 x_in, out = saved.pop(m)
                 if lay.last:

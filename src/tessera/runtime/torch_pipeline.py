@@ -92,19 +92,29 @@ class TorchPipelineRunner:
         return loss * self.loss_scale if self.loss_scale != 1.0 else loss
 
     def run(
-        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, loss_scale: float = 1.0
+        self,
+        inputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        loss_scale: float = 1.0,
+        *,
+        forward_only: bool = False,
     ) -> tuple[float, StepTimes]:
+        """``forward_only``: the schedule's ``eval`` (forwards alone; a torch without it runs the step and
+        the caller drops the gradients)."""
         lay = self.layout
         self.loss_scale = loss_scale
         t0 = time.perf_counter()
         losses: list[torch.Tensor] = []
-        if lay.first:
-            assert inputs is not None
-            self.schedule.step(inputs.to(self.pipe_stage.device))
-        elif lay.last:
-            assert targets is not None
-            self.schedule.step(target=targets.to(self.pipe_stage.device), losses=losses)
-        else:
-            self.schedule.step()
+        evaluating = forward_only and hasattr(self.schedule, "eval")
+        go = self.schedule.eval if evaluating else self.schedule.step
+        with torch.no_grad() if evaluating else contextlib.nullcontext():
+            if lay.first:
+                assert inputs is not None
+                go(inputs.to(self.pipe_stage.device))
+            elif lay.last:
+                assert targets is not None
+                go(target=targets.to(self.pipe_stage.device), losses=losses)
+            else:
+                go()
         loss = sum(float(x.detach()) for x in losses) / loss_scale if losses else 0.0
         return loss, StepTimes(compute_s=time.perf_counter() - t0, comm_s=0.0)
