@@ -140,6 +140,15 @@ SOURCES: dict[str, dict[str, str]] = {
         "set": "report",
         "style": "fsdp",
     },
+    "nemo-megatron-2022": {
+        "citation": (
+            "NVIDIA NeMo Megatron launcher (BigNLP-Scripts, later github.com/NVIDIA/NeMo-Megatron-Launcher) "
+            "README.md section 7.1.2 'Training Performance Results': tokens per second of GPT-3 5B on 1-20 and "
+            "GPT-3 175B on 16-128 DGX A100 80GB nodes; layouts from its conf/training/gpt3/5b.yaml and 175b.yaml"
+        ),
+        "set": "report",
+        "style": "megatron",
+    },
     "bigscience-bloom-2022": {
         "citation": (
             "BigScience, BLOOM-176B training (github.com/bigscience-workshop/bigscience, "
@@ -218,7 +227,8 @@ class PipelineRun:
     dp: int
     micro_batch: int
     global_batch: int
-    layer_cuts: tuple[int, ...]  # stage boundaries over [embedding, blocks..., head], as the run cut them
+    layer_cuts: tuple[int, ...] | None  # stage boundaries over [embedding, blocks..., head]; None: Megatron's
+    # even division of the blocks (embedding and head ride on the first and last stage)
     recompute: str
     attention: str
     zero: int
@@ -227,6 +237,7 @@ class PipelineRun:
     gpus_per_node: int = 8
     schedule: str = "1f1b"
     note: str = ""
+    published_tokens_per_s: float | None = None  # set where the source publishes throughput, not a time
 
     @property
     def gpus(self) -> int:
@@ -266,6 +277,38 @@ PIPELINE_RUNS = (
 )  # fmt: skip
 
 
+# NeMo Megatron (BigNLP-Scripts) README, "7.1.2. Training Performance Results": tokens per second of GPT-3 5B
+# on 1-20 DGX A100 80GB nodes and GPT-3 175B on 16-128 nodes of a DGX SuperPOD. The layouts are the launcher's
+# predefined configs (conf/training/gpt3/5b.yaml, 175b.yaml): 5B h 4096, 24 layers, 32 heads, TP 2, PP 1,
+# MBS 2, GBS 1440, no activation checkpointing (method block over 0 layers); 175B h 12288, 96 layers, 96 heads,
+# TP 8, PP 8, MBS 2, GBS 1536, selective recompute, sequence parallel; seq 2048, bf16 O2 (fp32 main params),
+# fused Adam, GPT-2 BPE vocab 50257 padded to a multiple of 128 x TP; DGX A100 nodes, 8 x 200 Gb/s HDR IB.
+_NEMO_5B = ((1, 39543), (2, 79128), (5, 195047), (9, 344523), (10, 383500), (18, 670254), (20, 731791))
+_NEMO_175B = ((16, 20642), (32, 38025), (128, 141306))
+_SUPERPOD_NET = 8 * 200e9 / 8  # DGX A100: 8 HDR InfiniBand NICs of 200 Gb/s per node
+_NEMO_NOTE = (
+    "GBS held at the config's value at every node count (the README does not give it per row; "
+    "every count divides it); Megatron fused-softmax attention (no flash attention in that release)"
+)
+
+
+def _nemo(size: str, nodes: int, tokens_per_s: float) -> PipelineRun:
+    five = size == "5b"
+    tp, pp, mbs, gbs = (2, 1, 2, 1440) if five else (8, 8, 2, 1536)
+    dp = nodes * 8 // (tp * pp)
+    return PipelineRun(
+        f"nemo-gpt3-{size} A100x{nodes * 8}", "nemo-megatron-2022", "A100-80GB",
+        4096 if five else 12288, 24 if five else 96, 32 if five else 96,
+        50432 if five else 51200, 2048, tp=tp, pp=pp, dp=dp, micro_batch=mbs, global_batch=gbs, layer_cuts=None,
+        recompute="none" if five else "selective", attention="math", zero=0, inter_node_Bps=_SUPERPOD_NET,
+        published_iteration_s=gbs * 2048 / tokens_per_s, published_tokens_per_s=tokens_per_s, note=_NEMO_NOTE,
+    )  # fmt: skip
+
+
+NEMO_RUNS = tuple(_nemo("5b", n, t) for n, t in _NEMO_5B) + tuple(_nemo("175b", n, t) for n, t in _NEMO_175B)
+PIPELINE_RUNS = PIPELINE_RUNS + NEMO_RUNS
+
+
 def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str, Any]:
     """``estimate_plan`` of one published Megatron-style run: its own stage cut, TP groups inside a node."""
     arch = gpt.gpt_arch(r.hidden, r.layers, r.heads, vocab=r.vocab, max_positions=r.seq_len)
@@ -273,7 +316,7 @@ def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str
     plan = simple_plan(
         spec.name, n_layers=spec.n_layers, global_batch=r.global_batch, seq_len=r.seq_len, tp=r.tp, pp=r.pp,
         dp=r.dp, gpu_type=r.gpu, micro_batches=r.global_batch // (r.micro_batch * r.dp),
-        layer_cuts=r.layer_cuts, precision=PRECISION, recompute=r.recompute, attention=r.attention,
+        layer_cuts=r.layer_cuts, blocks=block_range(spec) if r.layer_cuts is None else None, precision=PRECISION, recompute=r.recompute, attention=r.attention,
         zero=r.zero, model_heads=r.heads, schedule=r.schedule,
     )  # fmt: skip
     gpn = r.gpus_per_node
@@ -286,6 +329,10 @@ def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str
     cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
     e = estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
     err = _rel(r.published_iteration_s, e.iteration_time_s)  # throughput error: published time / estimate - 1
+    tokens = r.global_batch * r.seq_len
+    metric, published, estimated = "iteration_time_s", r.published_iteration_s, e.iteration_time_s
+    if r.published_tokens_per_s is not None:  # the same error, on the figure the source printed
+        metric, published, estimated = "tokens_per_s", r.published_tokens_per_s, tokens / e.iteration_time_s
     return {
         "name": r.name,
         "source": r.source,
@@ -295,9 +342,9 @@ def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str
         "gpus": r.gpus,
         "plan": f"TP{r.tp} PP{r.pp} DP{r.dp} B{r.global_batch}/{r.micro_batch}, {r.recompute} recompute, "
         f"ZeRO-{r.zero}, {r.attention} attention",
-        "metric": "iteration_time_s",
-        "published": r.published_iteration_s,
-        "estimated": e.iteration_time_s,
+        "metric": metric,
+        "published": published,
+        "estimated": estimated,
         "relative_error": err,
         "abs_relative_error": abs(err),
         "iteration_time_s": e.iteration_time_s,
