@@ -33,8 +33,13 @@ PyTorch FSDP (full shard, bf16 mixed precision, SDPA flash attention, 2 sequence
 (400 Gb/s inter-node) and 96 H100-80GB (800 Gb/s); the figure compared is the published tokens/s per GPU against
 ``Estimate.tokens_per_s_per_gpu`` of the same plan (ZeRO-3 over all GPUs, nodes of 8).
 
+**Published Megatron-style scaling** (``NEMO_RUNS``): the NeMo Megatron launcher README's tokens/s of GPT-3 5B
+(TP 2, 1-20 DGX A100 nodes) and 175B (TP 8 x PP 8, 16-128 nodes), compared as tokens/s of the whole job.
+**Published DDP runs** (``DP_RUNS``): NVIDIA DeepLearningExamples' BERT-large pre-training throughput on DGX
+A100 80GB (1 GPU to 32 nodes, seq 128 and 512, fp16 AMP, gradient accumulation), compared as sequences/s.
+
 Every row names its source (``SOURCES``). The sources were split once, before any comparison, into a set one may
-calibrate on (Korthikanti et al., Megatron-style) and a set that is only reported (the FSDP blog); nothing in
+calibrate on (Korthikanti et al., Megatron-style) and a set that is only reported (all the others); nothing in
 the cost model is fitted to either. ``reported_mean_abs_error``/``reported_worst_abs_error`` are over the
 report set, ``megatron_mean_abs_error`` over the Megatron-style rows (``estimate_plan``), ``mean_abs_error``
 over all rows.
@@ -59,7 +64,7 @@ from rich.table import Table
 from tessera.hardware import ClusterSpec, get_cluster
 from tessera.hardware.cluster import network_cluster
 from tessera.models.spec import Layer, ModelSpec
-from tessera.models.zoo import gpt, llama
+from tessera.models.zoo import bert, gpt, llama
 from tessera.perf.comm import Collective, Link, comm_time
 from tessera.perf.compute import curve_for, layer_time
 from tessera.perf.costmodel import CostModel
@@ -148,6 +153,16 @@ SOURCES: dict[str, dict[str, str]] = {
         ),
         "set": "report",
         "style": "megatron",
+    },
+    "nvidia-dle-bert-2021": {
+        "citation": (
+            "NVIDIA DeepLearningExamples, PyTorch/LanguageModeling/BERT/README.md (pytorch:21.11-py3), 'Training "
+            "performance: NVIDIA DGX A100 (8x A100 80GB)': the 'Pre-training NVIDIA DGX A100 (8x A100 80GB)' and "
+            "'... Multi-node Scaling' tables, mixed-precision throughput (sequences/s) of BERT-large pre-training "
+            "phase 1 (seq 128) and phase 2 (seq 512) on 1 GPU to 32 nodes"
+        ),
+        "set": "report",
+        "style": "ddp",
     },
     "bigscience-bloom-2022": {
         "citation": (
@@ -307,6 +322,105 @@ def _nemo(size: str, nodes: int, tokens_per_s: float) -> PipelineRun:
 
 NEMO_RUNS = tuple(_nemo("5b", n, t) for n, t in _NEMO_5B) + tuple(_nemo("175b", n, t) for n, t in _NEMO_175B)
 PIPELINE_RUNS = PIPELINE_RUNS + NEMO_RUNS
+
+
+@dataclass(frozen=True)
+class DataParallelRun:
+    """One published data-parallel (DDP, gradient accumulation) BERT pre-training run, sequences/s as published."""
+
+    name: str
+    source: str
+    gpu: str
+    gpus: int
+    seq_len: int
+    micro_batch: int  # sequences per GPU per forward/backward
+    accumulation: int  # micro-batches per GPU per optimizer step
+    published_sequences_per_s: float  # all GPUs together
+    inter_node_Bps: float
+    hidden: int = 1024
+    layers: int = 24
+    heads: int = 16
+    vocab: int = 30528  # BERT's 30522 word pieces padded to a multiple of 8, as the DLE BERT code does
+    precision: str = "fp16"  # the README's "mixed precision" column: PyTorch AMP fp16
+    gpus_per_node: int = 8
+    note: str = ""
+
+    @property
+    def global_batch(self) -> int:
+        return self.gpus * self.micro_batch * self.accumulation
+
+
+# NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT/README.md, "Training performance: NVIDIA DGX A100
+# (8x A100 80GB)" (pytorch:21.11-py3): BERT-large pre-training, mixed-precision throughput in sequences/s. Phase 1
+# (seq 128) runs 256 sequences per GPU per micro-batch, phase 2 (seq 512) 32; the accumulated batch per GPU is
+# 8192 / 4096 on one node and halves as the nodes double (global batch 65536 / 32768 at every node count).
+# Accumulation steps are accumulated batch / batch per GPU (the 4-node phase-1 row prints "16 and 18" where
+# 2048 / 256 = 8).
+_DLE_BERT = (
+    # (GPUs, seq, batch/GPU, accumulated batch/GPU, mixed-precision sequences/s, table)
+    (1, 128, 256, 8192, 580, "single-node"), (8, 128, 256, 8192, 4591, "single-node"),
+    (1, 512, 32, 4096, 210, "single-node"), (8, 512, 32, 4096, 1657, "single-node"),
+    (8, 128, 256, 8192, 4553, "multi-node"), (16, 128, 256, 4096, 9191, "multi-node"),
+    (32, 128, 256, 2048, 18119, "multi-node"), (64, 128, 256, 1024, 35774, "multi-node"),
+    (128, 128, 256, 512, 70555, "multi-node"), (256, 128, 256, 256, 138294, "multi-node"),
+    (8, 512, 32, 4096, 1648, "multi-node"), (16, 512, 32, 2048, 3291, "multi-node"),
+    (32, 512, 32, 1024, 6464, "multi-node"), (64, 512, 32, 512, 13005, "multi-node"),
+    (128, 512, 32, 256, 25570, "multi-node"), (256, 512, 32, 128, 49663, "multi-node"),
+)  # fmt: skip
+_DLE_NOTE = (
+    "DDP with gradient all-reduce once per accumulated step (as the DLE script's allreduce_post_accumulation); "
+    "Tessera prices AdamW where the run uses fused LAMB (same state, one more norm pass), the MLM head over "
+    "every position where the run predicts only the masked ones, no NSP head, math attention, no activation "
+    "checkpointing; inter-node: the DGX A100 SuperPOD's 8 x 200 Gb/s HDR (the README states no network)"
+)
+DP_RUNS = tuple(
+    DataParallelRun(
+        f"dle-bert-large s{seq} A100x{g} ({table})", "nvidia-dle-bert-2021", "A100-80GB", g, seq, mb, acc // mb,
+        float(tput), _SUPERPOD_NET, note=_DLE_NOTE,
+    )
+    for g, seq, mb, acc, tput, table in _DLE_BERT
+)  # fmt: skip
+
+
+def evaluate_dp(r: DataParallelRun, cost: CostModel | None = None) -> dict[str, Any]:
+    """``estimate_plan`` of one published DDP BERT run: DP over all GPUs, ``accumulation`` micro-batches."""
+    arch = bert.bert_arch(r.hidden, r.layers, r.heads, vocab=r.vocab, max_positions=512)
+    spec = bert.spec(f"bert-large-s{r.seq_len}", arch, r.seq_len)
+    plan = simple_plan(
+        spec.name, n_layers=spec.n_layers, global_batch=r.global_batch, seq_len=r.seq_len, dp=r.gpus,
+        gpu_type=r.gpu, micro_batches=r.accumulation, precision=r.precision, recompute="none", attention="math",
+    )  # fmt: skip
+    gpn = r.gpus_per_node
+    stages = tuple(
+        replace(st, devices=tuple(replace(d, node=f"node-{d.rank // gpn}", local_index=d.rank % gpn)
+                                  for d in st.devices))
+        for st in plan.stages
+    )  # fmt: skip
+    plan = replace(plan, stages=stages)
+    cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
+    e = estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
+    estimated = r.global_batch / e.iteration_time_s
+    err = _rel(estimated, r.published_sequences_per_s)
+    return {
+        "name": r.name,
+        "source": r.source,
+        "style": SOURCES[r.source]["style"],
+        "set": SOURCES[r.source]["set"],
+        "gpu": r.gpu,
+        "gpus": r.gpus,
+        "plan": f"DDP x{r.gpus}, {r.precision} AMP, {r.micro_batch}x{r.seq_len}/GPU x {r.accumulation} accumulated, "
+        f"global batch {r.global_batch}, no recompute, math attention",
+        "metric": "sequences_per_s",
+        "published": r.published_sequences_per_s,
+        "estimated": estimated,
+        "relative_error": err,
+        "abs_relative_error": abs(err),
+        "iteration_time_s": e.iteration_time_s,
+        "compute_s": e.compute_s,
+        "comm_s": e.comm_s,
+        "feasible": e.feasible,
+        "note": r.note,
+    }
 
 
 def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str, Any]:
@@ -592,6 +706,7 @@ def run(
     cost: CostModel | None = None,
     fsdp_runs: tuple[FSDPRun, ...] = FSDP_RUNS,
     pipeline_runs: tuple[PipelineRun, ...] = PIPELINE_RUNS,
+    dp_runs: tuple[DataParallelRun, ...] = DP_RUNS,
 ) -> dict[str, Any]:
     cluster = get_cluster(CLUSTER)
     detail = [evaluate_config(c, cluster, cost) for c in configs]
@@ -599,6 +714,7 @@ def run(
         [_megatron_row(r) for r in detail]
         + [evaluate_pipeline(r, cost) for r in pipeline_runs]
         + [evaluate_fsdp(r, cost) for r in fsdp_runs]
+        + [evaluate_dp(r, cost) for r in dp_runs]
     )
     errs = [r["abs_relative_error"] for r in rows]
     meg = [r["abs_relative_error"] for r in rows if r["style"] == "megatron"]
@@ -643,12 +759,20 @@ def run(
         },
         "notes": [
             "rows: every published run compared; metric mfu (Korthikanti rows, Estimate.mfu), tokens_per_s_per_gpu "
-            "(FSDP rows) or iteration_time_s (BLOOM); relative_error is the throughput error "
+            "(FSDP rows), iteration_time_s (BLOOM), tokens_per_s (NeMo GPT-3) or sequences_per_s (DLE BERT); relative_error is the throughput error "
             "(estimated - published) / published, for iteration times published / estimated - 1.",
             "mean_abs_error is over all rows (before the FSDP rows were added it was over the 4 Megatron rows, "
             "now megatron_mean_abs_error).",
-            "Short of the issue's >= 40 runs from >= 3 sources: only runs whose exact published figures and "
-            "layouts were found are included (15 runs, 3 sources).",
+            "41 runs from 5 sources; the calibrate set is Korthikanti et al. only, every other source is "
+            "reported. Added to the report set after the split, without touching the cost model: the NeMo "
+            "Megatron launcher README's GPT-3 5B/175B scaling table (10 rows) and the DeepLearningExamples "
+            "BERT-large pre-training tables (16 rows).",
+            "Classes far off (reported, not fitted): FSDP Llama 2 on H100 (+43 % to +80 %: the estimate is faster "
+            "than the blog on every H100 row); BLOOM-176B (+28 % to +48 %, the estimate faster); NeMo GPT-3 5B "
+            "TP2 DP (+20 % to +29 %, faster); DLE BERT-large seq 128 (+21 % to +31 %, faster) against seq 512 "
+            "(-14 % to -17 %, slower): the estimate prices the MLM head over every position and math attention "
+            "where the run predicts only masked tokens and fuses attention, which moves the two phases in "
+            "opposite directions.",
             "configs[*] keep the Megatron detail: estimate_plan prices Tessera's runtime (vocab-parallel "
             "embedding/head, 3 + 1 input-gradient all-reduces per block in backward, foreach AdamW); "
             "megatron_runtime composes the same tessera.perf physics for Megatron's implementation.",

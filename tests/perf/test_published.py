@@ -73,7 +73,9 @@ def test_vocab_parallel_head_keeps_the_530b_pipeline_balanced(bench):
 
 
 def test_every_run_cites_a_source_and_the_split_is_by_source(bench):
-    assert {r.source for r in bench.FSDP_RUNS + bench.PIPELINE_RUNS} <= set(bench.SOURCES)
+    runs = bench.FSDP_RUNS + bench.PIPELINE_RUNS + bench.DP_RUNS
+    assert {r.source for r in runs} <= set(bench.SOURCES)
+    assert len(bench.CONFIGS) + len(runs) >= 40 and len(bench.SOURCES) >= 5
     for key, src in bench.SOURCES.items():
         assert src["set"] in ("calibrate", "report") and len(src["citation"]) > 40, key
     sets = {src["set"] for src in bench.SOURCES.values()}
@@ -81,7 +83,7 @@ def test_every_run_cites_a_source_and_the_split_is_by_source(bench):
 
 
 def test_result_keys_and_reported_figures(bench):
-    result = bench.run(configs=bench.CONFIGS[:1], fsdp_runs=bench.FSDP_RUNS[:1], pipeline_runs=())
+    result = bench.run(configs=bench.CONFIGS[:1], fsdp_runs=bench.FSDP_RUNS[:1], pipeline_runs=(), dp_runs=())
     for key in ("rows", "sources", "reported_rows", "reported_mean_abs_error", "reported_worst_abs_error",
                 "megatron_mean_abs_error", "mean_abs_error"):  # fmt: skip
         assert key in result, key
@@ -97,3 +99,18 @@ def test_bloom_run_keeps_its_published_stage_cut(bench):
     r = bench.evaluate_pipeline(bench.PIPELINE_RUNS[0])
     assert r["stage_blocks"] == [6] * 12 and r["gpus"] == 384 and r["published"] == 105.22
     assert r["relative_error"] == pytest.approx(105.22 / r["estimated"] - 1)
+
+
+def test_nemo_and_dle_rows_compare_the_published_throughput(bench):
+    """NeMo GPT-3 rows compare the README's tokens/s of the whole job, DLE BERT rows its sequences/s; both
+    sources are in the report set only."""
+    nemo = bench.evaluate_pipeline(bench.NEMO_RUNS[-1])  # 175B on 128 nodes: TP8 PP8 DP16
+    assert nemo["metric"] == "tokens_per_s" and nemo["published"] == 141306 and nemo["gpus"] == 1024
+    assert nemo["stage_blocks"] == [13] + [12] * 6 + [13]  # 12 blocks each, embedding and head riding along
+    assert nemo["relative_error"] == pytest.approx(nemo["estimated"] / 141306 - 1)
+    dle = bench.evaluate_dp(bench.DP_RUNS[0])  # one GPU, seq 128, 256 x 32 accumulated
+    assert dle["metric"] == "sequences_per_s" and dle["published"] == 580 and dle["gpus"] == 1
+    assert bench.DP_RUNS[0].global_batch == 8192
+    assert {r.global_batch for r in bench.DP_RUNS if r.seq_len == 128} == {65536, 8192}
+    for key in ("nemo-megatron-2022", "nvidia-dle-bert-2021"):
+        assert bench.SOURCES[key]["set"] == "report"
