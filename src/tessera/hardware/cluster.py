@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -62,6 +64,13 @@ class ClusterSpec(BaseModel):
     def nodes(self) -> tuple[Node, ...]:
         """Every node, group by group (built once per spec: planners ask for it per Cell estimator)."""
         return self.node_tuple
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ClusterSpec:
+        """A copy with ``update`` applied, its nodes built afresh (pydantic copies the cached ``node_tuple``
+        along with the fields: a copy with other node groups would report the original's nodes)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("node_tuple", None)
+        return copy
 
     @cached_property
     def node_tuple(self) -> tuple[Node, ...]:
