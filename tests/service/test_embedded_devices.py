@@ -79,3 +79,22 @@ def test_a_job_waits_for_its_profile_runs_on_cpu_devices_and_calibrates_them(tmp
     finally:
         s.close()
         service.stop()
+
+
+@pytest.mark.timeout(180)
+def test_timings_taken_while_a_profile_ran_are_marked_disturbed(tmp_path):
+    # a profiling child loads the cores the embedded devices run on: calibration must not learn from a job's
+    # timings of that time. A real (failing: no such model) profiling run is timed by the keeper.
+    import time
+
+    from tessera.service.profiles import ProfileKeeper, ProfileTarget
+
+    keeper = ProfileKeeper(tmp_path, ("cpu-core",), processes=1, on_profiled=lambda p: None)
+    before = time.time()
+    assert not keeper.busy_during(before - 10, before)
+    state = keeper._profile(ProfileTarget("no-such-model", None, "fp32", "adamw", (1,)))
+    after = time.time()
+    assert state["state"] == "failed"
+    assert keeper.busy_during(before - 1, before + 0.01)  # overlaps the run's start
+    assert keeper.busy_during(after - 0.01, after + 5)  # and its end
+    assert not keeper.busy_during(after + 1, after + 2)  # nothing ran then

@@ -674,6 +674,8 @@ class Controller:
             )
         if self.profiles is not None and not self.profiles.profiled(job.spec):
             return "no profile of this model on this machine (its estimate is the datasheet's)"
+        if self.profiles is not None and self.profiles.busy_during(gang.created_s, time.time()):
+            return "another model was profiled on this machine's CPU meanwhile (its timings are disturbed)"
         return None
 
     # ------------------------------------------------------------------ views

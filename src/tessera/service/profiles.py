@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,7 @@ class ProfileKeeper:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._runs_s: list[list[float]] = []  # [start, end] of each profiling run (end inf while it runs)
 
     # ------------------------------------------------------------------ queries
     def wait_reason(self, spec: JobSpec) -> str | None:
@@ -106,6 +109,12 @@ class ProfileKeeper:
         target = target_of(spec)
         with self._lock:
             return target is not None and self._ledger.get(target.key, {}).get("state") == "done"
+
+    def busy_during(self, start_s: float, end_s: float) -> bool:
+        """Whether a profiling child ran on this machine's CPU at some time in [start_s, end_s]: it loads the
+        cores the embedded devices run on, so timings taken meanwhile are not the device's own."""
+        with self._lock:
+            return any(s <= end_s and e >= start_s for s, e in self._runs_s)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -135,6 +144,9 @@ class ProfileKeeper:
 
     def _profile(self, target: ProfileTarget) -> dict[str, str]:
         """Profile ``target`` for every device type into a scratch directory, then hand the measurements over."""
+        run = [time.time(), math.inf]
+        with self._lock:
+            self._runs_s = [*self._runs_s[-63:], run]
         try:
             with tempfile.TemporaryDirectory(prefix="tessera-profile-") as scratch:
                 for device_type in _runs(self.device_types):
@@ -160,6 +172,9 @@ class ProfileKeeper:
         except Exception as e:  # noqa: BLE001 - the job is priced from the datasheet instead
             log.warning("profiling %s failed: %s", target.key, e)
             return {"state": "failed", "error": f"{type(e).__name__}: {e}"[:300]}
+        finally:
+            with self._lock:
+                run[1] = time.time()
 
     # ------------------------------------------------------------------ ledger
     def _read_ledger(self) -> dict[str, dict[str, str]]:

@@ -365,6 +365,7 @@ class Gang:
         self.kept: list[tuple[Any, Any, Any]] | None = None  # (actor, its placement group, its Device)
         self.reuse: list[tuple[Any, Any, Any]] | None = None
         self.reused = 0  # ranks of this gang that are actors kept from the previous gang
+        self.created_s = time.time()  # its timings are from here on (what calibration may learn from)
         self.fast_note = ""  # why the fast path was (not) used
         self._stop = threading.Event()
         self._kill = threading.Event()
