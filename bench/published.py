@@ -382,6 +382,29 @@ DP_RUNS = tuple(
 )  # fmt: skip
 
 
+def _on_nodes(plan: Plan, gpus_per_node: int, prefix: str = "node") -> Plan:
+    """The plan's devices placed rank by rank on nodes ``{prefix}-0``, ``{prefix}-1``, … of ``gpus_per_node``."""
+    gpn = gpus_per_node
+    stages = tuple(
+        replace(st, devices=tuple(replace(d, node=f"{prefix}-{d.rank // gpn}", local_index=d.rank % gpn)
+                                  for d in st.devices))
+        for st in plan.stages
+    )  # fmt: skip
+    return replace(plan, stages=stages)
+
+
+def _estimate_on_network(
+    plan: Plan, spec: ModelSpec, r: DataParallelRun | PipelineRun | FSDPRun, cost: CostModel | None
+) -> tuple[Plan, Estimate]:
+    """The run's plan on nodes of its size (named node-0.. as ``network_cluster`` names them) and its estimate
+    over the network the source states."""
+    plan = _on_nodes(plan, r.gpus_per_node)
+    cluster = network_cluster(
+        r.gpu, r.gpus, gpus_per_node=r.gpus_per_node, inter_node_bandwidth_Bps=r.inter_node_Bps
+    )
+    return plan, estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
+
+
 def evaluate_dp(r: DataParallelRun, cost: CostModel | None = None) -> dict[str, Any]:
     """``estimate_plan`` of one published DDP BERT run: DP over all GPUs, ``accumulation`` micro-batches."""
     arch = bert.bert_arch(r.hidden, r.layers, r.heads, vocab=r.vocab, max_positions=512)
@@ -390,15 +413,7 @@ def evaluate_dp(r: DataParallelRun, cost: CostModel | None = None) -> dict[str, 
         spec.name, n_layers=spec.n_layers, global_batch=r.global_batch, seq_len=r.seq_len, dp=r.gpus,
         gpu_type=r.gpu, micro_batches=r.accumulation, precision=r.precision, recompute="none", attention="math",
     )  # fmt: skip
-    gpn = r.gpus_per_node
-    stages = tuple(
-        replace(st, devices=tuple(replace(d, node=f"node-{d.rank // gpn}", local_index=d.rank % gpn)
-                                  for d in st.devices))
-        for st in plan.stages
-    )  # fmt: skip
-    plan = replace(plan, stages=stages)
-    cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
-    e = estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
+    plan, e = _estimate_on_network(plan, spec, r, cost)
     estimated = r.global_batch / e.iteration_time_s
     err = _rel(estimated, r.published_sequences_per_s)
     return {
@@ -433,15 +448,7 @@ def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str
         layer_cuts=r.layer_cuts, blocks=block_range(spec) if r.layer_cuts is None else None, precision=PRECISION, recompute=r.recompute, attention=r.attention,
         zero=r.zero, model_heads=r.heads, schedule=r.schedule,
     )  # fmt: skip
-    gpn = r.gpus_per_node
-    stages = tuple(
-        replace(st, devices=tuple(replace(d, node=f"node-{d.rank // gpn}", local_index=d.rank % gpn)
-                                  for d in st.devices))
-        for st in plan.stages
-    )  # fmt: skip
-    plan = replace(plan, stages=stages)
-    cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
-    e = estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
+    plan, e = _estimate_on_network(plan, spec, r, cost)
     err = _rel(r.published_iteration_s, e.iteration_time_s)  # throughput error: published time / estimate - 1
     tokens = r.global_batch * r.seq_len
     metric, published, estimated = "iteration_time_s", r.published_iteration_s, e.iteration_time_s
@@ -477,17 +484,7 @@ def evaluate_fsdp(r: FSDPRun, cost: CostModel | None = None) -> dict[str, Any]:
         spec.name, n_layers=spec.n_layers, global_batch=r.batch_per_gpu * r.gpus, seq_len=r.seq_len, dp=r.gpus,
         gpu_type=r.gpu, micro_batches=1, precision="bf16", recompute=r.recompute, attention="flash", zero=3,
     )  # fmt: skip
-    gpn = r.gpus_per_node
-    stages = tuple(
-        replace(st, devices=tuple(replace(d, node=f"node-{d.rank // gpn}", local_index=d.rank % gpn)
-                                  for d in st.devices))
-        for st in plan.stages
-    )  # fmt: skip
-    plan = replace(plan, stages=stages)
-    cluster = network_cluster(r.gpu, r.gpus, gpus_per_node=gpn, inter_node_bandwidth_Bps=r.inter_node_Bps)
-    topo = Topology(cluster)
-    # network_cluster names its nodes node-0.. as the plan does
-    e = estimate_plan(plan, spec, topo, cost=cost or CostModel())
+    plan, e = _estimate_on_network(plan, spec, r, cost)
     err = _rel(e.tokens_per_s_per_gpu, r.published_tokens_per_s_per_gpu)
     return {
         "name": r.name,
@@ -532,17 +529,7 @@ def build_plan(c: Config, spec: ModelSpec) -> Plan:
         gpu_type=GPU, micro_batches=c.micro_batches, blocks=block_range(spec), precision=PRECISION,
         recompute=RECOMPUTE, attention=ATTENTION, model_heads=c.heads,
     )  # fmt: skip
-    gpn = 8
-    stages = tuple(
-        replace(
-            st,
-            devices=tuple(
-                replace(d, node=f"dgx-{d.rank // gpn}", local_index=d.rank % gpn) for d in st.devices
-            ),
-        )
-        for st in plan.stages
-    )
-    return replace(plan, stages=stages)
+    return _on_nodes(plan, 8, "dgx")
 
 
 def _core_fraction(spec: ModelSpec, layer: Layer) -> float:

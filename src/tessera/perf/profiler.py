@@ -56,6 +56,7 @@ from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import GPUSpec, get_gpu, gpu_catalog
 from tessera.hardware.catalog import CPU_HALF_DEVICE
 from tessera.models.spec import Layer, ModelSpec
+from tessera.nn.optimizers import make_optimizer
 from tessera.perf.compute import PROFILED_RECOMPUTES, Profile, layer_signature, profile_device, runtime_splits
 from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
@@ -326,21 +327,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def make_optimizer(kind: str, params: list[nn.Parameter], lr: float = 1e-3) -> torch.optim.Optimizer:
-    """The runtime's optimizers with its fixed hyper-parameters (``runtime.engine.make_optimizer``): Adam(W)
-    fused on CUDA, as the runtime runs it there (``TESSERA_FUSED_OPTIMIZER`` forces it either way)."""
-    mode = os.environ.get("TESSERA_FUSED_OPTIMIZER", "auto").strip().lower() or "auto"
-    fused = mode == "1" or (mode == "auto" and bool(params) and all(p.device.type == "cuda" for p in params))
-    extra = {"fused": True} if fused else {}
-    if kind == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, **extra)
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, **extra)
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    raise ValueError(f"optimizer: {kind!r} is not one of {', '.join(OPTIMIZERS)}")
-
-
 def trace_inputs(
     spec: ModelSpec, batch: int, *, device: torch.device, precision: str = "fp32", attention: str = "flash"
 ) -> tuple[dict[tuple, torch.Tensor], torch.Tensor]:
@@ -453,31 +439,14 @@ def time_layer(
     params = [p for p in model.parameters() if p.requires_grad]
     params += [p for m in chain[1:] for p in m.parameters() if p.requires_grad]
 
-    def run_chain() -> tuple[float, float]:
-        for p in params:
-            p.grad = None
-        x.grad = None
-        _sync(device)
-        t0 = time.perf_counter()
-        with _autocast(device, precision):
-            out = x
-            for m in chain:
-                out = m(out)
-        _sync(device)
-        t1 = time.perf_counter()
-        if not grad_out:
-            grad_out.append(torch.randn_like(out) * 1e-3)
-        out.backward(grad_out[0])
-        del out
-        _sync(device)
-        return (t1 - t0) / k, (time.perf_counter() - t1) / k
-
-    def run() -> tuple[float, float]:
-        for p in params:
-            p.grad = None
-        x.grad = None
-        _sync(device)
-        t0 = time.perf_counter()
+    def forwards() -> list[torch.Tensor]:
+        """One timed pass: the chain of copies once, or the layer (with its loss) ``k`` times back to back."""
+        if len(chain) > 1:
+            with _autocast(device, precision):
+                out = x
+                for m in chain:
+                    out = m(out)
+            return [out]
         outs = []
         for _ in range(k):
             with _autocast(device, precision):
@@ -485,6 +454,15 @@ def time_layer(
                 if targets is not None:
                     out = model.loss(out, targets)  # type: ignore[operator]
             outs.append(out)
+        return outs
+
+    def run() -> tuple[float, float]:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        _sync(device)
+        t0 = time.perf_counter()
+        outs = forwards()
         _sync(device)
         t1 = time.perf_counter()
         for out in outs:
@@ -498,7 +476,7 @@ def time_layer(
         _sync(device)
         return (t1 - t0) / k, (time.perf_counter() - t1) / k
 
-    fwd, bwd = _median_time(run_chain if len(chain) > 1 else run, warmup, repeats)
+    fwd, bwd = _median_time(run, warmup, repeats)
     return fwd, bwd
 
 
@@ -527,7 +505,7 @@ def time_optimizer(
     masters = (
         [nn.Parameter(p.detach().float().clone()) for p in params] if precision == "bf16-master" else params
     )
-    opt = make_optimizer(optimizer, masters)
+    opt = make_optimizer(optimizer, masters, lr=1e-3)
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
 
