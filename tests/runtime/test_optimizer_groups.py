@@ -37,9 +37,7 @@ def test_fused_optimizer_choice(monkeypatch):
     assert make_optimizer("adamw", p, lr=0.1).param_groups[0].get("fused") is None  # CPU: foreach, as before
     monkeypatch.setenv("TESSERA_FUSED_OPTIMIZER", "1")
     assert make_optimizer("adamw", p, lr=0.1).param_groups[0]["fused"] is True
-    assert "fused" not in make_optimizer("sgd", p, lr=0.1).param_groups[0] or not make_optimizer(
-        "sgd", p, lr=0.1
-    ).param_groups[0].get("fused")
+    assert not make_optimizer("sgd", p, lr=0.1).param_groups[0].get("fused")  # SGD has no fused kernel here
     monkeypatch.setenv("TESSERA_FUSED_OPTIMIZER", "maybe")
     with pytest.raises(ValueError, match="TESSERA_FUSED_OPTIMIZER"):
         make_optimizer("adamw", p, lr=0.1)

@@ -129,5 +129,7 @@ def family(name: str, seed: int = 0) -> GeneratorSpec:
     try:
         spec = FAMILIES[name]
     except KeyError:
-        raise ValueError(f"generator: unknown family {name!r} (known: {', '.join(FAMILIES)})") from None
+        raise ValueError(
+            f"--trace gen:FAMILY: unknown family {name!r} (known: {', '.join(FAMILIES)})"
+        ) from None
     return GeneratorSpec(**{**asdict(spec), "seed": seed})
