@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import types
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -379,17 +377,3 @@ def simple_plan(
         model_layers=n_layers,
         **options,
     )
-
-
-class _PlanModule(types.ModuleType):
-    """``tessera.plan`` names both this module (the Plan contract) and the public planning call
-    ``tessera.plan(job, cluster=...)``: importing the module must not shadow the function, so the module itself
-    is callable. The planner is imported only when called, keeping runtime workers light."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from tessera.api import plan
-
-        return plan(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PlanModule
