@@ -17,9 +17,16 @@ What the replay may know is what the service knew BEFORE the run — never the r
   this machine's profiles of every configuration of the workload; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
 * speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
-* restart costs measured by ``bench/service.py`` (``bench/results/service.json``: ``rescale_pause_s_p50``
-  and ``cold_launch_s_p50`` when present, else ``submit_to_running_s_p50`` for both), and the service's own
-  initial restart-cost belief (``ServiceConfig.restart_cost_s``) as what the policy is told.
+* speed factors from each allocation's measured seconds per step of progress (``measured_step_s``: the
+  service's whole loop iteration — training step, stop flag, checkpoints, validation, data — which is what a
+  job's time to finish follows, not the training step alone);
+* start-up and restart costs from the earlier runs' allocations: span minus steps × seconds per step, the
+  median per kind (cold launch, warm start onto a finished job's spare workers, rescale) — the launch, the
+  first steps' extra, the final checkpoint and the teardown, measured on this machine under the same load.
+  The costs ``bench/service.py`` measured on an idle cluster (``bench/results/service.json``:
+  ``rescale_pause_s_p50``, ``cold_launch_s_p50``, ``submit_to_running_s_p50``) give a second replay,
+  reported beside it (``with_service_bench_restart_costs``); the service's own initial restart-cost belief
+  (``ServiceConfig.restart_cost_s``) is what the policy is told in both.
 
 Writes ``bench/results/fidelity.json``: per policy ``mean_abs_jct_error``, ``throughput_error``,
 ``decision_match`` (fractions), ``jobs`` (live vs replay JCT per job), makespans. See
@@ -206,7 +213,7 @@ def measured_factors(
     seen: dict[JobConfig, list[float]] = {}
     for run in runs:
         for a in run["allocations"]:
-            meas, jid = a.get("measured_iter_s"), a["job_id"]
+            meas, jid = a.get("measured_step_s") or a.get("measured_iter_s"), a["job_id"]
             if not meas or jid not in specs or not a.get("cell"):
                 continue
             config = config_of(parse_job(specs[jid]))
@@ -232,23 +239,49 @@ def restart_costs() -> dict[str, Any]:
     return {"startup_s": startup, "restart_s": restart, "warm_start_s": fallback, "from": src}
 
 
-def earlier_launch_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The launch pause earlier runs in this state dir measured under load: a job's first allocation to its
-    state RUNNING (gang up, first step), the median over their jobs — a second, pre-run restart figure
-    (``bench/service.py`` times launches on an idle cluster). None when no earlier run has one."""
-    pauses = []
+def allocation_overheads(run: dict[str, Any]) -> dict[str, list[float]]:
+    """What each of a run's allocations cost beyond its steps: its span (launch to release) minus its steps ×
+    its measured seconds per step of progress — the launch, the first steps' extra, the final checkpoint and
+    the teardown. Grouped as the replay charges them: ``cold`` (no finished job's spare workers on its GPUs:
+    the device's first allocation of the run, or the spares expired after ``SPARE_S``), ``warm`` (a start onto
+    spares), ``restart`` (a rescale or migration)."""
+    out: dict[str, list[float]] = {"cold": [], "warm": [], "restart": []}
+    freed: dict[str, float] = {}  # node → when its last allocation ended
+    for a in sorted(run["allocations"], key=lambda a: a["started_at"]):
+        step_s = a.get("measured_step_s") or a.get("measured_iter_s")
+        nodes = {g["node"] for g in a.get("gpus") or []}
+        if step_s and a.get("ended_at") and a.get("to_step") is not None and nodes:
+            span = a["ended_at"] - a["started_at"] - (a["to_step"] - a["from_step"]) * step_s
+            if a["kind"] in ("resize", "migrate"):
+                kind = "restart"
+            else:
+                warm = all(a["started_at"] - freed.get(n, -1e18) <= SPARE_S for n in nodes)
+                kind = "warm" if warm else "cold"
+            out[kind].append(max(0.0, span))
+        for n in nodes:
+            if a.get("ended_at"):
+                freed[n] = max(freed.get(n, -1e18), a["ended_at"])
+    return out
+
+
+def earlier_allocation_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Start-up and restart costs from the allocations of earlier runs in this state dir (what the service had
+    measured before this run, under the same load): the median overhead of each kind
+    (:func:`allocation_overheads`), a kind never seen taking the median of all. None when no earlier run has
+    an allocation with a measured step."""
+    seen: dict[str, list[float]] = {"cold": [], "warm": [], "restart": []}
     for run in runs:
-        first: dict[int, float] = {}
-        for a in run["allocations"]:
-            if a.get("started_at") is not None:
-                first[a["job_id"]] = min(first.get(a["job_id"], float("inf")), float(a["started_at"]))
-        for jid, v in run["views"].items():
-            if v.get("started_at") is not None and jid in first and v["started_at"] >= first[jid]:
-                pauses.append(v["started_at"] - first[jid])
-    if not pauses:
+        for k, v in allocation_overheads(run).items():
+            seen[k].extend(v)
+    every = [x for v in seen.values() for x in v]
+    if not every:
         return None
-    p50 = statistics.median(pauses)
-    return {"startup_s": p50, "restart_s": p50, "from": {"earlier_runs_launch_s_p50": p50, "n": len(pauses)}}
+    p50 = {k: statistics.median(v or every) for k, v in seen.items()}
+    return {
+        "startup_s": p50["cold"], "warm_start_s": p50["warm"], "restart_s": p50["restart"],
+        "from": {f"earlier_runs_{k}_overhead_s_p50": p50[k] for k in seen} | {
+            f"n_{k}": len(v) for k, v in seen.items()},
+    }  # fmt: skip
 
 
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
@@ -375,20 +408,26 @@ def main() -> None:
                 by_job.setdefault(a["job_id"], []).append(a["cell"])
             live["allocations_by_job"] = by_job
             print(f"  live run took {time.time() - t:.0f} s; replaying…", flush=True)
-            sim = replay(policy, args.round_s, live, specs, cost, factors, costs)
+            # restarts priced by what earlier runs' allocations cost beyond their steps (same machine, same
+            # load); bench/service.py's figures (an idle cluster) are the alternative, reported beside
+            earlier = earlier_allocation_costs(runs)
+            used = earlier or costs
+            sim = replay(policy, args.round_s, live, specs, cost, factors, used)
             fig = compare(policy, args.round_s, live, sim, specs)
-            alt_costs = earlier_launch_costs(runs)
-            if alt_costs is not None:  # the same replay, restarts priced by earlier runs' launches under load
+            fig["restart_costs"] = used
+            if earlier is not None:
                 alt = compare(policy, args.round_s, live, replay(policy, args.round_s, live, specs, cost, factors,
-                              alt_costs), specs)  # fmt: skip
+                              costs), specs)  # fmt: skip
                 keys = ("mean_abs_jct_error", "throughput_error", "decision_match", "makespan_replay_s")
-                fig["with_earlier_runs_launch_cost"] = {
-                    "restart_costs": alt_costs, **{k: alt[k] for k in keys},
+                fig["with_service_bench_restart_costs"] = {
+                    "restart_costs": costs, **{k: alt[k] for k in keys},
                     "jobs": [{k: j[k] for k in ("job", "replay_jct_s", "jct_error")} for j in alt["jobs"]],
                 }  # fmt: skip
-                print(f"  [{policy}] with earlier runs' launch cost ({alt_costs['startup_s']:.1f} s): mean |JCT "
-                      f"error| {alt['mean_abs_jct_error']:.1%}, throughput error {alt['throughput_error']:.1%}, "
-                      f"decisions matching {alt['decision_match']:.1%}", flush=True)  # fmt: skip
+                print(f"  [{policy}] earlier runs' overheads: cold {earlier['startup_s']:.2f} s, warm "
+                      f"{earlier['warm_start_s']:.2f} s, restart {earlier['restart_s']:.2f} s; with "
+                      f"{SERVICE_JSON.name}'s instead: mean |JCT error| {alt['mean_abs_jct_error']:.1%}, "
+                      f"throughput error {alt['throughput_error']:.1%}, decisions matching "
+                      f"{alt['decision_match']:.1%}", flush=True)  # fmt: skip
             result["policies"][policy] = fig
             for j in fig["jobs"]:
                 print(f"    job {j['job']} {j['name']:<16} live {j['live_jct_s']:7.1f} s  replay "

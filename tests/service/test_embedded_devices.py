@@ -72,6 +72,8 @@ def test_a_job_waits_for_its_profile_runs_on_cpu_devices_and_calibrates_them(tmp
         assert a["estimate_iter_s"] and a["measured_iter_s"]
         # an estimate for the device that ran: same order as measured (the GPU labels were 45× off)
         assert 0.2 < a["measured_iter_s"] / a["estimate_iter_s"] < 5.0, a
+        # a step of progress costs the training step and what the loop adds to it (flag, checkpoints, data)
+        assert a["measured_step_s"] and a["measured_step_s"] >= 0.9 * a["measured_iter_s"], a
         cal = json.loads((config.cost_dir / "calibration.json").read_text())
         assert cal["compute_scale"] and set(cal["compute_scale"]) <= {"cpu-core", "cpu-half"}, cal
         logs = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{jid}/logs", timeout=60).json()["lines"]]

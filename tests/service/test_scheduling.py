@@ -304,3 +304,10 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
     assert after == pytest.approx(tuple(x / 2 for x in before))
     u = config_of(other)
     assert adapter.knowledge.true_of(u, g) == pytest.approx(adapter.speed.job(u).true_rate(g) / 2)
+    # the seconds a step of progress costs (the whole loop iteration) rule over the training step alone
+    adapter.sync(
+        [JobInput(1, s, 0.0, assignment=a, steps_done=20, measured_iter_s=2 * a.estimate_iter_s,
+                  measured_step_s=4 * a.estimate_iter_s)], 3.0,
+    )  # fmt: skip
+    assert adapter.knowledge.true_of(c, g) == pytest.approx(before[0] / 4)
+    assert adapter.core.jobs[1].rate_iters_per_s == pytest.approx(1 / (4 * a.estimate_iter_s))

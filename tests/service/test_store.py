@@ -172,8 +172,9 @@ def test_illegal_transition_is_refused(tmp_path):
     s.update(rec.id, error="x")  # fields without a state change are fine on a finished job
 
 
-def test_v2_database_migrates_to_v3_keeping_telemetry(tmp_path):
-    """A v2 SQLite file (telemetry.loss NOT NULL, no superseded column) opens as v3 with its rows intact."""
+def test_v2_database_migrates_to_v4_keeping_telemetry(tmp_path):
+    """A v2 SQLite file (telemetry.loss NOT NULL, no superseded column, no measured_step_s) opens as v4 with its
+    rows intact."""
     db = tmp_path / "t.db"
     con = sqlite3.connect(db)
     con.executescript(
@@ -206,11 +207,16 @@ def test_v2_database_migrates_to_v3_keeping_telemetry(tmp_path):
     con.commit()
     con.close()
     s = Store(sqlite_url(db))
-    assert s.schema_version() == SCHEMA_VERSION == 3
+    assert s.schema_version() == SCHEMA_VERSION == 4
     assert [(r["step"], r["loss"], r["superseded"]) for r in s.steps(1)] == [(0, 4.0, False)]
     s.add_steps(1, 1, [_step(1, float("nan"))])
     assert s.steps(1)[-1]["loss_nonfinite"] == "NaN"
     assert s.allocations(1) == []
+    assert s.get(1).measured_step_s is None
+    s.update(1, measured_iter_s=0.1, measured_step_s=0.12)  # the v4 columns exist
+    s.open_allocation(1, 2, "start", [], "1xA S1", "{}", 0.1, 1)
+    s.close_allocation(1, "finished", 10, measured_iter_s=0.1, measured_step_s=0.12)
+    assert s.get(1).measured_step_s == 0.12 and s.allocations(1)[0]["measured_step_s"] == 0.12
 
 
 def test_every_gang_end_maps_to_one_stop_reason():

@@ -32,6 +32,9 @@ class RankStep:
     val_loss: float | None = None  # this rank's share of the validation loss, on steps that validate
     grad_norm: float | None = None  # the global gradient norm before clipping (when clipping)
     learning_rate: float | None = None
+    # the rank's whole loop iteration (the previous step's stop flag and checkpoint, this step's data, training
+    # and validation): what a step of progress really costs a job, where ``iter_s`` is the training step alone
+    wall_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class StepRecord:
     val_loss: float | None = None  # loss on the held-out split, after this step's update (validating steps)
     grad_norm: float | None = None  # global gradient norm before clipping (with grad_clip_norm)
     learning_rate: float | None = None  # the rate this step's update used
+    wall_s: float | None = None  # the slowest rank's whole loop iteration (see RankStep.wall_s)
 
     def to_json(self) -> str:
         d: dict[str, Any] = asdict(self)
@@ -86,6 +90,7 @@ def merge(parts: list[RankStep], global_batch: int) -> StepRecord:
         val_loss=_sum_reported([p.val_loss for p in parts if p.reports_loss]),
         grad_norm=next((p.grad_norm for p in parts if p.grad_norm is not None), None),
         learning_rate=next((p.learning_rate for p in parts if p.learning_rate is not None), None),
+        wall_s=max((p.wall_s for p in parts if p.wall_s is not None), default=None),
     )
 
 

@@ -75,6 +75,9 @@ class JobOut(BaseModel):
     rescales: int = 0
     restarts: int = 0
     measured_iter_s: float | None = None
+    measured_step_s: float | None = Field(
+        None, description="seconds per step of progress: the training step plus checkpoints, validation, data"
+    )
     estimate_iter_s: float | None = None
 
 
@@ -164,6 +167,7 @@ def job_out(rec: Any, cls: type[JobOut] = JobOut, **extra: Any) -> Any:
         rescales=rec.rescales,
         restarts=rec.restarts,
         measured_iter_s=rec.measured_iter_s,
+        measured_step_s=rec.measured_step_s,
         estimate_iter_s=alloc.get("estimate_iter_s") if alloc else None,
         **extra,
     )
@@ -530,6 +534,7 @@ def _history(a: dict[str, Any]) -> dict[str, Any]:
         ],  # fmt: skip
         "estimate_iter_s": a["estimate_iter_s"],
         "measured_iter_s": a["measured_iter_s"],
+        "measured_step_s": a.get("measured_step_s"),
         "started_at": a["started_at"],
         "ended_at": a["ended_at"],
         "end_reason": a["end_reason"],

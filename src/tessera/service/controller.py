@@ -58,7 +58,8 @@ class Controller:
         self._stop_notes: dict[int, str] = {}  # job → the scheduler's note for a preemption (its end reason)
         self._not_before: dict[int, float] = {}
         self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
-        self._iters: dict[int, list[float]] = {}
+        self._iters: dict[int, list[float]] = {}  # the current allocation's training steps (iter_s)
+        self._walls: dict[int, list[float]] = {}  # and its whole loop iterations (wall_s)
         # warm spares: a completed gang's actors (process up, torch imported, pinned to their node), kept for
         # a few seconds so the next launch on their nodes adopts them instead of starting workers cold
         self._spares: list[tuple[Any, Any, Any, float]] = []  # (actor, placement group, Device, expires at)
@@ -239,7 +240,7 @@ class Controller:
             out.append(
                 JobInput(
                     j.id, spec, j.submitted_at, assignment=g.assignment if g else None,
-                    steps_done=j.steps_done, measured_iter_s=j.measured_iter_s,
+                    steps_done=j.steps_done, measured_iter_s=j.measured_iter_s, measured_step_s=j.measured_step_s,
                     not_before=self._not_before.get(j.id, 0.0),
                 )
             )  # fmt: skip
@@ -408,6 +409,7 @@ class Controller:
             "attempt": attempt,
             "allocation": a.to_dict(),
             "measured_iter_s": None,
+            "measured_step_s": None,
         }
         if job.estimate is None:
             fields["estimate"] = {"cell": a.cell, "iteration_time_s": a.estimate_iter_s, **a.estimate}
@@ -423,6 +425,7 @@ class Controller:
             a.estimate_iter_s, from_step, note=note or None,
         )  # fmt: skip
         self._iters[job.id] = []
+        self._walls[job.id] = []
         gang.start()
 
     def _stop_gang(self, job: JobRecord, why: StopReason, new: Assignment | None, note: str = "") -> None:
@@ -452,11 +455,24 @@ class Controller:
         done = job.steps_done if job else 0
         fresh = [r for r in records if r["step"] >= done or gang.reattached is False]
         self.store.add_steps(gang.job_id, gang.attempt, fresh, log_every=self.config.log_every)
-        its = self._iters.setdefault(gang.job_id, [])
-        its.extend(r["iter_time_s"] for r in fresh)
-        if len(its) >= 3:
-            med = statistics.median(its[2:] if len(its) > 5 else its)
-            self.store.update(gang.job_id, measured_iter_s=med)
+        self._iters.setdefault(gang.job_id, []).extend(r["iter_time_s"] for r in fresh)
+        walls = self._walls.setdefault(gang.job_id, [])
+        walls.extend(r["wall_s"] for r in fresh if r.get("wall_s") is not None)
+        iter_s, step_s = self._measured(gang.job_id)
+        if iter_s is not None:
+            self.store.update(gang.job_id, measured_iter_s=iter_s, measured_step_s=step_s)
+
+    def _measured(self, jid: int, final: bool = False) -> tuple[float | None, float | None]:
+        """The current allocation's median training step and median whole loop iteration, leaving out the
+        first two steps (they carry first-call costs a steady step does not): while it runs, from three steps
+        on and only once more than five are in; when it ends (``final``), whatever it ran."""
+
+        def steady(xs: list[float]) -> float | None:
+            if len(xs) < (1 if final else 3):
+                return None
+            return statistics.median((xs[2:] or xs) if final else (xs[2:] if len(xs) > 5 else xs))
+
+        return steady(self._iters.get(jid, [])), steady(self._walls.get(jid, []))
 
     # ------------------------------------------------------------------ events
     def _handle(self, item: tuple[str, Any]) -> None:
@@ -505,9 +521,7 @@ class Controller:
             return
         now = time.time()
         self._ended_at[jid] = now
-        measured = (
-            statistics.median(self._iters[jid][2:] or self._iters[jid]) if self._iters.get(jid) else None
-        )
+        measured = self._measured(jid, final=True)
         asked = self._stopping_for.pop(jid, None)
         stop_note = self._stop_notes.pop(jid, None)
         nxt = self._next.pop(jid, None)
@@ -518,12 +532,12 @@ class Controller:
         assert self.adapter is not None
         why = _stop_reason(outcome, asked, job.cancel_requested)
         if why == StopReason.COMPLETED:
-            self.store.close_allocation(jid, why, job.total_steps, measured)
+            self.store.close_allocation(jid, why, job.total_steps, *measured)
             self.store.update(
                 jid, state=JobState.SUCCEEDED, finished_at=now, reason=None, steps_done=job.total_steps,
                 log=f"succeeded: {job.total_steps} steps, final loss {job.last_loss}",
             )  # fmt: skip
-            self._calibrate(gang, job, measured)
+            self._calibrate(gang, job, measured[0])
             if gang.kept:  # warm spares for the next launch on these nodes (released unless adopted soon)
                 until = now + SPARE_S
                 self._spares += [(actor, pg, d, until) for actor, pg, d in gang.kept]
@@ -532,7 +546,7 @@ class Controller:
             return
         if why == StopReason.DIVERGED:  # the training's own outcome: a relaunch would diverge again
             text = err or "loss diverged"
-            self.store.close_allocation(jid, f"{why}: {text}", ck, measured)
+            self.store.close_allocation(jid, f"{why}: {text}", ck, *measured)
             self.adapter.release(jid, now)
             self.store.update(
                 jid, state=JobState.FAILED, finished_at=now, reason=text, error=text,
@@ -542,14 +556,14 @@ class Controller:
             self._dirty.set()
             return
         if why == StopReason.CANCELLED:
-            self.store.close_allocation(jid, why, ck, measured)
+            self.store.close_allocation(jid, why, ck, *measured)
             self.store.update(jid, state=JobState.CANCELLED, finished_at=now, reason=None, log="cancelled")
             self._dirty.set()
             return
         if why != StopReason.FAILED:  # stopped on purpose: checkpointed (or, node lost, killed)
             ended = f"{why}: {stop_note}" if why == StopReason.PREEMPTED and stop_note else why
-            self.store.close_allocation(jid, ended, ck, measured)
-            self._calibrate(gang, job, measured)
+            self.store.close_allocation(jid, ended, ck, *measured)
+            self._calibrate(gang, job, measured[0])
             if why == StopReason.SERVER_STOPPED:
                 self.store.update(
                     jid, state=JobState.RECOVERING, log=f"server stopped at checkpoint step {ck}"
@@ -582,7 +596,7 @@ class Controller:
             self.cluster.probe_lost({d.node for d in gang.plan.devices}) if self.cluster is not None else []
         )
         if lost:  # its node died under it: not the job's failure — no restart charged, no backoff
-            self.store.close_allocation(jid, f"{StopReason.NODE_LOST}: {', '.join(lost)}", ck, measured)
+            self.store.close_allocation(jid, f"{StopReason.NODE_LOST}: {', '.join(lost)}", ck, *measured)
             self.adapter.release(jid, now)
             self._refresh_cluster()
             where = f"checkpoint step {ck}" if ck else "the start"
@@ -595,7 +609,7 @@ class Controller:
             return
         # failed (or killed without a reason): relaunch from the checkpoint unless out of restarts
         restarts = job.restarts + 1
-        self.store.close_allocation(jid, f"{why}: {err}", ck, measured)
+        self.store.close_allocation(jid, f"{why}: {err}", ck, *measured)
         self.adapter.release(jid, now)
         spec = job.spec
         if restarts > spec.max_restarts:

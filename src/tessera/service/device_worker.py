@@ -235,6 +235,7 @@ class DeviceWorker:
                 with self._lock:
                     self._checkpoint_step = start
             self._put({"kind": "ready", "rank": rank, "start_step": start, "t": time.time()})
+            loop_t = time.perf_counter()  # each record's wall_s: the loop iteration that produced it
             lay = trainer.layout
             needs_data = lay.first or lay.last
             flag = torch.zeros(2, device=device)  # [stop requested, non-finite loss code]
@@ -256,7 +257,9 @@ class DeviceWorker:
                     reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
                     comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
                     val_loss=val, grad_norm=stats.grad_norm, learning_rate=stats.learning_rate,
+                    wall_s=time.perf_counter() - loop_t,
                 )  # fmt: skip
+                loop_t = time.perf_counter()
                 self._put({"kind": "step", **asdict(rec)})
                 done = step + 1
                 bad = stats.reports_loss and run.on_nonfinite_loss == "fail"

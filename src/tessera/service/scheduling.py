@@ -6,8 +6,9 @@ policy (``tessera`` by default; any registered policy by name), priced by the sh
 translates between the service's world and the core's:
 
 * jobs: the store's rows ↔ the core's ``Job`` (keyed by its :class:`~tessera.scheduler.state.JobConfig`) /
-  ``JobState`` (events: arrival, completion, node failure); measured iteration times become the speed source's
-  per-configuration factors;
+  ``JobState`` (events: arrival, completion, node failure); the measured seconds per step of progress (the
+  service's whole loop iteration, not only the training step) become the speed source's per-configuration
+  factors;
 * allocations: the core's (node, count) placement ↔ concrete GPUs (node, index) and the Cell's Plan, tuned
   inside the Cell and pinned to those GPUs (:class:`~tessera.service.slots.Assignment`);
 * pending reasons (``Resources``, ``Priority``, ``Infeasible: …``, ``Backoff``), which the core does not keep.
@@ -59,6 +60,7 @@ class JobInput:
     assignment: Assignment | None = None  # held now (the job is launched or being launched on it)
     steps_done: int = 0
     measured_iter_s: float | None = None  # on the current assignment
+    measured_step_s: float | None = None  # its whole loop iteration: the seconds a step of progress costs
     not_before: float = 0.0  # backoff after a failure: not (re)started before this time
 
 
@@ -260,20 +262,20 @@ class SchedulingAdapter:
                 js = self.core.jobs[jid]
                 js.done_iterations = float(j.steps_done)
                 js.as_of_s = now
-                if j.measured_iter_s:
-                    js.rate_iters_per_s = 1.0 / j.measured_iter_s
+                if _progress_s(j):
+                    js.rate_iters_per_s = 1.0 / _progress_s(j)
             self._restore(restore)
             self.held_back = {j.id for j in jobs if not j.terminal and j.not_before > now}
             self._update_factors(live.values())
 
     def _update_factors(self, jobs: Any) -> None:
-        """Each configuration's estimated ÷ measured iteration time (the median over its running jobs); a move
-        of more than 15 % refreshes the rates the policy sees."""
+        """Each configuration's estimated iteration time ÷ the measured seconds per step of progress (the
+        median over its running jobs); a move of more than 15 % refreshes the rates the policy sees."""
         seen: dict[JobConfig, list[float]] = {}
         for j in jobs:
             a = j.assignment
-            if a is not None and j.measured_iter_s and a.estimate_iter_s > 0:
-                seen.setdefault(config_of(j.spec), []).append(a.estimate_iter_s / j.measured_iter_s)
+            if a is not None and _progress_s(j) and a.estimate_iter_s > 0:
+                seen.setdefault(config_of(j.spec), []).append(a.estimate_iter_s / _progress_s(j))
         changed = False
         for key, vals in seen.items():
             f = sorted(vals)[len(vals) // 2]
@@ -465,3 +467,10 @@ __all__ = [
     "Slot",
     "pin_plan",
 ]
+
+
+def _progress_s(job: JobInput) -> float | None:
+    """Seconds a step of progress costs the job now: its whole loop iteration where measured (the training
+    step plus what the service's loop adds to every step: stop flag, checkpoints, validation, data), else the
+    training step alone. A job's time to finish, so its rate, follows the former."""
+    return job.measured_step_s or job.measured_iter_s

@@ -62,7 +62,7 @@ from sqlalchemy.pool import QueuePool
 from tessera.jobs import JobSpec, parse_job
 from tessera.service.states import TERMINAL, JobState, Reason, check_transition
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Row ids: 64-bit everywhere (BIGSERIAL on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the 64-bit rowid).
 ID = BigInteger().with_variant(Integer, "sqlite")
@@ -103,6 +103,7 @@ jobs = Table(
         "estimate_json", Text, nullable=True
     ),  # the first schedule's estimate (what the user was promised)
     Column("measured_iter_s", Float, nullable=True),  # median of the current allocation's steps
+    Column("measured_step_s", Float, nullable=True),  # median of its whole loop iterations (v4)
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("error", Text, nullable=True),
 )
@@ -120,6 +121,7 @@ allocations = Table(
     Column("plan_json", Text, nullable=False),
     Column("estimate_iter_s", Float, nullable=True),
     Column("measured_iter_s", Float, nullable=True),
+    Column("measured_step_s", Float, nullable=True),  # v4
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
     Column("end_reason", Text, nullable=True),
@@ -191,6 +193,9 @@ class JobRecord:
     measured_iter_s: float | None
     cancel_requested: bool
     error: str | None
+    # the whole loop iteration (training step plus stop flag, checkpoints, validation, data): the job's real
+    # seconds per step of progress, what its speed is corrected by; None before three steps
+    measured_step_s: float | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -217,6 +222,7 @@ class JobRecord:
             "allocation": self.allocation,
             "estimate": self.estimate,
             "measured_iter_s": self.measured_iter_s,
+            "measured_step_s": self.measured_step_s,
             "cancel_requested": self.cancel_requested,
             "error": self.error,
             "spec": json.loads(self.spec_json),
@@ -250,6 +256,7 @@ def _record(row: Any) -> JobRecord:
         measured_iter_s=m["measured_iter_s"],
         cancel_requested=bool(m["cancel_requested"]),
         error=m["error"],
+        measured_step_s=m["measured_step_s"],
     )
 
 
@@ -683,7 +690,12 @@ class Store:
             )
 
     def close_allocation(
-        self, job_id: int, reason: str, to_step: int | None, measured_iter_s: float | None = None
+        self,
+        job_id: int,
+        reason: str,
+        to_step: int | None,
+        measured_iter_s: float | None = None,
+        measured_step_s: float | None = None,
     ) -> None:
         """End the job's open allocation (if any)."""
         with self._write() as conn:
@@ -691,8 +703,12 @@ class Store:
                 update(allocations)
                 .where(allocations.c.job_id == job_id, allocations.c.ended_at.is_(None))
                 .values(
-                    ended_at=time.time(), end_reason=reason, to_step=to_step, measured_iter_s=measured_iter_s
-                )
+                    ended_at=time.time(),
+                    end_reason=reason,
+                    to_step=to_step,
+                    measured_iter_s=measured_iter_s,
+                    measured_step_s=measured_step_s,
+                )  # fmt: skip
             )
 
     def allocations(self, job_id: int | None = None) -> list[dict[str, Any]]:
@@ -778,4 +794,12 @@ def nonfinite_kind(x: Any) -> str | None:
     return None
 
 
-MIGRATIONS = {1: _create_v1, 2: _widen_v2, 3: _v3_nonfinite_and_superseded}
+def _v4_step_wall(conn: Connection) -> None:
+    """jobs/allocations.measured_step_s: the whole loop iteration per step, beside the training step alone.
+    A database created at v1 by this code already has them (v1 creates the current tables): nothing to do."""
+    for table in ("jobs", "allocations"):
+        if "measured_step_s" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN measured_step_s FLOAT")
+
+
+MIGRATIONS = {1: _create_v1, 2: _widen_v2, 3: _v3_nonfinite_and_superseded, 4: _v4_step_wall}
