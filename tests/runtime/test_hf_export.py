@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from helpers import rel, stage
 from hf_models import N_DECODER, save_tiny
 from typer.testing import CliRunner
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 from tessera.cli import app
 from tessera.models.zoo.hf_nn import FAMILIES, hf_key
 from tessera.plan import Plan
-from tessera.runtime import RunOptions, launch_many
+from tessera.runtime import RunOptions, checkpoint, launch_many
 
 N = N_DECODER + 2
 
@@ -23,13 +24,15 @@ def _plan(model: str, stages, micro: int = 2) -> Plan:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """qwen2 (tied head): 4 steps on DP; 2 steps on a 2-stage pipeline, resumed on uneven DP to step 4.
+    """qwen2 (tied head): 4 steps on DP; 2 steps on a 2-stage pipeline, resumed on uneven TP to step 4 (so the
+    exported checkpoint holds each weight in uneven TP chunks, which export must reassemble).
 
     The plans name the model directory itself, with no factory: the runtime's default builds the HF model."""
     root = tmp_path_factory.mktemp("hfrun")
     model = str(save_tiny("qwen2", root / "qwen2"))
     dp = _plan(model, [stage(0, N, [0, 1], dp=2, shares=(5, 3))])
     pp = _plan(model, [stage(0, 2, [0]), stage(2, N, [1])], micro=4)
+    tp = _plan(model, [stage(0, N, [0, 1], tp=2, ratios=(0.75, 0.25))])
     run_a, run_b = root / "run-a", root / "run-b"
     base = dict(pg_timeout_s=60, watchdog_s=120, learning_rate=3e-3)
     results = launch_many(
@@ -37,7 +40,7 @@ def runs(tmp_path_factory):
             (dp, RunOptions(steps=4, **base)),
             (pp, RunOptions(steps=2, checkpoint_dir=str(run_a / "checkpoints"), **base)),
             (
-                dp,
+                tp,
                 RunOptions(
                     steps=4,
                     resume_from=str(run_a / "checkpoints"),
@@ -68,6 +71,10 @@ def test_export_round_trip(runs, tmp_path):
     r = CliRunner().invoke(app, ["export", str(run_b), str(out)])
     assert r.exit_code == 0, r.output
     assert "exported step 4" in r.output
+    saved = (
+        dcp.FileSystemReader(checkpoint.resolve(run_b / "checkpoints")).read_metadata().state_dict_metadata
+    )
+    assert any(len({tuple(c.sizes) for c in md.chunks}) > 1 for md in saved.values())  # uneven TP chunks
     assert {"config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
     loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     family = FAMILIES[loaded.config.model_type]

@@ -1,9 +1,10 @@
 """`tessera export RUN_DIR OUT_DIR`: a run's checkpoint as a Hugging Face model directory.
 
-Users take their model away: the newest checkpoint of the run (or the step directory named) is assembled into
-full tensors, renamed to the keys ``save_pretrained`` writes (``model.layers.3.mlp.up_proj.weight``, ...) and
-written as ``model.safetensors`` beside the source model's ``config.json`` (and its tokenizer and generation
-files), so ``AutoModelForCausalLM.from_pretrained(OUT_DIR)`` loads exactly the trained weights. A tied
+Users take their model away: the newest checkpoint of the run (or the step directory named) — a
+``torch.distributed.checkpoint`` directory, whatever plan wrote it — is read by DCP into full tensors (the
+parameters, not the optimizer state), renamed to the keys ``save_pretrained`` writes
+(``model.layers.3.mlp.up_proj.weight``, ...) and written as ``model.safetensors`` beside the source model's
+``config.json`` (and its tokenizer and generation files), so ``AutoModelForCausalLM.from_pretrained(OUT_DIR)`` loads exactly the trained weights. A tied
 lm_head is not written twice (``transformers`` re-ties it on load, as for its own checkpoints).
 """
 
@@ -47,7 +48,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, *, model: str | None = N
     if not run_dir.exists():
         raise ValueError(f"RUN_DIR: {str(run_dir)!r} does not exist")
     try:
-        ckpt = checkpoint.load(_checkpoint_path(run_dir))
+        ckpt = checkpoint.load(_checkpoint_path(run_dir), optimizer=False)
     except FileNotFoundError as e:
         raise ValueError(f"RUN_DIR: {e}") from None
     source = model or str(ckpt.meta.get("model", ""))

@@ -30,6 +30,7 @@ from torch import nn
 from tessera.dtensor_tp import uses_dtensor
 from tessera.nn.optimizers import make_optimizer
 from tessera.plan import Plan, Precision
+from tessera.runtime.checkpoint import Want
 from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
 from tessera.runtime.groups import Layout, build_layout
 from tessera.runtime.model import ModelFactory, TPSpec, layer_of, tied_groups
@@ -383,31 +384,34 @@ class Trainer:
     def _device_steps(self) -> bool:
         return any(g.get("fused") or g.get("capturable") for g in self.optimizer.param_groups)
 
-    def load_full(self, params: dict[str, torch.Tensor], optim: dict[str, torch.Tensor]) -> None:
-        """Load a full (unsharded) model + optimizer state, slicing out this rank's pieces — any plan's."""
+    def checkpoint_want(self) -> Want:
+        """This rank's pieces of a checkpoint: its shard of every parameter it holds, and the optimizer state
+        of those whose state it owns (its ZeRO share) — DCP reads only the saved chunks overlapping them."""
+        mine = (e.fqn for e, m in zip(self.entries, self.masters, strict=True) if self._owns_state(m))
+        return Want({e.fqn: e.spec for e in self.entries}, frozenset(mine))
+
+    def _owns_state(self, m: nn.Parameter) -> bool:
+        return self.owners is None or self.owners[id(m)] == self.layout.replica
+
+    def load_local(self, params: dict[str, torch.Tensor], optim: dict[str, torch.Tensor]) -> None:
+        """Load this rank's pieces (``checkpoint.load(path, self.checkpoint_want())``) — any plan's checkpoint."""
         with torch.no_grad():
             for e, m in zip(self.entries, self.masters, strict=True):
                 if e.fqn not in params:
                     raise KeyError(f"checkpoint has no parameter {e.fqn}")
-                full = params[e.fqn]
-                local(m).copy_(e.spec.slice(full.to(m.dtype)).to(m.device))
+                local(m).copy_(params[e.fqn].to(m.dtype).to(m.device))
                 if m is not e.param:
                     local(e.param).copy_(local(m))
-                if self.owners is not None and self.owners[id(m)] != self.layout.replica:
+                if not self._owns_state(m):
                     continue
                 state = {}
                 prefix = f"{e.fqn}::"
-                for key, v in optim.items():
+                for key, piece in optim.items():
                     if key.startswith(prefix):
                         name = key[len(prefix) :]
-                        piece = (
-                            e.spec.slice(v)
-                            if tuple(v.shape) == e.spec.full_shape and v.dim() > 0
-                            else v.clone()
-                        )
                         if name == "step":  # on the device for the fused kernel, a host scalar otherwise
                             state[name] = piece.to(m.device) if self._device_steps else piece
-                        elif tuple(v.shape) == e.spec.full_shape and v.dim() > 0:
+                        elif piece.dim() > 0 and piece.shape == local(m).shape:  # read with the param's spec
                             state[name] = as_like(m, piece.to(m.device))
                         else:
                             state[name] = piece.to(m.device)

@@ -28,6 +28,15 @@ class ShardSpec:
     def replicated(self) -> bool:
         return self.dim < 0
 
+    @property
+    def local_shape(self) -> tuple[int, ...]:
+        """The shape of the local tensor: the full shape with ``dim`` cut to the ranges' total length."""
+        if self.replicated:
+            return self.full_shape
+        shape = list(self.full_shape)
+        shape[self.dim] = sum(b - a for a, b in self.ranges)
+        return tuple(shape)
+
     def slice(self, full: torch.Tensor) -> torch.Tensor:
         if tuple(full.shape) != self.full_shape:
             raise ValueError(f"full tensor of shape {tuple(full.shape)}, spec expects {self.full_shape}")

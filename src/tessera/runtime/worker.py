@@ -147,9 +147,10 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
     data_identity = identity_of(data, plan)
     start = 0
     if options.resume_from:
-        ckpt = checkpoint.load(options.resume_from)
-        check_resume_data(ckpt.meta.get("data"), data_identity, str(ckpt.path), options.force_data_change)
-        trainer.load_full(ckpt.params, ckpt.optim)
+        where, meta = checkpoint.read_meta(options.resume_from)
+        check_resume_data(meta.get("data"), data_identity, str(where), options.force_data_change)
+        ckpt = checkpoint.load(where, trainer.checkpoint_want())  # only this rank's pieces
+        trainer.load_local(ckpt.params, ckpt.optim)
         start = ckpt.step
     queue.put(("ready", index, rank, None))
     lay = trainer.layout

@@ -228,9 +228,10 @@ class DeviceWorker:
             data_identity = identity_of(data, plan)
             start = 0
             if run.resume and _has_checkpoint(run.checkpoint_dir):
-                ckpt = checkpoint.load(run.checkpoint_dir)
-                check_resume_data(ckpt.meta.get("data"), data_identity, str(ckpt.path), run.force_data_change)
-                trainer.load_full(ckpt.params, ckpt.optim)
+                where, meta = checkpoint.read_meta(run.checkpoint_dir)
+                check_resume_data(meta.get("data"), data_identity, str(where), run.force_data_change)
+                ckpt = checkpoint.load(where, trainer.checkpoint_want())  # only this rank's pieces
+                trainer.load_local(ckpt.params, ckpt.optim)
                 start = ckpt.step
                 with self._lock:
                     self._checkpoint_step = start
