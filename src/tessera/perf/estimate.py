@@ -358,6 +358,9 @@ def _stage_time(
     cache: dict[tuple, tuple[float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
+    devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
+    computed: dict[tuple, tuple[float, float, list[float]]] = {}  # replicas that compute alike
+    comms: dict[tuple, float] = {}  # TP groups on one link that arrive alike
     for r, share in enumerate(stage.shares(plan.global_batch)):
         # averaged over the B micro-batches: not B passes of a fractional sample
         active = _active_micro_batches(plan, share)
@@ -368,50 +371,61 @@ def _stage_time(
             continue  # an identical replica costs the same (TP replicas may differ in their links)
         seen.add(what)
         per_dev = []
-        for k, d in enumerate(devices):
-            gpu = topo.gpu(d)
-            per_dev.append((gpu, device_key(plan, d, topo), ratios[k]))
-        fwd = bwd = 0.0
-        totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
-        for layer, sig, splits, acf, _, count in runs:
-            tp = _runs_at(tp_degree, splits)
-            lf = lb = 0.0
-            for k, (gpu, dkey, rk) in enumerate(per_dev):
-                ratio = rk if tp > 1 else None
-                key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
-                hit = cache.get(key)
-                if hit is None:
-                    t = layer_time(
-                        layer, gpu, tp=tp, micro_batch=mb, precision=precision,
-                        recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
-                        attention_core_fraction=acf, device_type=dkey, impl=impl,
-                        shape=shape if layer.kind == "transformer" else None,
-                    )  # fmt: skip
-                    f = cost.compute_factor(gpu.name)
-                    hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
-                lf, lb = max(lf, hit[0]), max(lb, hit[1])
-                totals[k] += (hit[0] + hit[1]) * count
-            fwd += lf * count * weight
-            bwd += lb * count * weight
+        for d in devices:
+            hit = devs.get((d.gpu_type, d.node))
+            if hit is None:
+                hit = devs[(d.gpu_type, d.node)] = (topo.gpu(d), device_key(plan, d, topo))
+            per_dev.append(hit)
+        # the compute of a replica depends on its devices' GPUs and profile keys, its samples and weight
+        ckey = (mb, weight, tuple((gpu.name, dkey) for gpu, dkey in per_dev))
+        done = computed.get(ckey)
+        if done is None:
+            fwd = bwd = 0.0
+            totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
+            for layer, sig, splits, acf, _, count in runs:
+                tp = _runs_at(tp_degree, splits)
+                lf = lb = 0.0
+                for k, (gpu, dkey) in enumerate(per_dev):
+                    ratio = ratios[k] if tp > 1 else None
+                    key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
+                    hit = cache.get(key)
+                    if hit is None:
+                        t = layer_time(
+                            layer, gpu, tp=tp, micro_batch=mb, precision=precision,
+                            recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
+                            attention_core_fraction=acf, device_type=dkey, impl=impl,
+                            shape=shape if layer.kind == "transformer" else None,
+                        )  # fmt: skip
+                        f = cost.compute_factor(gpu.name)
+                        hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
+                    lf, lb = max(lf, hit[0]), max(lb, hit[1])
+                    totals[k] += (hit[0] + hit[1]) * count
+                fwd += lf * count * weight
+                bwd += lb * count * weight
+            done = computed[ckey] = (fwd, bwd, totals)
+        fwd, bwd, totals = done
         tp_comm = 0.0
         if tp_degree > 1:
             link = topo.link(devices)
             arrival = _arrival(totals)
-            counts: dict[float, int] = {}  # all-reduces by size: most layers move the same activation
-            for layer, _, _, _, ar, count in runs:
-                if not ar:
-                    continue
-                passes = ar.bwd + ar.fwd * (2 if reruns_forward(layer, recompute) else 1)
-                if passes:
-                    nbytes = ar.act_bytes_per_sample * mb * elem
-                    counts[nbytes] = counts.get(nbytes, 0) + passes * count
-                if ar.loss:
-                    nbytes = ar.loss_bytes_per_sample * mb
-                    counts[nbytes] = counts.get(nbytes, 0) + ar.loss * count
-            tp_comm = weight * sum(
-                c * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
-                for nbytes, c in counts.items()
-            )
+            tkey = (id(link), arrival, mb, weight)  # links are kept by the topology: their ids are stable
+            tp_comm = comms.get(tkey, -1.0)
+            if tp_comm < 0.0:
+                counts: dict[float, int] = {}  # all-reduces by size: most layers move the same activation
+                for layer, _, _, _, ar, count in runs:
+                    if not ar:
+                        continue
+                    passes = ar.bwd + ar.fwd * (2 if reruns_forward(layer, recompute) else 1)
+                    if passes:
+                        nbytes = ar.act_bytes_per_sample * mb * elem
+                        counts[nbytes] = counts.get(nbytes, 0) + passes * count
+                    if ar.loss:
+                        nbytes = ar.loss_bytes_per_sample * mb
+                        counts[nbytes] = counts.get(nbytes, 0) + ar.loss * count
+                tp_comm = comms[tkey] = weight * sum(
+                    c * _comm(cost, Collective.ALL_REDUCE, nbytes, tp_degree, link, arrival)
+                    for nbytes, c in counts.items()
+                )
         if fwd + bwd + tp_comm > sum(best):
             best = (fwd, bwd, tp_comm)
     return best
@@ -707,33 +721,49 @@ def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
 def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:
     """The memory module's view of one replica of stage ``index`` running ``micro_batch`` samples per
     micro-batch (uneven TP as the even shard; 1F1B holds ``stages − index`` micro-batches in flight)."""
-    st = plan.stages[index]
-    B = plan.micro_batches
+    return _view(plan.stages[index], index, micro_batch, _plan_wide(plan))
+
+
+def _plan_wide(plan: Plan) -> tuple:
+    """What a stage's memory view takes from its plan: (stages, micro-batches, global batch, schedule,
+    precision, recompute, attention, optimizer, ZeRO stage)."""
+    return (plan.n_stages, plan.micro_batches, plan.global_batch, plan.schedule.value, plan.precision.value,
+            plan.recompute.value, plan.attention.value, plan.optimizer.value, plan.zero)  # fmt: skip
+
+
+def _view(st: Stage, index: int, micro_batch: int, wide: tuple) -> DeviceView:
+    n_stages, B, _, schedule, precision, recompute, attention, optimizer, zero = wide
     return DeviceView(
         layer_start=st.layer_start,
         layer_end=st.layer_end,
         micro_batch=micro_batch,
-        in_flight=B if plan.schedule.value == "gpipe" else min(plan.n_stages - index, B),
+        in_flight=B if schedule == "gpipe" else min(n_stages - index, B),
         dp=st.dp_degree,
         tp=st.tp_degree,
-        precision=plan.precision.value,
-        recompute=plan.recompute.value,
-        attention=plan.attention.value,
-        optimizer=plan.optimizer.value,
-        zero=plan.zero,
+        precision=precision,
+        recompute=recompute,
+        attention=attention,
+        optimizer=optimizer,
+        zero=zero,
         micro_batches=B,
     )
 
 
 def stage_views(plan: Plan, index: int) -> list[DeviceView]:
     """:func:`stage_view` of every replica of stage ``index``, at its batch share."""
-    B = plan.micro_batches
+    return option_views(plan.stages[index], index, _plan_wide(plan))
+
+
+def option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
+    """:func:`stage_views` of stage ``st`` at position ``index`` of a plan whose plan-wide fields are
+    ``wide`` (:func:`_plan_wide`'s tuple) — for a planner that has the stage and the settings but no plan."""
+    B, gb = wide[1], wide[2]
     made: dict[int, DeviceView] = {}  # one view per distinct micro-batch size (replicas mostly share one)
     out = []
-    for share in plan.stages[index].shares(plan.global_batch):
+    for share in st.shares(gb):
         mb = max(1, math.ceil(share / B))
         if mb not in made:
-            made[mb] = stage_view(plan, index, mb)
+            made[mb] = _view(st, index, mb, wide)
         out.append(made[mb])
     return out
 
@@ -800,37 +830,76 @@ def stage_cost(
     *,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     memo: dict[tuple, Any] | None = None,
+    shared: tuple | None = None,
 ) -> StageCost:
     """Time and memory of stage ``index`` of ``plan`` (see the module docstring).
 
     ``memo``: a dict that keeps per-layer compute and optimizer times across calls that share one spec,
     topology and cost model (a Cell's stage options ask for the same layers on the same devices); the
-    figures are the same as without it."""
+    figures are the same as without it.
+
+    ``shared`` (with ``memo``): a key naming this stage — its layers, devices and (dp, tp) option, and the
+    plan's devices elsewhere — among plans that differ only in their plan-wide settings (a Cell's spaces under
+    each memory rung and micro-batch count). The stage's parts are then kept in ``memo`` by what each depends
+    on, so plans that share it price it once: its compute, accumulation and TP time by micro-batches and
+    recompute (not by ZeRO-0/1, which leave them alone), its gradient sync by ZeRO stage, its optimizer step
+    by whether ZeRO shards it."""
     cost = cost or CostModel()
     st = plan.stages[index]
-    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
-    bwd += _accumulate_s(plan, spec, st, topo)
-    tp_comm += _fsdp_s(plan, spec, st, topo, cost, fwd, bwd)
+    if shared is not None and memo is not None:
+        base = (shared, plan.global_batch, plan.precision, plan.attention, plan.optimizer, plan.schedule)
+        zero = plan.zero
+        kt = ("stage-t", base, plan.micro_batches, plan.recompute, zero if zero >= 2 else 0)
+        times = memo.get(kt)
+        if times is None:
+            times = memo[kt] = _stage_times(plan, spec, st, topo, cost, memo)
+        ky = ("stage-y", base, zero)
+        sync = memo.get(ky)
+        if sync is None:
+            sync = memo[ky] = _dp_sync_s(plan, spec, st, topo, cost)
+        ko = ("stage-o", base, zero >= 1 and st.dp_degree > 1)
+        opt = memo.get(ko)
+        if opt is None:
+            opt = memo[ko] = _optimizer_s(plan, spec, st, topo, cost, memo)
+    else:
+        times = _stage_times(plan, spec, st, topo, cost, memo)
+        sync = _dp_sync_s(plan, spec, st, topo, cost)
+        opt = _optimizer_s(plan, spec, st, topo, cost, memo)
+    fwd, bwd, tp_comm = times
     peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
     feasible = True
+    fits: dict[tuple[str, float], tuple[float, bool]] = {}  # replicas mostly share one GPU type and peak
     for r, peak in enumerate(peaks):
         for d in st.replica(r):
-            gpu = topo.gpu(d)
-            b = _device_bytes(gpu, peak)
+            hit = fits.get((d.gpu_type, peak))
+            if hit is None:
+                gpu = topo.gpu(d)
+                b = _device_bytes(gpu, peak)
+                hit = fits[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
             dev_peak.append(peak)
-            dev_bytes.append(b)
-            feasible &= b <= gpu.memory_bytes * (1 - headroom_fraction)
+            dev_bytes.append(hit[0])
+            feasible &= hit[1]
     return StageCost(
         fwd_s=fwd,
         bwd_s=bwd,
         tp_comm_s=tp_comm,
-        dp_sync_s=_dp_sync_s(plan, spec, st, topo, cost),
+        dp_sync_s=sync,
         peak_bytes=tuple(dev_peak),
         device_bytes=tuple(dev_bytes),
         feasible=feasible,
-        optimizer_s=_optimizer_s(plan, spec, st, topo, cost, memo),
+        optimizer_s=opt,
     )
+
+
+def _stage_times(
+    plan: Plan, spec: ModelSpec, st: Stage, topo: Topology, cost: CostModel, memo: dict[tuple, Any] | None
+) -> tuple[float, float, float]:
+    """(fwd_s, bwd_s, tp_comm_s) of a stage per micro-batch: compute, gradient accumulation, TP and FSDP."""
+    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
+    bwd += _accumulate_s(plan, spec, st, topo)
+    tp_comm += _fsdp_s(plan, spec, st, topo, cost, fwd, bwd)
+    return fwd, bwd, tp_comm
 
 
 def compose(

@@ -128,6 +128,7 @@ class CellEstimator:
         self._nodes = self._node_slots()
         self._even_bounds: dict[int, list[tuple[int, int]]] = {}
         self._speed_bounds: dict[tuple[float, ...], list[tuple[int, int]]] = {}
+        self._layouts: dict[CellShape, tuple[list[tuple[int, int]], list[list[Device]]] | None] = {}
 
     # ------------------------------------------------------------------------------- placement
     def _node_slots(self) -> dict[str, list[str]]:
@@ -152,7 +153,13 @@ class CellEstimator:
         return out
 
     def _layout(self, shape: CellShape) -> tuple[list[tuple[int, int]], list[list[Device]]] | None:
-        """Stage layer ranges and devices, or None when the shape cannot be cut into equal stages."""
+        """Stage layer ranges and devices, or None when the shape cannot be cut into equal stages (kept per
+        shape: a Cell's spaces under every rung and micro-batch count share it)."""
+        if shape not in self._layouts:
+            self._layouts[shape] = self._make_layout(shape)
+        return self._layouts[shape]
+
+    def _make_layout(self, shape: CellShape) -> tuple[list[tuple[int, int]], list[list[Device]]] | None:
         n, S = shape.n_gpus, shape.n_stages
         if n % S or self.spec.n_layers < S or self.settings.global_batch < S:
             return None

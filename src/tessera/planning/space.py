@@ -32,11 +32,21 @@ from tessera.perf.estimate import (
     Topology,
     boundary_s,
     compose,
+    option_views,
     peak_bytes,
     stage_cost,
-    stage_views,
 )
-from tessera.plan import Device, Plan, Stage
+from tessera.plan import (
+    Attention,
+    Device,
+    Optimizer,
+    Plan,
+    PlanError,
+    Precision,
+    Recompute,
+    Schedule,
+    Stage,
+)
 from tessera.planning.balance import balance_batch, balance_shards
 
 # Beyond this many combinations the assembly switches from full enumeration to the bottleneck-threshold search.
@@ -99,6 +109,13 @@ class Choice:
     unconstrained_s: float = math.inf  # the fastest combination ignoring memory (a bound for cheaper rungs)
 
 
+def _unchecked(base: Plan, stages: tuple[Stage, ...]) -> Plan:
+    """``base`` with other stages, built without validating it again (see :meth:`StageSpace._base`)."""
+    plan = object.__new__(Plan)
+    plan.__dict__.update(base.__dict__, stages=stages, meta={})
+    return plan
+
+
 class StageSpace:
     """Per-stage (dp, tp) options of a Cell's stages under one set of plan-wide settings, costed lazily.
 
@@ -131,22 +148,41 @@ class StageSpace:
         self.n_stages = len(bounds)
         self.micro_batches = micro_batches or default_micro_batches(self.n_stages, settings.global_batch)
         self.bounds = tuple(bounds)
-        rank = 0
-        devs: list[tuple[Device, ...]] = []
-        for group in stage_devices:
-            devs.append(tuple(replace(d, rank=rank + k) for k, d in enumerate(group)))
-            rank += len(group)
-        self.devices = tuple(devs)
         arch = spec.arch
         self.heads = arch.n_heads if isinstance(arch, TransformerArch) else None
         self.kv_heads = arch.n_kv_heads if isinstance(arch, TransformerArch) else None
-        self.options: list[list[Stage]] = [
-            [st for dp, tp in factorizations(len(d)) if (st := self._stage(s, dp, tp)) is not None]
-            for s, d in enumerate(self.devices)
-        ]
+        # the spaces of one layout (layer ranges, devices, settings) — one Cell under each rung and micro-batch
+        # count — have the same ranked devices and options: made once per layout in the shared memo, with a
+        # token under which they share the stage parts that do not depend on those settings (see
+        # perf.estimate.stage_cost's ``shared``) and their boundaries
+        key = ("layout", self.bounds, tuple(tuple(g) for g in stage_devices), settings)
+        hit = self._memo.get(key)
+        if hit is None:
+            rank = 0
+            devs: list[tuple[Device, ...]] = []
+            for group in stage_devices:
+                devs.append(tuple(replace(d, rank=rank + k) for k, d in enumerate(group)))
+                rank += len(group)
+            self.devices = tuple(devs)
+            options = [
+                [st for dp, tp in factorizations(len(d)) if (st := self._stage(s, dp, tp)) is not None]
+                for s, d in enumerate(self.devices)
+            ]
+            hit = self._memo[key] = (self.devices, options, object())
+        self.devices, options, self._layout = hit
+        self.options: list[list[Stage]] = [list(o) for o in options]
         self._costs: dict[tuple[int, int], StageCost] = {}
         self._p2p: dict[tuple[int, int, int], float] = {}
         self._carriers: dict[tuple[int, int], Plan] = {}
+        self._priced: set[tuple[int, int]] = set()  # (stage, option) pairs whose memory views are priced
+        # the plan-wide fields of this space's plans that memory views read (perf.estimate._plan_wide)
+        wide = [(Schedule, settings.schedule), (Precision, settings.precision), (Recompute, rung.recompute),
+                (Attention, settings.attention), (Optimizer, settings.optimizer)]  # fmt: skip
+        try:
+            named = [enum(v).value for enum, v in wide]
+        except ValueError:  # not a valid plan: its carriers raise the PlanError when they are built
+            named = [v for _, v in wide]
+        self._wide = (self.n_stages, self.micro_batches, settings.global_batch, *named, rung.zero)
 
     # ---------------------------------------------------------------------------------- options
     def _stage(self, s: int, dp: int, tp: int) -> Stage | None:
@@ -208,19 +244,48 @@ class StageSpace:
         key = (s, j)
         hit = self._carriers.get(key)
         if hit is None:
-            hit = self._carriers[key] = self.plan([j if k == s else 0 for k in range(self.n_stages)])
+            choice = [j if k == s else 0 for k in range(self.n_stages)]
+            base = self._base()
+            checked = ("carrier-ok", self._layout, s, j)
+            if base is not None and (j == 0 or checked in self._memo):
+                hit = (
+                    base
+                    if j == 0
+                    else _unchecked(base, tuple(self.options[k][c] for k, c in enumerate(choice)))
+                )
+            else:
+                hit = self.plan(choice)
+                self._memo[checked] = True
+            self._carriers[key] = hit
         return hit
+
+    def _base(self) -> Plan | None:
+        """The plan of every stage's first option (None when it is not a valid plan).
+
+        A carrier differs from it in one stage, and whether it is valid depends on its plan-wide fields (the
+        base's: valid here) and on that stage alone (its layers, devices and option, the layout's): so once
+        one space of the layout has validated a carrier of option j at stage s, the other spaces' carriers of
+        it are the base with that stage swapped in, without validating them again (the same Plans)."""
+        if not hasattr(self, "_base_plan"):
+            try:
+                self._base_plan: Plan | None = self.plan([0] * self.n_stages)
+            except PlanError:
+                self._base_plan = None
+        return self._base_plan
 
     def pure_options(self) -> list[list[int]]:
         """Per stage, its DP-only and TP-only options (the first and last): what a Cell assembles first."""
         return [sorted({0, len(o) - 1}) if o else [] for o in self.options]
 
     def memory_views(self, pairs: Sequence[tuple[int, int]]) -> list:
-        """Memory views of the (stage, option) pairs not yet costed, to price many in one formula call."""
+        """Memory views of the (stage, option) pairs not yet priced, to price many in one formula call (the
+        caller prices them: they are not listed again)."""
         views = []
-        for s, j in pairs:
-            if (s, j) not in self._costs:
-                views.extend(stage_views(self._carrier(s, j), s))
+        priced = self._priced
+        for p in pairs:
+            if p not in priced and p not in self._costs:
+                priced.add(p)
+                views.extend(option_views(self.options[p[0]][p[1]], p[0], self._wide))
         return views
 
     def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
@@ -241,18 +306,26 @@ class StageSpace:
                 self.cost,
                 headroom_fraction=self.headroom_fraction,
                 memo=self._memo,
+                shared=(self._layout, s, j),
             )
         return self._costs[key]
 
     def p2p(self, s: int, j: int, k: int) -> float:
-        """Boundary s → s + 1 with option j before and k after."""
+        """Boundary s → s + 1 with option j before and k after. It depends on the options only through the
+        fewer replicas of the two (the stages' devices and layers are the layout's), so it is priced once
+        per (boundary, micro-batch count, that degree) for every space of the layout."""
         key = (s, j, k)
-        if key not in self._p2p:
-            plan = self._carrier(s, j)
-            self._p2p[key] = boundary_s(
-                plan, self.spec, self.options[s][j], self.options[s + 1][k], self.topo, self.cost
-            )
-        return self._p2p[key]
+        hit = self._p2p.get(key)
+        if hit is None:
+            a, b = self.options[s][j], self.options[s + 1][k]
+            shared = ("p2p", self._layout, s, self.micro_batches, min(a.dp_degree, b.dp_degree))
+            hit = self._memo.get(shared)
+            if hit is None:
+                hit = self._memo[shared] = boundary_s(
+                    self._carrier(s, j), self.spec, a, b, self.topo, self.cost
+                )
+            self._p2p[key] = hit
+        return hit
 
     def estimate(self, choice: Sequence[int]) -> Estimate:
         """The full estimate of one combination, from the cached stage costs (equals ``estimate_plan``)."""

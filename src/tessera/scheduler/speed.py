@@ -47,8 +47,9 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -267,13 +268,19 @@ class FastStageSpace(StageSpace):
     figure equals the planner's (up to ties between equally fast combinations)."""
 
     _warmed = False
+    _owner: Any = None  # (estimator, Cell shape) when a FastCellEstimator made the space
 
     def stage_cost(self, s: int, j: int) -> Any:
-        """As the planner's, but a first miss prices the memory of every option of the space in one formula
-        call (the tuner then asks for most of them one by one)."""
-        if (s, j) not in self._costs and not self._warmed:
+        """As the planner's, but a first miss whose memory is not priced yet prices the memory of every
+        option of the space in one formula call (the tuner then asks for most of them one by one) — and of
+        the spaces the tuner tries next (:meth:`FastCellEstimator.warm_tuning`); a miss whose memory a bulk
+        call already priced (:meth:`FastCellEstimator.warm_grid`) prices nothing more."""
+        if (s, j) not in self._costs and not self._warmed and (s, j) not in self._priced:
             self._warmed = True
-            self.warm_memory()
+            if self._owner is not None:
+                self._owner[0].warm_tuning(self._owner[1], self.rung, self.micro_batches)
+            else:
+                self.warm_memory()
         return super().stage_cost(s, j)
 
     def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Any:
@@ -314,6 +321,41 @@ class FastCellEstimator(CellEstimator):
     formula call."""
 
     space_class = FastStageSpace  # the same spaces, assembled faster
+
+    def space(self, shape: Any, rung: Any, micro_batches: int | None = None) -> Any:
+        space = super().space(shape, rung, micro_batches)
+        if space is not None and space._owner is None:
+            space._owner = (self, shape)
+        return space
+
+    def warm_tuning(self, shape: Any, rung: Any, micro_batches: int) -> int:
+        """Price, in one formula call, the memory of every option of the tuner's next spaces of a Cell: this
+        (rung, micro-batches) space, the rung's later micro-batch counts and the next rung's (the tuner walks
+        them in that order; a call costs about the same for one view or a few hundred). Returns the views."""
+        from tessera.perf.estimate import peak_bytes
+        from tessera.planning.tuner import micro_batch_options
+
+        counts = micro_batch_options(shape.n_stages, self.settings.global_batch)
+        at = self.rungs.index(rung) if rung in self.rungs else len(self.rungs)
+        tries = [(rung, micro_batches)] + [(rung, B) for B in counts if micro_batches < B]
+        tries += [(r, B) for r in self.rungs[at + 1 : at + 2] for B in counts]
+        views: list = []
+        for r, B in tries:
+            try:
+                space = self.space(shape, r, B)
+            except _CELL_ERRORS:
+                space = None
+            if space is None:
+                break
+            space._warmed = True
+            views.extend(
+                space.memory_views(
+                    [(s, j) for s in range(space.n_stages) for j in range(len(space.options[s]))]
+                )
+            )
+        if views:
+            peak_bytes(self.spec, views)
+        return len(views)
 
     def warm_grid(self, shapes: Iterable[Any], *, tuning: bool = False) -> int:
         """Price the memory of many Cells' options at once (the formula is numpy over views: one call for
@@ -806,10 +848,26 @@ def _warm_many(
     """A pool task: every configuration of one model (they share its parameter shapes and layer caches)."""
     cluster, configs, capacity, max_gpus, mixes, tuned = args
     out = []
-    for c in configs:
-        src = SpeedSource(cluster, capacity=capacity, tuned_cells=tuned)
-        out.append((c, warm_config(cluster, c, capacity, max_gpus=max_gpus, mixes=mixes, source=src)))
+    with _rare_collections():
+        for c in configs:
+            src = SpeedSource(cluster, capacity=capacity, tuned_cells=tuned)
+            out.append((c, warm_config(cluster, c, capacity, max_gpus=max_gpus, mixes=mixes, source=src)))
     return out
+
+
+@contextmanager
+def _rare_collections(threshold: int = 100_000) -> Iterator[None]:
+    """Run the cyclic garbage collector rarely while a table is built: a build makes millions of small
+    objects that live in its memos, and the default thresholds spent about a fifth of its time scanning
+    them again and again. Reference counting still frees what is garbage; the old thresholds come back."""
+    import gc
+
+    old = gc.get_threshold()
+    gc.set_threshold(max(threshold, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def _worker_init() -> None:
