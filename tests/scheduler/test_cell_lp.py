@@ -46,3 +46,62 @@ def test_rounding_keeps_whole_parts_then_the_largest_remainders_within_the_count
     assert round_shares(np.array([1.7, 0.3]), 2) == [2, 0]
     assert round_shares(np.array([0.3, 0.1]), 1) == [0, 0]  # the LP's total rounds to none
     assert round_shares(np.array([2.0, 1.0]), 3) == [2, 1]
+
+
+def _random_groups(rng: np.random.Generator, n_t: int = 3) -> list[Group]:
+    groups = []
+    for _ in range(int(rng.integers(3, 25))):
+        k = int(rng.integers(1, 6))
+        gpus = np.zeros((k, n_t))
+        for i in range(k):
+            gpus[i, int(rng.integers(n_t))] = float(2 ** rng.integers(0, 4))
+        running = bool(rng.random() < 0.4)
+        groups.append(Group(float(rng.integers(1, 9)), rng.random(k) * 3.0, gpus, running))
+    return groups
+
+
+def test_the_direct_highs_call_gives_linprogs_solution_bit_for_bit(monkeypatch):
+    # the LP is handed to HiGHS as scipy's linprog hands it (same rows, options): the same vertex and duals
+    from tessera.scheduler import cell_lp
+
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        groups = _random_groups(rng)
+        cap = rng.integers(4, 60, size=3).astype(float)
+        direct = cell_lp.maximize(groups, cap)
+        monkeypatch.setattr(cell_lp, "_h", None)  # the public linprog path
+        via_linprog = cell_lp.maximize(groups, cap)
+        monkeypatch.undo()
+        assert (direct is None) == (via_linprog is None)
+        if direct is not None and via_linprog is not None:
+            assert np.array_equal(direct[0], via_linprog[0]) and np.array_equal(direct[1], via_linprog[1])
+
+
+def test_when_every_groups_best_cell_fits_the_solver_is_skipped_with_the_same_answer(monkeypatch):
+    from tessera.scheduler import cell_lp
+
+    groups = [
+        group(2, [(1.0, [1, 0]), (1.9, [2, 0]), (0.5, [0, 1])]),
+        group(1, [(1.0, [0, 2]), (1.2, [2, 0])], running=True),
+    ]
+    cap = np.array([16.0, 16.0])
+    fast = cell_lp.maximize(groups, cap)
+    calls = []
+    monkeypatch.setattr(cell_lp, "_unique_fit", lambda *a: calls.append(1))  # force the solver
+    slow = cell_lp.maximize(groups, cap)
+    assert calls and fast is not None and slow is not None
+    assert np.allclose(fast[0], slow[0]) and np.array_equal(fast[1], slow[1])
+    assert list(fast[0]) == [0.0, 2.0, 0.0, 0.0, 1.0] and not fast[1].any()
+    # a tie for the best, or a capacity the best Cells exhaust, goes to the solver
+    tie = [group(1, [(1.0, [1, 0]), (1.0, [0, 1])])]
+    assert cell_lp._unique_fit(*_fit_args(tie, cap)) is None
+    assert cell_lp._unique_fit(*_fit_args(groups, np.array([6.0, 16.0]))) is None
+
+
+def _fit_args(groups: list[Group], cap: np.ndarray) -> tuple:
+    sizes = np.array([len(g.values) for g in groups])
+    values = np.concatenate([g.values for g in groups])
+    gpus = np.vstack([g.gpus for g in groups])
+    running = np.array([g.running for g in groups])
+    ok = (gpus <= cap).all(axis=1) & ((values > 0) | running[np.repeat(np.arange(len(groups)), sizes)])
+    return values, gpus, ok, sizes, np.array([g.count for g in groups], dtype=float), running, cap

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
+from scipy.sparse import csc_matrix
+
+try:  # scipy's own HiGHS binding (what linprog calls); absent in some builds: then linprog itself
+    import scipy.optimize._highspy._core as _h
+    from scipy.optimize._highspy._core import simplex_constants as _sc
+
+    _simplex_dual = _sc.SimplexStrategy.kSimplexStrategyDual
+except ImportError:  # pragma: no cover
+    _h = None
 
 
 @dataclass(frozen=True)
@@ -62,50 +70,166 @@ def solve(groups: Sequence[Group], capacity: np.ndarray) -> Solution | None:
     x, prices = found
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     shares = [x[bounds[g] : bounds[g + 1]] for g in range(len(groups))]
-    counts = [round_shares(sh, int(grp.count)) for sh, grp in zip(shares, groups, strict=True)]
+    # whole parts at once; only the groups with a fractional share (a few at a vertex) need the remainders
+    whole = np.floor(x + 1e-6)
+    frac = (x - whole) > 1e-6
+    owner = np.repeat(np.arange(len(groups)), sizes)
+    has_frac = np.bincount(owner[frac], minlength=len(groups)) > 0
+    whole_i = whole.astype(np.int64).tolist()
+    counts = [
+        round_shares(sh, int(grp.count)) if has_frac[g] else whole_i[bounds[g] : bounds[g + 1]]
+        for g, (sh, grp) in enumerate(zip(shares, groups, strict=True))
+    ]
     return Solution(shares, counts, prices)
 
 
 def maximize(groups: Sequence[Group], capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The LP alone: its optimal x over all groups' options in order, and the per-type prices; None when HiGHS
-    finds no optimum. ``count`` may be fractional (an amount of work rather than of jobs)."""
+    finds no optimum. ``count`` may be fractional (an amount of work rather than of jobs).
+
+    When every group's best option (strictly best, worth something) fits the capacity with room to spare, that
+    choice is the LP's only optimum and its prices are zero (every capacity row is slack), so HiGHS is not asked
+    (a quiet round at scale: most groups' best Cells fit)."""
     n_g, n_t = len(groups), len(capacity)
     sizes = np.array([len(g.values) for g in groups], dtype=np.int64)
     values = np.concatenate([g.values for g in groups]).astype(np.float64)
     gpus = np.vstack([g.gpus.reshape(-1, n_t) for g in groups]).astype(np.float64)
     owner = np.repeat(np.arange(n_g), sizes)
     running = np.array([g.running for g in groups], dtype=bool)
+    count = np.array([float(g.count) for g in groups])
     # options worth nothing (queued) or needing more of a type than there is never enter
-    live = np.flatnonzero((gpus <= capacity + 1e-9).all(axis=1) & ((values > 0) | running[owner]))
+    ok = (gpus <= capacity + 1e-9).all(axis=1) & ((values > 0) | running[owner])
     x = np.zeros(len(values))
+    live = np.flatnonzero(ok)
     n_v = len(live)
     if n_v == 0:
         return x, np.zeros(n_t)
-    g_rows = owner[live]
-    nz_v, nz_t = np.nonzero(gpus[live])
-    a = csr_matrix(
+    best = _unique_fit(values, gpus, ok, sizes, count, running, capacity)
+    if best is not None:
+        return best, np.zeros(n_t)
+    # rows: the queued groups' "at most count" and the capacities (<=), then the running groups' "= count"
+    # — the order and form scipy's linprog(A_ub, A_eq) hands HiGHS, so the solve is the same one
+    ub_groups = np.flatnonzero(~running)
+    row_of = np.empty(n_g, dtype=np.int64)
+    row_of[ub_groups] = np.arange(len(ub_groups))
+    eq_groups = np.flatnonzero(running)
+    row_of[eq_groups] = len(ub_groups) + n_t + np.arange(len(eq_groups))
+    n_ub = len(ub_groups) + n_t
+    g_live = gpus[live]
+    nz_v, nz_t = np.nonzero(g_live)
+    a = csc_matrix(
         (
-            np.concatenate([np.ones(n_v), gpus[live][nz_v, nz_t]]),
-            (np.concatenate([g_rows, n_g + nz_t]), np.concatenate([np.arange(n_v), nz_v])),
+            np.concatenate([np.ones(n_v), g_live[nz_v, nz_t]]),
+            (
+                np.concatenate([row_of[owner[live]], len(ub_groups) + nz_t]),
+                np.concatenate([np.arange(n_v), nz_v]),
+            ),
         ),
-        shape=(n_g + n_t, n_v),
+        shape=(n_ub + len(eq_groups), n_v),
     )
-    count = np.array([float(g.count) for g in groups])
-    ub = np.concatenate([np.flatnonzero(~running), n_g + np.arange(n_t)])
-    eq = np.flatnonzero(running)
+    a.sum_duplicates()
+    a.sort_indices()
+    rhs = np.concatenate([count[ub_groups], capacity, count[eq_groups]]).astype(np.float64)
+    lhs = np.concatenate([np.full(n_ub, -np.inf), count[eq_groups]]).astype(np.float64)
+    found = _highs(-values[live], a, lhs, rhs)
+    if found is None:
+        return None
+    x[live] = found[0]
+    return x, np.maximum(0.0, -found[1][len(ub_groups) : n_ub])
+
+
+def _unique_fit(
+    values: np.ndarray,
+    gpus: np.ndarray,
+    ok: np.ndarray,
+    sizes: np.ndarray,
+    count: np.ndarray,
+    running: np.ndarray,
+    capacity: np.ndarray,
+) -> np.ndarray | None:
+    """x with every group's whole count on its strictly best entering option, when those fit strictly within
+    every capacity (then it is the only optimum: any other solution moves some count to a worse option or
+    leaves a queued member out, and the slack capacity rows price at zero); None otherwise."""
+    n_g = len(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    v = np.where(ok, values, -np.inf)
+    nonempty = sizes > 0
+    top = np.full(n_g, -np.inf)
+    top[nonempty] = np.maximum.reduceat(v, starts[nonempty])
+    owner = np.repeat(np.arange(n_g), sizes)
+    is_top = (v == top[owner]) & np.isfinite(v)
+    n_top = np.bincount(owner, weights=is_top, minlength=n_g)
+    # a running group with nothing that enters (or a tie for the best) is the solver's to settle
+    if (n_top[running] != 1).any() or (n_top > 1).any():
+        return None
+    pick = np.flatnonzero(is_top)
+    x = np.zeros(len(values))
+    x[pick] = count[owner[pick]]
+    use = (gpus[pick] * count[owner[pick], None]).sum(axis=0)
+    if not (use < capacity - 1e-6).all():
+        return None
+    return x
+
+
+def _highs(
+    cost: np.ndarray, a: csc_matrix, lhs: np.ndarray, rhs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Minimize ``cost`` · x over lhs <= a x <= rhs, x >= 0 with HiGHS's dual simplex: the primal x and the row
+    duals, or None without an optimum. HiGHS is called as scipy's ``linprog(method="highs")`` calls it (the same
+    options, so the same vertex) without the wrapper's per-column Python loops, which at thousands of options cost
+    as much as the solve; scipy's ``linprog`` when its HiGHS binding is not there."""
+    if _h is None:
+        return _linprog(cost, a, lhs, rhs)
+    n_r, n_c = a.shape
+    lp = _h.HighsLp()
+    lp.num_col_, lp.num_row_ = n_c, n_r
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_c, n_r
+    lp.a_matrix_.format_ = _h.MatrixFormat.kColwise
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.zeros(n_c)
+    lp.col_upper_ = np.full(n_c, _h.kHighsInf)
+    lp.row_lower_ = np.where(np.isinf(lhs), -_h.kHighsInf, lhs)
+    lp.row_upper_ = np.where(np.isinf(rhs), _h.kHighsInf, rhs)
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data
+    highs = _h._Highs()
+    opts = _h.HighsOptions()
+    opts.presolve = "on"
+    opts.highs_debug_level = _h.HighsDebugLevel.kHighsDebugLevelNone
+    opts.log_to_console = False
+    opts.output_flag = False
+    opts.simplex_strategy = _simplex_dual
+    if highs.passOptions(opts) == _h.HighsStatus.kError or highs.passModel(lp) == _h.HighsStatus.kError:
+        return None
+    if highs.run() == _h.HighsStatus.kError or highs.getModelStatus() != _h.HighsModelStatus.kOptimal:
+        return None
+    sol = highs.getSolution()
+    return np.array(sol.col_value), np.array(sol.row_dual)
+
+
+def _linprog(
+    cost: np.ndarray, a: csc_matrix, lhs: np.ndarray, rhs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_highs` through scipy's public ``linprog`` (rows with lhs == rhs as equalities)."""
+    eq = lhs == rhs
+    a = a.tocsr()
     res = linprog(
-        -values[live],
-        A_ub=a[ub],
-        b_ub=np.concatenate([count[~running], capacity]),
-        A_eq=a[eq] if len(eq) else None,
-        b_eq=count[running] if len(eq) else None,
+        cost,
+        A_ub=a[~eq],
+        b_ub=rhs[~eq],
+        A_eq=a[eq] if eq.any() else None,
+        b_eq=rhs[eq] if eq.any() else None,
         bounds=(0, None),
         method="highs",
     )
     if res.status != 0 or res.x is None:
         return None
-    x[live] = res.x
-    return x, np.maximum(0.0, -np.asarray(res.ineqlin.marginals)[-n_t:])
+    duals = np.empty(len(rhs))
+    duals[~eq] = res.ineqlin.marginals
+    if eq.any():
+        duals[eq] = res.eqlin.marginals
+    return np.asarray(res.x), duals
 
 
 def _empty(sizes: np.ndarray, n_t: int) -> Solution:

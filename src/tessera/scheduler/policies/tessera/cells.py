@@ -42,6 +42,7 @@ class JobCells:
     min_cells: list[Cell]  # per single type, the Cell with the fewest GPUs (fewest first)
     lp_cells: list[Cell] = field(default_factory=list)  # what the LP chooses from: single types, else mixes
     _arrays: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _moves: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def lp_arrays(self, types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The LP Cells as arrays: normalized throughputs, rates, and GPUs per Cell and type (in ``types``)."""
@@ -54,6 +55,20 @@ class JobCells:
                     gpus[i, col[t]] = n
             norm = np.array([c.norm for c in self.lp_cells])
             out = self._arrays[types] = (norm, np.array([c.rate for c in self.lp_cells]), gpus)
+        return out
+
+    def lp_moves(self, types: tuple[str, ...], held: GPUs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For a running job that holds ``held``: its LP Cells on other GPUs — their normalized throughputs and
+        rates — and the GPUs per option and type with the held GPUs as the first row (the LP group's rows;
+        kept, since thousands of running jobs share a few (key, GPUs held))."""
+        out = self._moves.get((types, held))
+        if out is None:
+            norm, rate, gpus = self.lp_arrays(types)
+            keep = np.array([c.gpus != held for c in self.lp_cells], dtype=bool)
+            row = np.zeros((1, len(types)))
+            for t, n in held:
+                row[0, types.index(t)] = n
+            out = self._moves[(types, held)] = (norm[keep], rate[keep], np.vstack([row, gpus[keep]]))
         return out
 
 

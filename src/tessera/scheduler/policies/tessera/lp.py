@@ -74,9 +74,11 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     """Running jobs that may change, grouped (longest first in each group); the GPUs of those that may not are
     taken off ``capacity`` (in place)."""
     ctx = r.ctx
+    now = ctx.now_s
     frozen = r.rescale_limit() <= 0
     col = {t: k for k, t in enumerate(ctx.cluster.types)}
     running: dict[tuple, list[JobState]] = {}
+    left_of: dict[int, float] = {}  # job → work it still has (read once: the sort below reads it again)
     for js in ctx.running:
         a = ctx.allocation(js.job_id)
         if a is None:
@@ -86,12 +88,17 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
                 capacity[col[t]] -= n
             continue
         rate = js.rate_iters_per_s or r.held_cell(js, a).rate
-        left = int(math.log2(max(js.remaining_at(ctx.now_s) / max(rate, 1e-12), 1.0)))
+        rem = left_of[js.job_id] = js.remaining_at(now)
+        left = int(math.log2(max(rem / max(rate, 1e-12), 1.0)))
         key = (r.info(js.job).key, js.job.priority, a.gpus, left, weight_bucket(r, js), r.settling(js))
-        running.setdefault(key, []).append(js)
+        group = running.get(key)
+        if group is None:
+            running[key] = [js]
+        else:
+            group.append(js)
     owners = []
     for members in running.values():
-        members.sort(key=lambda js: (-js.remaining_at(ctx.now_s), js.job_id))  # longest first: moved first
+        members.sort(key=lambda js: (-left_of[js.job_id], js.job_id))  # longest first: moved first
         a = ctx.allocation(members[0].job_id)
         assert a is not None
         cur = r.held_cell(members[0], a)
@@ -105,20 +112,17 @@ def _lp_group(r: RoundState, o: Owner, types: tuple[str, ...]) -> cell_lp.Group:
     held less the restart it costs (judged on the group's median member; ``settle_factor`` × the restart while
     the group is settling)."""
     inf = r.info(o.members[0].job)
-    norm, rate, gpus = inf.lp_arrays(types)
     rep = o.members[len(o.members) // 2]
     w = weight(r, rep)
     if not o.running:
+        norm, _, gpus = inf.lp_arrays(types)
         return cell_lp.Group(len(o.members), w * norm, gpus)
     cur = o.cells[0]
-    keep = np.array([c.gpus != cur.gpus for c in inf.lp_cells], dtype=bool)
+    norm, rate, gpus = inf.lp_moves(types, cur.gpus)
     restart = r.restart_s(rep) * r.restart_weight(rep)
-    left = rep.remaining_at(r.ctx.now_s) / rate[keep]  # the seconds each other Cell would take
-    values = np.concatenate([[cur.norm], norm[keep] * left / (restart + left)])
-    row = np.zeros((1, len(types)))
-    for t, n in cur.gpus:
-        row[0, types.index(t)] = n
-    return cell_lp.Group(len(o.members), w * values, np.vstack([row, gpus[keep]]), True)
+    left = rep.remaining_at(r.ctx.now_s) / rate  # the seconds each other Cell would take
+    values = np.concatenate([[cur.norm], norm * left / (restart + left)])
+    return cell_lp.Group(len(o.members), w * values, gpus, True)
 
 
 def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Plan:
@@ -127,11 +131,14 @@ def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Pla
     Cells the LP used as fallbacks should it not place."""
     out = Plan({}, {}, {})
     for g, (o, counts) in enumerate(zip(owners, sol.counts, strict=True)):
-        chosen = [c for c, k in zip(o.cells, counts, strict=True) for _ in range(k)]
         if not o.running:
+            chosen = [c for c, k in zip(o.cells, counts, strict=True) for _ in range(k)]
             out.queued[g] = sorted(chosen, key=lambda c: -c.norm)
             out.group_of.update((js.job_id, g) for js in o.members)
             continue
+        if not any(counts[1:]):
+            continue  # every member keeps its Cell
+        chosen = [c for c, k in zip(o.cells, counts, strict=True) for _ in range(k)]
         w = weight(r, o.members[0])
         used = [c for c, x in zip(o.cells[1:], sol.shares[g][1:], strict=True) if x > 1e-6]
         moves = sorted((c for c in chosen if c is not o.cells[0]), key=lambda c: -r.value(c, w))

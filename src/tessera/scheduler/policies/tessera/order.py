@@ -66,17 +66,22 @@ def set_priority_weights(r: RoundState, queue: list[JobState]) -> None:
     """LP weight per user priority: ``PRIORITY_WEIGHT`` ** its rank among the priorities present."""
     levels = sorted({js.job.priority for js in (*queue, *r.ctx.running)})
     r.prio_w = {p: PRIORITY_WEIGHT**k for k, p in enumerate(levels)}
+    r.weights.clear()  # weights read before were by other user-priority weights
 
 
 def weight(r: RoundState, js: JobState) -> float:
     """A job's weight in the LP: its user priority's × 1 + θ ÷ t, t the seconds it still needs on its smallest
     Cell and θ = ``srpt_horizon_s`` (t at least ``srpt_floor_s``): a job that would finish within θ counts up to
-    11× — long jobs ≈ 1×, as pure throughput."""
+    11× — long jobs ≈ 1×, as pure throughput (memoized for the round: the LP, admission and growth each ask)."""
+    w = r.weights.get(js.job_id)
+    if w is not None:
+        return w
     w = r.prio_w.get(js.job.priority, 1.0)
     pol = r.pol
     if pol.srpt_horizon_s > 0 and pol.order == "srpt" and not pol.deadline_aware:
         t = remaining(r, js)[0]
         w *= 1.0 + pol.srpt_horizon_s / max(t, pol.srpt_floor_s)
+    r.weights[js.job_id] = w
     return w
 
 

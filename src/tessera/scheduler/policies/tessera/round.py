@@ -28,6 +28,7 @@ class RoundState:
     prices: dict[str, float] = field(default_factory=dict)  # GPU shadow prices (empty: all free of charge)
     touched: set[int] = field(default_factory=set)  # jobs whose allocation changed (changed at most once)
     prio_w: dict[int, float] = field(default_factory=dict)  # LP weight per user priority
+    weights: dict[int, float] = field(default_factory=dict)  # job → its LP weight (memo of ``order.weight``)
     # job → (seconds, GPU-seconds) it still needs on its smallest Cell
     remaining: dict[int, tuple[float, float]] = field(default_factory=dict)
     restart: dict[int, float] = field(default_factory=dict)  # job → restart seconds

@@ -1,0 +1,117 @@
+"""Profile one policy's scheduling rounds at scale (issue 21 item 2): a reproducible harness for the hot spots.
+
+    python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof]
+
+Replays the Philly two-week window as ``--copies`` interleaved copies on ``crius-sim-1280`` with every node group
+× copies (10: ``crius-sim-12800``'s shape), for the first ``--hours`` simulated hours (``--hours 0``: the whole
+window), and prints the policy's decision time per round (mean, p50, p99, max), the simulator's wall per round,
+and — with ``--check`` — the run's average JCT and finished count, the figures a speed-up must leave unchanged.
+``--profile FILE`` writes a cProfile of the run (``python -m pstats FILE``) and prints its top functions.
+``--home`` is the table cache (``$TESSERA_HOME``; reuse a warm one, the tables are built once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pickle
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--policy", default="tessera")
+    ap.add_argument("--hours", type=float, default=24.0, help="simulated hours to run (0: the whole window)")
+    ap.add_argument("--start", default="2017-10-09")
+    ap.add_argument("--end", default="2017-10-23")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--home", default=None, help="TESSERA_HOME (the table cache)")
+    ap.add_argument("--profile", default=None, help="write a cProfile here and print its top functions")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--check", action="store_true", help="print avg JCT and finished count (equivalence)")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
+    args = ap.parse_args()
+    if args.home:
+        os.environ["TESSERA_HOME"] = args.home
+
+    import numpy as np
+    from sim_scale import copies, scaled_cluster
+
+    from tessera.hardware import get_cluster
+    from tessera.scheduler.policy import get_policy
+    from tessera.sim.metrics import compute_metrics
+    from tessera.sim.report import prepare
+    from tessera.sim.simulator import SimConfig, Simulator
+    from tessera.sim.trace import load_philly, window, window_length
+    from tessera.sim.workload import WorkloadSpec
+
+    t0 = time.perf_counter()
+    full = load_philly(None)
+    tr = window(full, args.start, args.end)
+    w_len = window_length(full, args.start, args.end) or (tr.jobs[-1].submit_s - tr.jobs[0].submit_s)
+    cl = scaled_cluster(get_cluster("crius-sim-1280"), args.copies)
+    pk = Path(args.pickle) if args.pickle else None
+    if pk is not None and pk.exists():
+        table, jobs = pickle.loads(pk.read_bytes())
+    else:
+        wl = WorkloadSpec(seed=args.seed)
+        table, jobs, _ = prepare(cl, copies(tr, args.copies), wl, workers=args.workers)
+        if pk is not None:
+            pk.write_bytes(pickle.dumps((table, jobs)))
+    horizon = jobs[0].arrival_s + 3600.0 * args.hours if args.hours > 0 else None
+    cfg = SimConfig(seed=args.seed, window_s=w_len, horizon_s=horizon)
+    gpus = sum(cl.gpu_counts().values())
+    print(f"{cl.name}: {gpus} GPUs, {len(jobs)} jobs ready in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    sim = Simulator(cl, jobs, table, get_policy(args.policy), cfg)
+    prof = cProfile.Profile() if args.profile else None
+    if prof:
+        prof.enable()
+    res = sim.run()
+    if prof:
+        prof.disable()
+        prof.dump_stats(args.profile)
+        pstats.Stats(args.profile).sort_stats("cumulative").print_stats(args.top)
+        pstats.Stats(args.profile).sort_stats("tottime").print_stats(args.top)
+    dec = np.array(res.decision_s) * 1000.0
+    out = {
+        "policy": args.policy,
+        "gpus": gpus,
+        "jobs": len(jobs),
+        "hours": args.hours,
+        "rounds": res.rounds,
+        "decisions": int(dec.size),
+        "decision_ms_mean": float(dec.mean()) if dec.size else 0.0,
+        "decision_ms_p50": float(np.percentile(dec, 50)) if dec.size else 0.0,
+        "decision_ms_p99": float(np.percentile(dec, 99)) if dec.size else 0.0,
+        "decision_ms_max": float(dec.max()) if dec.size else 0.0,
+        "sim_wall_s": res.wall_s,
+        "wall_ms_per_round": 1000.0 * res.wall_s / max(1, res.rounds),
+        "load_avg": os.getloadavg(),
+    }
+    if args.check:
+        m = compute_metrics(res)
+        out |= {
+            "avg_jct_s": m["avg_jct_s"],
+            "finished": m["finished"],
+            "restarts": sum(j.restarts for j in res.jobs),
+            "gpu_s": sum(j.gpu_s for j in res.jobs),
+        }
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
