@@ -88,3 +88,25 @@ def test_one_plan_on_the_gpu(bench, tmp_path):
     assert out["plans"] == 1, out["rows"]
     assert out["rows"][0]["measured_s"] > 0
     assert out["profiles"][0]["device_type"] == catalog_name(torch.cuda.get_device_name())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_layer_timing_reads_kernels_and_launches_apart():
+    """On a GPU a layer's figures are its kernels' time with the launch queue kept full and the host's launch
+    time beside it; a tiny block launches slower than its kernels run, a large one the other way round."""
+    from tessera.models.zoo import build_model, get_spec
+    from tessera.perf import profiler
+
+    dev = torch.device("cuda")
+    for name, seq, mb in (("gpt-tiny", 64, 1), ("gpt3-1.3b", 2048, 4)):
+        spec = get_spec(name, seq_len=seq)
+        model = build_model(spec.arch, family=spec.family, layer_range=(1, 2), attention="flash").to(dev)
+        x = torch.randn(mb, seq, spec.arch.hidden, device=dev)
+        fwd, bwd, host_fwd, host_bwd = profiler.time_layer(
+            model, x, None, device=dev, precision="bf16", warmup=2, repeats=5
+        )
+        assert min(fwd, bwd, host_fwd, host_bwd) > 0
+        if name == "gpt-tiny":
+            assert host_fwd + host_bwd > fwd + bwd
+        else:
+            assert fwd + bwd > host_fwd + host_bwd

@@ -134,3 +134,31 @@ def test_profile_overrides_roofline_and_round_trips(tmp_path):
     # the signature ignores the layer's name: block 7 shares block 0's profile
     renamed = Layer("block7", **{k: v for k, v in BIG.__dict__.items() if k != "name"})
     assert q.get(renamed, "A100-40GB", 2, 4, "bf16") == (0.010, 0.025)
+
+
+def test_gpu_profile_keeps_launch_times_beside_kernel_times(tmp_path):
+    """A GPU profile's host launch seconds travel with its kernel seconds: looked up (and interpolated) like
+    them, returned by layer_time (full recompute launches the forward again), saved and loaded, and dropped
+    when a newer measurement without them replaces the entry."""
+    p = Profile()
+    p.put(BIG, "A100-40GB", 1, 2, "bf16", fwd_s=0.002, bwd_s=0.004, host=(0.003, 0.005))
+    p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.004, bwd_s=0.008, host=(0.0031, 0.0052))
+    assert p.lookup_host(BIG, "A100-40GB", 1, 3, "bf16") == (pytest.approx(0.00305), pytest.approx(0.0051))
+    t = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=p)
+    assert (t.fwd_s, t.bwd_s, t.host_fwd_s, t.host_bwd_s) == (0.002, 0.004, 0.003, 0.005)
+    full = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=p, recompute="full")
+    assert (full.bwd_s, full.host_bwd_s) == (pytest.approx(0.006), pytest.approx(0.008))
+    path = tmp_path / "p.json"
+    p.save(path)
+    back = Profile.load(path)
+    assert back.host == p.host and back.entries == p.entries
+    newer = Profile()
+    newer.put(BIG, "A100-40GB", 1, 2, "bf16", fwd_s=0.0021, bwd_s=0.0041)  # a CPU-style row: no launch times
+    p.update(newer)
+    assert len(p.host) == 1  # the replaced entry's launch times are gone; the other size's stay
+    # ... and stand for every size (a launch count does not grow with the batch)
+    assert p.lookup_host(BIG, "A100-40GB", 1, 2, "bf16") == (0.0031, 0.0052)
+    cpu = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=Profile(entries=dict(newer.entries)))
+    assert (cpu.fwd_s, cpu.host_fwd_s, cpu.host_bwd_s) == (0.0021, 0.0, 0.0)
+    with pytest.raises(ValueError, match="host"):
+        p.put(BIG, "A100-40GB", 1, 2, "bf16", fwd_s=0.1, bwd_s=0.1, host=(-1.0, 0.0))

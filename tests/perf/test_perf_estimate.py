@@ -116,6 +116,21 @@ def test_profile_overrides_the_roofline(gpt2):
     assert e.optimizer_s > (gpt2.n_layers - 1) * 0.001
 
 
+def test_a_launch_bound_gpu_step_costs_its_launch_time(gpt2):
+    """Profiled launch times floor each pass: kernels of 10 + 20 ms per layer launched in 15 + 15 ms run at
+    15 + 20 ms (the forward waits on its launches, the backward on its kernels); without launch times the
+    kernels alone."""
+    plan = _plan(gpt2, gpu_type="A100-40GB", global_batch=8, micro_batches=1, precision="bf16")
+    prof = Profile()
+    for layer in gpt2.layers:
+        prof.put(layer, "A100-40GB", 1, 8, "bf16", fwd_s=0.01, bwd_s=0.02, host=(0.015, 0.015))
+    e = estimate_plan(plan, gpt2, cost=CostModel(profile=prof))
+    assert e.iteration_time_s - e.optimizer_s == pytest.approx(gpt2.n_layers * (0.015 + 0.02))
+    bare = Profile(entries=dict(prof.entries))
+    e = estimate_plan(plan, gpt2, cost=CostModel(profile=bare))
+    assert e.iteration_time_s - e.optimizer_s == pytest.approx(gpt2.n_layers * 0.03)
+
+
 def test_memory_feasibility():
     spec = get_spec("gpt3-1.3b")
     t4 = estimate_plan(_plan(spec, global_batch=8, gpu_type="T4", micro_batches=8), spec)

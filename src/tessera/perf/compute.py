@@ -336,6 +336,10 @@ class LayerTime:
     fwd_s: float
     bwd_s: float  # includes any recompute
     source: str = "roofline"  # "roofline" | "kernels" (measured kernel curves by shape) | "profile"
+    # on a GPU, the host's seconds to launch the layer's kernels (profiled): a stage whose launches take longer
+    # than its kernels runs at the launch rate, so it costs the larger of the two sums (0: not measured)
+    host_fwd_s: float = 0.0
+    host_bwd_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -363,10 +367,16 @@ class Profile:
     re-run in backward costs far more than its FLOP share on a small model, so it is timed). Full recompute
     is the no-recompute figures plus one more forward. A layer's optimizer time is one step
     over that layer's parameters as built alone (a tied head owns its copy of the embedding).
+
+    On a GPU the (fwd, bwd) entries are the kernels' time with the launch queue kept full, and ``host`` holds
+    the host's time to launch them under the same key: a small model's step runs at its launch rate, not its
+    kernels' (a 125M GPT at micro-batch 4 on an H200: host 27.9 ms, kernels 21.8 ms, step 30.6 ms;
+    ``bench/results/gpu_diagnose.json``), and a wall-clock figure per layer sums to neither.
     """
 
     entries: dict[ProfileKey, tuple[float, float]] = field(default_factory=dict)
     optimizer: dict[OptimizerKey, float] = field(default_factory=dict)
+    host: dict[ProfileKey, tuple[float, float]] = field(default_factory=dict)
 
     @staticmethod
     def key(
@@ -403,11 +413,17 @@ class Profile:
         bwd_s: float,
         impl: str = "own",
         recompute: str = "none",
+        host: tuple[float, float] | None = None,
     ) -> None:
-        if fwd_s < 0 or bwd_s < 0:
-            raise ValueError(f"profiled times must be >= 0, got fwd {fwd_s}, bwd {bwd_s}")
+        """``host``: the (fwd, bwd) seconds the host took to launch the kernels (GPU profiles)."""
+        if fwd_s < 0 or bwd_s < 0 or (host is not None and min(host) < 0):
+            raise ValueError(f"profiled times must be >= 0, got fwd {fwd_s}, bwd {bwd_s}, host {host}")
         key = self.key(layer, device_type, tp, micro_batch, precision, impl, recompute)
         self.entries[key] = (fwd_s, bwd_s)
+        if host is not None:
+            self.host[key] = host
+        else:
+            self.host.pop(key, None)
 
     def get(
         self,
@@ -437,19 +453,52 @@ class Profile:
         sizes. A single profiled size scales proportionally. ``impl="dtensor"`` falls back to the ``own``
         figures where the DTensor variant was not timed (layers without a DTensor plan run on Tessera's own).
         None when nothing was profiled for the key (``recompute``: the variant built with it)."""
+        return self._lookup(self.entries, layer, device_type, tp, micro_batch, precision, impl, recompute)
+
+    def lookup_host(
+        self,
+        layer: Layer,
+        device_type: str,
+        tp: int,
+        micro_batch: float,
+        precision: str,
+        impl: str = "own",
+        recompute: str = "none",
+    ) -> tuple[float, float] | None:
+        """The host's (fwd, bwd) launch seconds at ``micro_batch``, as :meth:`lookup` finds kernel times (but
+        a single profiled size is kept as it is: the launches do not grow with the batch); None where the
+        profile has none (CPU profiles, GPU profiles taken before launch times were recorded)."""
+        return self._lookup(
+            self.host, layer, device_type, tp, micro_batch, precision, impl, recompute, proportional=False
+        )
+
+    def _lookup(
+        self,
+        table: dict[ProfileKey, tuple[float, float]],
+        layer: Layer,
+        device_type: str,
+        tp: int,
+        micro_batch: float,
+        precision: str,
+        impl: str,
+        recompute: str,
+        proportional: bool = True,
+    ) -> tuple[float, float] | None:
         want = self.key(layer, device_type, tp, 0, precision, impl, recompute)
         if float(micro_batch).is_integer():
-            hit = self.entries.get(want[:3] + (int(micro_batch),) + want[4:])
+            hit = table.get(want[:3] + (int(micro_batch),) + want[4:])
             if hit is not None:
                 return hit
         rest = want[:3] + want[4:]  # every coordinate but the micro-batch
-        pts = sorted((k[3], v) for k, v in self.entries.items() if k[:3] + k[4:] == rest)
+        pts = sorted((k[3], v) for k, v in table.items() if k[:3] + k[4:] == rest)
         if not pts:
             if impl == "own":
                 return None
-            return self.lookup(layer, device_type, tp, micro_batch, precision, recompute=recompute)
+            return self._lookup(
+                table, layer, device_type, tp, micro_batch, precision, "own", recompute, proportional
+            )
         if len(pts) == 1:
-            (b0, (f0, w0)), scale = pts[0], micro_batch / pts[0][0]
+            (b0, (f0, w0)), scale = pts[0], (micro_batch / pts[0][0] if proportional else 1.0)
             return f0 * scale, w0 * scale
         i = 1
         while i < len(pts) - 1 and pts[i][0] < micro_batch:
@@ -474,6 +523,9 @@ class Profile:
         """Take every measurement of ``other`` (newer wins)."""
         self.entries.update(other.entries)
         self.optimizer.update(other.optimizer)
+        for k in other.entries:  # a newer measurement without launch times replaces one with them
+            self.host.pop(k, None)
+        self.host.update(other.host)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -481,7 +533,8 @@ class Profile:
     def to_json(self) -> str:
         rows = [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "micro_batch": k[3], "precision": k[4],
-             "impl": k[5], "recompute": k[6], "fwd_s": v[0], "bwd_s": v[1]}
+             "impl": k[5], "recompute": k[6], "fwd_s": v[0], "bwd_s": v[1],
+             **({"host_fwd_s": self.host[k][0], "host_bwd_s": self.host[k][1]} if k in self.host else {})}
             for k, v in self.entries.items()
         ] + [
             {"signature": list(k[0]), "device_type": k[1], "tp": k[2], "precision": k[3], "optimizer": k[4],
@@ -502,6 +555,8 @@ class Profile:
             key = (sig, row["device_type"], int(row["tp"]), int(row["micro_batch"]), row["precision"],
                    row.get("impl", "own"), row.get("recompute", "none"))  # fmt: skip
             p.entries[key] = (float(row["fwd_s"]), float(row["bwd_s"]))
+            if "host_fwd_s" in row:
+                p.host[key] = (float(row["host_fwd_s"]), float(row["host_bwd_s"]))
         return p
 
     def save(self, path: str | Path) -> None:
@@ -626,12 +681,21 @@ def layer_time(
             _shard_time(found[1], whole[1] if whole else None, even, frac),
         )
 
+    def host(variant: str) -> tuple[float, float]:
+        """The host's launch seconds of the variant (a TP shard launches as many kernels as the even one)."""
+        if profile is None:
+            return 0.0, 0.0
+        found = (profile.lookup_host(layer, k, tp, micro_batch, precision, impl, variant) for k in keys)
+        return next((m for m in found if m is not None), (0.0, 0.0))
+
     if recompute in ("selective", "full") and (timed := profiled(recompute)) is not None:
         # the re-run forward (or attention core) is in the timed backward
-        return LayerTime(timed[0], timed[1], "profile")
+        return LayerTime(timed[0], timed[1], "profile", *host(recompute))
     measured = profiled("none")
+    host_s = (0.0, 0.0)
     if measured is not None:
         fwd, bwd = measured
+        host_s = host("none")
         source = "profile"
     elif shape is not None and layer.kind == "transformer" and gpu.arch != "cpu":
         terms = block_terms(
@@ -645,13 +709,15 @@ def layer_time(
         ).time_s
         bwd = 2.0 * fwd  # backward = 2 × forward FLOPs (and roughly 2 × the traffic)
         source = "roofline"
+    host_fwd, host_bwd = host_s
     if reruns_forward(layer, recompute):
         bwd += fwd
+        host_bwd += host_fwd
     elif recompute == "selective":
         bwd += fwd * attention_core_fraction
     elif recompute not in ("none", "full"):
         raise ValueError(f"recompute: {recompute!r} is not one of none, selective, full")
-    return LayerTime(fwd, bwd, source)
+    return LayerTime(fwd, bwd, source, host_fwd, host_bwd)
 
 
 def optimizer_time(

@@ -355,7 +355,7 @@ def _stage_time(
     impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
     shape = _block_shape(spec, plan.attention.value)
     elem = _elem_scale(precision)
-    cache: dict[tuple, tuple[float, float]] = {} if memo is None else memo
+    cache: dict[tuple, tuple[float, float, float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
     devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
@@ -380,11 +380,11 @@ def _stage_time(
         ckey = (mb, weight, tuple((gpu.name, dkey) for gpu, dkey in per_dev))
         done = computed.get(ckey)
         if done is None:
-            fwd = bwd = 0.0
+            fwd = bwd = host_fwd = host_bwd = 0.0
             totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
             for layer, sig, splits, acf, _, count in runs:
                 tp = _runs_at(tp_degree, splits)
-                lf = lb = 0.0
+                lf = lb = hf = hb = 0.0
                 for k, (gpu, dkey) in enumerate(per_dev):
                     ratio = ratios[k] if tp > 1 else None
                     key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
@@ -397,12 +397,17 @@ def _stage_time(
                             shape=shape if layer.kind == "transformer" else None,
                         )  # fmt: skip
                         f = cost.compute_factor(gpu.name)
-                        hit = cache[key] = (t.fwd_s * f, t.bwd_s * f)
+                        hit = cache[key] = (t.fwd_s * f, t.bwd_s * f, t.host_fwd_s, t.host_bwd_s)
                     lf, lb = max(lf, hit[0]), max(lb, hit[1])
+                    hf, hb = max(hf, hit[2]), max(hb, hit[3])
                     totals[k] += (hit[0] + hit[1]) * count
                 fwd += lf * count * weight
                 bwd += lb * count * weight
-            done = computed[ckey] = (fwd, bwd, totals)
+                host_fwd += hf * count * weight
+                host_bwd += hb * count * weight
+            # a GPU runs a pass at the slower of its kernels and the host launching them (profiled launch
+            # times; 0 where none were measured): a small model's step is launch-bound
+            done = computed[ckey] = (max(fwd, host_fwd), max(bwd, host_bwd), totals)
         fwd, bwd, totals = done
         tp_comm = 0.0
         if tp_degree > 1:

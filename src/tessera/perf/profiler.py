@@ -40,6 +40,7 @@ runtime pins them (:mod:`tessera.cpu_affinity`): this process takes rank 0's cor
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -77,6 +78,9 @@ class LayerMeasurement:
     optimizer_s: float  # one step over this layer's (shard's) parameters
     impl: str = "own"  # TP implementation timed: Tessera's own shard layers, or PyTorch DTensor (even splits)
     recompute: str = "none"  # the layer built without recompute, or with selective recompute
+    # on a GPU: fwd_s/bwd_s are the kernels' time with the launch queue full, these the host's launch time
+    host_fwd_s: float | None = None
+    host_bwd_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,9 +113,14 @@ class ProfileRun:
                 profile.put_optimizer(
                     layer, self.device_type, r.tp, self.precision, self.optimizer, time_s=r.optimizer_s
                 )
+            host = (
+                (r.host_fwd_s, r.host_bwd_s)
+                if r.host_fwd_s is not None and r.host_bwd_s is not None
+                else None
+            )
             profile.put(
                 layer, self.device_type, r.tp, r.micro_batch, self.precision, fwd_s=r.fwd_s, bwd_s=r.bwd_s,
-                impl=r.impl, recompute=r.recompute,
+                impl=r.impl, recompute=r.recompute, host=host,
             )  # fmt: skip
 
 
@@ -425,10 +434,15 @@ def time_layer(
     warmup: int,
     repeats: int,
     back_to_back: int | None = None,
-) -> tuple[float, float]:
-    """Median (forward s, backward s) of ``model.layers[0]`` on input ``x``; ``targets``: add the loss.
-    ``back_to_back`` forwards, then as many backwards, between synchronizations (default: 4 on CUDA, 1 on
-    CPU, where the host runs the kernels itself); the figures are per pass."""
+) -> tuple[float, float, float | None, float | None]:
+    """Median (forward s, backward s, host forward s, host backward s) of ``model.layers[0]`` on input ``x``;
+    ``targets``: add the loss. ``back_to_back`` forwards, then as many backwards, between synchronizations
+    (default: 4 on CUDA, 1 on CPU, where the host runs the kernels itself); the figures are per pass.
+
+    On CUDA each timed region is queued behind a sleeping kernel that outlasts the host's launching, so the
+    events around it time the kernels alone, back to back; the host's launch time is taken apart (a layer
+    runs at the slower of the two, and a stage's step at the slower of their sums). On CPU the host figures
+    are None (the host runs the kernels: the wall time is both)."""
     layer = model.layers[0]  # type: ignore[index]
     x = x.detach().clone()
     if x.is_floating_point():
@@ -456,6 +470,15 @@ def time_layer(
             outs.append(out)
         return outs
 
+    def backwards(outs: list[torch.Tensor]) -> None:
+        for out in outs:
+            if targets is not None:
+                out.backward()
+            else:
+                if not grad_out:
+                    grad_out.append(torch.randn_like(out) * 1e-3)
+                out.backward(grad_out[0])
+
     def run() -> tuple[float, float]:
         for p in params:
             p.grad = None
@@ -465,19 +488,78 @@ def time_layer(
         outs = forwards()
         _sync(device)
         t1 = time.perf_counter()
-        for out in outs:
-            if targets is not None:
-                out.backward()
-            else:
-                if not grad_out:
-                    grad_out.append(torch.randn_like(out) * 1e-3)
-                out.backward(grad_out[0])
-        del outs, out
+        backwards(outs)
+        del outs
         _sync(device)
         return (t1 - t0) / k, (time.perf_counter() - t1) / k
 
-    fwd, bwd = _median_time(run, warmup, repeats)
-    return fwd, bwd
+    if device.type != "cuda":
+        fwd, bwd = _median_time(run, warmup, repeats)
+        return fwd, bwd, None, None
+    hold = _LaunchHold(device)
+
+    def run_cuda() -> tuple[float, float, float, float]:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        _sync(device)
+        fwd_k, fwd_h, outs = hold.time(forwards)
+        bwd_k, bwd_h, _ = hold.time(functools.partial(backwards, outs))
+        outs.clear()
+        _sync(device)
+        return fwd_k / k, bwd_k / k, fwd_h / k, bwd_h / k
+
+    fwd, bwd, host_fwd, host_bwd = _median_time(run_cuda, warmup, repeats)
+    return fwd, bwd, host_fwd, host_bwd
+
+
+class _LaunchHold:
+    """Times a region's kernels apart from its launches: a sleeping kernel queued first holds the GPU while
+    the host launches the region, so the kernels then run back to back between two events (their own time,
+    not the launch rate's), and the host's launch time is read beside it. The sleep is sized from the
+    region's last launch time (x2, at least 2 ms); a region that waited on the GPU (a synchronizing op) is
+    timed by the wall clock instead."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cycles_per_s = _sleep_rate(device)
+        self.last_host_s: dict[int, float] = {}
+
+    def time(self, region: Callable[[], Any]) -> tuple[float, float, Any]:
+        """(kernel seconds, host launch seconds, the region's result)."""
+        slot = id(getattr(region, "func", region))  # forwards, or the backwards' partial: one hold each
+        hold_s = max(2e-3, 2.0 * self.last_host_s.get(slot, 0.0))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(hold_s * self.cycles_per_s))
+        start.record()
+        t0 = time.perf_counter()
+        out = region()
+        host_s = time.perf_counter() - t0
+        end.record()
+        end.synchronize()
+        self.last_host_s[slot] = host_s
+        kernel_s = start.elapsed_time(end) / 1e3
+        if host_s > 0.8 * hold_s:  # the launches outlasted the hold (or waited on the GPU): the wall is all
+            kernel_s = max(kernel_s, host_s)
+        return kernel_s, host_s, out
+
+
+_SLEEP_RATES: dict[int, float] = {}
+
+
+def _sleep_rate(device: torch.device) -> float:
+    """``torch.cuda._sleep`` cycles per second on ``device`` (measured once)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SLEEP_RATES:
+        cycles = 20_000_000
+        torch.cuda._sleep(1000)  # warm the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_RATES[idx] = cycles / max(1e-6, start.elapsed_time(end) / 1e3)
+    return _SLEEP_RATES[idx]
 
 
 def time_optimizer(
@@ -688,12 +770,19 @@ def _median_rows(rows: list[LayerMeasurement]) -> list[LayerMeasurement]:
     groups: dict[tuple, list[LayerMeasurement]] = {}
     for r in rows:
         groups.setdefault((r.layer, r.tp, r.micro_batch, r.impl, r.recompute), []).append(r)
+
+    def median_of(xs: list[float | None]) -> float | None:
+        present = [x for x in xs if x is not None]
+        return statistics.median(present) if present else None
+
     return [
         replace(
             g[0],
             fwd_s=statistics.median(r.fwd_s for r in g),
             bwd_s=statistics.median(r.bwd_s for r in g),
             optimizer_s=statistics.median(r.optimizer_s for r in g),
+            host_fwd_s=median_of([r.host_fwd_s for r in g]),
+            host_bwd_s=median_of([r.host_bwd_s for r in g]),
         )
         for g in groups.values()
     ]
@@ -734,8 +823,8 @@ def _profile_pass(
             if (what.impl, what.recompute) == ("own", "none")
             else f" ({what.impl}, {what.recompute} recompute)"
         )
-        for b, fwd, bwd in _time_micro_batches(model, x, y, micro_batches, **timing):
-            rows.append(replace(what, micro_batch=b, fwd_s=fwd, bwd_s=bwd))
+        for b, (fwd, bwd, hf, hb) in _time_micro_batches(model, x, y, micro_batches, **timing):
+            rows.append(replace(what, micro_batch=b, fwd_s=fwd, bwd_s=bwd, host_fwd_s=hf, host_bwd_s=hb))
             if on_step is not None:
                 on_step(f"{what.name} tp{what.tp} mb{b}{tag}")
 
@@ -802,17 +891,17 @@ def _time_micro_batches(
     repeats: int,
     peer_batch: Any,
     back_to_back: int = 1,
-) -> Iterator[tuple[int, float, float]]:
-    """(micro-batch, fwd s, bwd s) of ``model.layers[0]`` at each size, co-runners set to the same size."""
+) -> Iterator[tuple[int, tuple[float, float, float | None, float | None]]]:
+    """(micro-batch, (fwd s, bwd s, host fwd s, host bwd s)) of ``model.layers[0]`` at each size, co-runners
+    set to the same size (host figures on CUDA only: :func:`time_layer`)."""
     for b in sorted(set(micro_batches)):
         if peer_batch is not None:
             peer_batch.value = b
         y = targets[:b] if targets is not None else None
-        fwd, bwd = time_layer(
+        yield b, time_layer(
             model, x[:b], y, device=device, precision=precision, warmup=warmup, repeats=repeats,
             back_to_back=back_to_back,
         )  # fmt: skip
-        yield b, fwd, bwd
 
 
 def count_steps(

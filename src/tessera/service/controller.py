@@ -109,8 +109,7 @@ class Controller:
         """A model's new profile joins the cost model (saved) and every estimate is recomputed with it."""
         assert self.adapter is not None
         cost = self.adapter.cost
-        cost.profile.entries.update(profile.entries)
-        cost.profile.optimizer.update(profile.optimizer)
+        cost.profile.update(profile)
         with contextlib.suppress(OSError):
             cost.save(self.config.cost_dir)
         self.adapter.set_cost(cost)
