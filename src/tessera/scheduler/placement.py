@@ -24,6 +24,7 @@ import numpy as np
 from tessera.scheduler.state import ClusterState, GPUs
 
 Placement = tuple[tuple[int, int], ...]
+_NO_FIT = np.iinfo(np.int64).max  # a node that cannot hold the job, for argmin
 
 
 def best_fit(
@@ -40,17 +41,19 @@ def best_fit(
         return ()
     if len(nodes) == 0:
         return None
-    f = free[nodes].astype(np.int64, copy=True)
+    f = free[nodes]  # a copy (fancy indexing): the greedy loop below zeroes what it takes
+    if f.dtype != np.int64:
+        f = f.astype(np.int64)
     if int(f.sum()) < n_gpus:
         return None
     out: list[tuple[int, int]] = []
     need = n_gpus
     if keep_in_node and n_gpus <= int(capacity[nodes].max()):
-        # fits in one node of this kind: only a single node will do (topology awareness)
-        ok = np.flatnonzero(f >= n_gpus)
-        if len(ok) == 0:
+        # fits in one node of this kind: only a single node will do (topology awareness); the tightest fit,
+        # the lowest index among ties (argmin's first)
+        j = int(np.argmin(np.where(f >= n_gpus, f, _NO_FIT)))
+        if f[j] < n_gpus:
             return None
-        j = ok[np.argmin(f[ok])]  # tightest fit; argmin takes the lowest index among ties
         return ((int(nodes[j]), n_gpus),)
     while need > 0:
         ok = np.flatnonzero(f >= need)
@@ -75,10 +78,14 @@ def place(cluster: ClusterState, gpus: GPUs, *, keep_in_node: bool = True) -> Pl
         idx = cluster.nodes_of_type(t)
         if len(idx) == 0:
             return None
-        idx = idx[cluster.up[idx]]
+        up = cluster.up[idx]
+        if not up.all():
+            idx = idx[up]
         p = best_fit(cluster.free, cluster.capacity, idx, n, keep_in_node=keep_in_node)
         if p is None:
             return None
+        if len(gpus) == 1:
+            return p  # one type: already sorted by node
         out.extend(p)
     return tuple(sorted(out))
 

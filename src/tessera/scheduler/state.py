@@ -59,6 +59,7 @@ class JobConfig:
     exclude_gpu_types: tuple[str, ...] = ()
     max_gpus: int | None = None
     _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _sort_key: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -79,7 +80,11 @@ class JobConfig:
 
     def _order(self) -> tuple:
         """Sort key (None as the smallest value): configurations sort by model, then global batch, …"""
-        return tuple((v is not None, v if v is not None else 0) for v in self._fields())
+        key = self._sort_key
+        if key is None:
+            key = tuple((v is not None, v if v is not None else 0) for v in self._fields())
+            object.__setattr__(self, "_sort_key", key)
+        return key
 
     def __lt__(self, other: JobConfig) -> bool:
         return self._order() < other._order()
