@@ -14,7 +14,8 @@ What the replay may know is what the service knew BEFORE the run — never the r
 
 * the cost model of the state dir's ``perf-emulated`` calibration, snapshotted before the live run starts
   (a warm-up workload runs first in the same state dir so the first policy's run has calibration too, and
-  this machine's profiles of every configuration of the workload; later
+  this machine's profiles of every configuration of the workload; then a settle run of every configuration
+  again, with no profiling beside it, the first run whose timings the replays may learn from; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
 * speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
 * speed factors from each allocation's measured seconds per step of progress (``measured_step_s``: the
@@ -112,6 +113,14 @@ WARMUP: list[tuple[float, dict[str, Any]]] = [
 ] + [  # and every configuration of the workload once, so its profiles are taken before the measured runs
     (0.0, {"name": f"w-{s['name'][2:]}", "model": s["model"], "global_batch": s["global_batch"],
            "seq_len": s["seq_len"], "steps": 3, "max_gpus": 1})
+    for _, s in WORKLOAD
+]  # fmt: skip
+# A second warm-up, once every profile is taken: each configuration of the workload again, long enough for a
+# steady step. The first warm-up's jobs ran beside profiling children (on this 2-core box they halve a job's
+# speed), so the replay's prior knowledge — speed factors and allocation overheads — comes from this one on.
+SETTLE: list[tuple[float, dict[str, Any]]] = [
+    (0.0, {"name": f"s-{s['name'][2:]}", "model": s["model"], "global_batch": s["global_batch"],
+           "seq_len": s["seq_len"], "steps": 15, "max_gpus": 1})
     for _, s in WORKLOAD
 ]  # fmt: skip
 
@@ -387,9 +396,12 @@ def main() -> None:
     try:
         print("warm-up (calibration for the first run, same state dir)…", flush=True)
         warm_specs = [(t, {**BASE, **s}) for t, s in WARMUP]
-        warm = run_live(state, "fcfs", args.round_s, warm_specs, args.timeout)
-        runs = [warm]
-        specs_by_id = {i: s for i, (_, s) in zip(warm["ids"], warm_specs, strict=True)}
+        run_live(state, "fcfs", args.round_s, warm_specs, args.timeout)  # profiles + first calibration
+        print("settle (the workload's configurations again, every profile taken)…", flush=True)
+        settle_specs = [(t, {**BASE, **s}) for t, s in SETTLE]
+        settle = run_live(state, "fcfs", args.round_s, settle_specs, args.timeout)
+        runs = [settle]  # what the replays may know: from here on (see SETTLE)
+        specs_by_id = {i: s for i, (_, s) in zip(settle["ids"], settle_specs, strict=True)}
         for policy in policies:
             cost_dir = ServiceConfig(state_dir=state).cost_dir
             snap = state / f"perf-before-{policy}"
@@ -447,7 +459,7 @@ def main() -> None:
         "targets": {"mean_abs_jct_error": 0.10, "throughput_error": 0.05, "decision_match": 0.90},
         "crius_reported": {"mean_abs_jct_error": 0.0731, "throughput_error": 0.0316},
         "quick": args.quick, "round_s": args.round_s, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
-        "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "workload": jobs,
+        "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "settle_jobs": [s for _, s in SETTLE], "workload": jobs,
         "wall_s": time.time() - t_all,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
     })  # fmt: skip
