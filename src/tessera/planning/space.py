@@ -345,9 +345,10 @@ class StageSpace:
         self.warm_memory([(s, j) for s, a in enumerate(allowed) for j in a])
         B = self.micro_batches
         S = self.n_stages
-        t = [np.array([self.stage_cost(s, j).time_s for j in a]) for s, a in enumerate(allowed)]
-        sync = [np.array([self.stage_cost(s, j).tail_s for j in a]) for s, a in enumerate(allowed)]
-        ok = [np.array([self.stage_cost(s, j).feasible for j in a]) for s, a in enumerate(allowed)]
+        costs = [[self.stage_cost(s, j) for j in a] for s, a in enumerate(allowed)]
+        t = [np.array([c.time_s for c in cs]) for cs in costs]
+        sync = [np.array([c.tail_s for c in cs]) for cs in costs]
+        ok = [np.array([c.feasible for c in cs]) for cs in costs]
         p2p = [
             np.array([[self.p2p(s, j, k) for k in allowed[s + 1]] for j in allowed[s]]) for s in range(S - 1)
         ]

@@ -33,8 +33,9 @@ Estimating a configuration's grid costs seconds, so :func:`cell_table` estimates
   listing up to 2^20 combinations, and price the memory of a whole space (and, in :func:`warm_config`, of every
   GPU type, count and stage count of the grid) in one vectorized formula call. The figures are the planner's
   (``tests/scheduler/test_speed_fast.py``); the service uses the same estimator.
-* **parallel per model** — one pool task per model (its batches share the parameter-shape caches), largest
-  first; an interrupt terminates the workers (they also die with their parent).
+* **parallel per configuration** — one pool task per configuration, largest model first, so the workers
+  finish together and progress is reported per configuration; an interrupt terminates the workers (they also
+  die with their parent).
 * **cached by what it depends on** — under ``$TESSERA_HOME/sim/`` (or ``~/.cache/tessera/sim``), keyed by
   :func:`table_digest`: the GPU types' catalog entries and node shapes (not node counts), the calibration and
   the source of every package the figures come from — one cache for every trace and for presets that share
@@ -275,7 +276,10 @@ class FastStageSpace(StageSpace):
         option of the space in one formula call (the tuner then asks for most of them one by one) — and of
         the spaces the tuner tries next (:meth:`FastCellEstimator.warm_tuning`); a miss whose memory a bulk
         call already priced (:meth:`FastCellEstimator.warm_grid`) prices nothing more."""
-        if (s, j) not in self._costs and not self._warmed and (s, j) not in self._priced:
+        hit = self._costs.get((s, j))
+        if hit is not None:
+            return hit
+        if not self._warmed and (s, j) not in self._priced:
             self._warmed = True
             if self._owner is not None:
                 self._owner[0].warm_tuning(self._owner[1], self.rung, self.micro_batches)
@@ -845,7 +849,7 @@ def warm_config(
 def _warm_many(
     args: tuple[ClusterSpec, list[JobConfig], dict[str, int], int, bool, int],
 ) -> list[tuple[JobConfig, dict]]:
-    """A pool task: every configuration of one model (they share its parameter shapes and layer caches)."""
+    """A pool task: some configurations (one, from :func:`cell_table`), built with rare GC collections."""
     cluster, configs, capacity, max_gpus, mixes, tuned = args
     out = []
     with _rare_collections():
@@ -963,10 +967,9 @@ def cell_table(
         if progress:
             progress(c)
 
-    by_model: dict[str, list[JobConfig]] = {}
-    for c in todo:
-        by_model.setdefault(c.model, []).append(c)
-    tasks = sorted(by_model.values(), key=_model_cost, reverse=True)
+    # one task per configuration, the costliest first (a model's configurations share little beyond what a
+    # worker keeps for the next one anyway): the workers finish together and progress moves one at a time
+    tasks = sorted(([c] for c in todo), key=_model_cost, reverse=True)
     jobs = [(cluster, cs, capacity, max_gpus, mixes, tuned_cells) for cs in tasks]
     n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if n == 1:
