@@ -380,14 +380,18 @@ def _stage_time(
         ckey = (mb, weight, tuple((gpu.name, dkey) for gpu, dkey in per_dev))
         done = computed.get(ckey)
         if done is None:
+            # ranks alike (GPU, profile key and, where the layer is split, shard ratio) price a layer once
+            alike: dict[bool, dict[tuple, tuple[GPUSpec, list[int]]]] = {True: {}, False: {}}
+            for k, (gpu, dkey) in enumerate(per_dev):
+                alike[True].setdefault((gpu.name, dkey, ratios[k]), (gpu, []))[1].append(k)
+                alike[False].setdefault((gpu.name, dkey, None), (gpu, []))[1].append(k)
             fwd = bwd = host_fwd = host_bwd = 0.0
             totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
             for layer, sig, splits, acf, _, count in runs:
                 tp = _runs_at(tp_degree, splits)
                 lf = lb = hf = hb = 0.0
-                for k, (gpu, dkey) in enumerate(per_dev):
-                    ratio = ratios[k] if tp > 1 else None
-                    key = ("t", sig, gpu.name, dkey, tp, ratio, mb, precision, recompute, impl)
+                for (name, dkey, ratio), (gpu, ranks) in alike[tp > 1].items():
+                    key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl)
                     hit = cache.get(key)
                     if hit is None:
                         t = layer_time(
@@ -396,11 +400,13 @@ def _stage_time(
                             attention_core_fraction=acf, device_type=dkey, impl=impl,
                             shape=shape if layer.kind == "transformer" else None,
                         )  # fmt: skip
-                        f = cost.compute_factor(gpu.name)
+                        f = cost.compute_factor(name)
                         hit = cache[key] = (t.fwd_s * f, t.bwd_s * f, t.host_fwd_s, t.host_bwd_s)
                     lf, lb = max(lf, hit[0]), max(lb, hit[1])
                     hf, hb = max(hf, hit[2]), max(hb, hit[3])
-                    totals[k] += (hit[0] + hit[1]) * count
+                    both = (hit[0] + hit[1]) * count
+                    for k in ranks:
+                        totals[k] += both
                 fwd += lf * count * weight
                 bwd += lb * count * weight
                 host_fwd += hf * count * weight
