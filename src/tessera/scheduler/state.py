@@ -244,10 +244,11 @@ class JobState:
     last_change_s: float = 0.0  # when the allocation last changed (start, rescale, preemption)
     attained_gpu_s: float = 0.0  # GPU-seconds received so far (as of ``as_of_s``), for LAS-style policies
     meta: dict = field(default_factory=dict)  # per-policy scratch space (the policy's own bookkeeping)
+    # the job's id, kept beside it: policies read it millions of times a run (a property cost a call each)
+    job_id: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def job_id(self) -> int:
-        return self.job.job_id
+    def __post_init__(self) -> None:
+        self.job_id = self.job.job_id
 
     def done_at(self, now_s: float) -> float:
         """Iterations done by ``now_s`` (extrapolated from the last report)."""

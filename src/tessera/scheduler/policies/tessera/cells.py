@@ -43,6 +43,7 @@ class JobCells:
     lp_cells: list[Cell] = field(default_factory=list)  # what the LP chooses from: single types, else mixes
     _arrays: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     _moves: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _others: dict[GPUs, list[Cell]] = field(default_factory=dict)
 
     def lp_arrays(self, types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The LP Cells as arrays: normalized throughputs, rates, and GPUs per Cell and type (in ``types``)."""
@@ -55,6 +56,13 @@ class JobCells:
                     gpus[i, col[t]] = n
             norm = np.array([c.norm for c in self.lp_cells])
             out = self._arrays[types] = (norm, np.array([c.rate for c in self.lp_cells]), gpus)
+        return out
+
+    def lp_others(self, held: GPUs) -> list[Cell]:
+        """The LP Cells on other GPUs than ``held`` (a running job's moves; kept per GPUs held)."""
+        out = self._others.get(held)
+        if out is None:
+            out = self._others[held] = [c for c in self.lp_cells if c.gpus != held]
         return out
 
     def lp_moves(self, types: tuple[str, ...], held: GPUs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -79,6 +79,7 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     col = {t: k for k, t in enumerate(ctx.cluster.types)}
     running: dict[tuple, list[JobState]] = {}
     left_of: dict[int, float] = {}  # job → work it still has (read once: the sort below reads it again)
+    info = r.pol.catalog.info
     for js in ctx.running:
         a = ctx.allocation(js.job_id)
         if a is None:
@@ -90,7 +91,7 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
         rate = js.rate_iters_per_s or r.held_cell(js, a).rate
         rem = left_of[js.job_id] = js.remaining_at(now)
         left = int(math.log2(max(rem / max(rate, 1e-12), 1.0)))
-        key = (r.info(js.job).key, js.job.priority, a.gpus, left, weight_bucket(r, js), r.settling(js))
+        key = (info(ctx, js.job).key, js.job.priority, a.gpus, left, weight_bucket(r, js), r.settling(js))
         group = running.get(key)
         if group is None:
             running[key] = [js]
@@ -102,8 +103,7 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
         a = ctx.allocation(members[0].job_id)
         assert a is not None
         cur = r.held_cell(members[0], a)
-        others = [c for c in r.info(members[0].job).lp_cells if c.gpus != a.gpus]
-        owners.append(Owner(members, [cur, *others], True))
+        owners.append(Owner(members, [cur, *info(ctx, members[0].job).lp_others(a.gpus)], True))
     return owners
 
 
