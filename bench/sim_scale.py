@@ -1,11 +1,12 @@
 """Benchmark: the simulator and every policy at ten times the cluster (issue 21 item 2), and a cold table build.
 
-    python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300]
+    python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300] [--cold-only]
 
 1. **Cold tables** — with an empty table cache (a fresh ``$TESSERA_HOME``), the time from loading the Philly
    two-week window to the first simulated event on ``crius-sim-1280`` (trace, every configuration's rate
    table, jobs): ``cold_table_s`` (target <= 60 s on the 2-core dev box). The cache it fills is then shared by
-   every run below (``crius-sim-12800``'s node shapes are ``crius-sim-1280``'s).
+   every run below (``crius-sim-12800``'s node shapes are ``crius-sim-1280``'s). ``--cold-only`` stops here
+   and writes bench/results/sim_cold.json (``cold_table_s``, ``cold_cpu_s``, ``cold_jobs``, ``configs``).
 2. **Ten times the cluster** — ``crius-sim-12800`` (each node group of ``crius-sim-1280`` x10) replaying the
    same window as ``--copies`` interleaved copies (every row ``--copies`` times, copy i submitted i seconds
    later: arrivals ten times as dense, the same two weeks). Per policy ``sim_wall_s`` (target <= 120 s),
@@ -182,6 +183,8 @@ def main() -> int:
     ap.add_argument("--home", default=None, help="TESSERA_HOME for the table cache (default: a fresh one)")
     ap.add_argument("--models", default=None, help="zoo models only (a smoke test), default: the Philly mix")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--cold-only", action="store_true",
+                    help="stop after the cold table build; write its figures to sim_cold.json")  # fmt: skip
     args = ap.parse_args()
     home = args.home or tempfile.mkdtemp(prefix="tessera-sim-scale-")
     os.environ["TESSERA_HOME"] = home  # read when the cache is opened: the cold phase starts empty
@@ -220,6 +223,29 @@ def main() -> int:
     log(f"cold_table_s {cold_table_s:.1f} (CPU {cold_cpu_s:.1f} s; tables {table_s:.1f} s, {len(jobs1)} jobs, cache was "
         f"{'warm' if cached else 'empty'})")  # fmt: skip
     cfg = SimConfig(seed=args.seed, window_s=w_len)
+    if args.cold_only:
+        cold = {
+            "benchmark": "sim_cold",
+            "command": "python bench/sim_scale.py " + " ".join(sys.argv[1:]),
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "load_avg_at_end": os.getloadavg(),
+            },
+            "window": [args.start, args.end],
+            "cluster": base.name,
+            "cold_table_s": cold_table_s,
+            "cold_cpu_s": cold_cpu_s,
+            "cold_cache_was_empty": not cached,
+            "cold_jobs": len(jobs1),
+            "configs": len(wl.configs()),
+            "workers": args.workers,
+        }
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sim_cold.json").write_text(json.dumps(cold, indent=1, default=float))
+        print(f"wrote {out / 'sim_cold.json'}")
+        return 0
 
     # 2. every policy at ten times the cluster
     big = get_cluster("crius-sim-12800") if args.copies == 10 else scaled_cluster(base, args.copies)
