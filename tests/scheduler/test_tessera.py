@@ -360,3 +360,23 @@ def test_a_scale_down_for_a_newcomer_reports_throughput_restart_and_gpu_price():
     why = ctx.decision().reasons[0]
     assert why.startswith("rescale 4×A100-40GB → 2×A100-40GB: est. 3.6 → 1.9 it/s (-47 %)"), why
     assert "restart 60 s" in why and "LP shadow price A100-40GB" in why, why
+
+
+def test_a_running_jobs_lp_rows_are_its_other_cells_with_the_held_gpus_first():
+    # kept per GPUs held (thousands of running jobs share a few): the same rows the LP group was built from
+    import numpy as np
+
+    from tessera.scheduler.policies.tessera.cells import Cell, JobCells
+
+    cells = [
+        Cell(1.0, 2.0, (("A100-40GB", 2),), None, 2, False),
+        Cell(0.6, 1.2, (("A100-40GB", 1),), None, 1, False),
+        Cell(0.5, 1.0, (("V100-16GB", 2),), None, 2, False),
+    ]
+    inf = JobCells(("k",), cells, 2.0, {c.gpus: c for c in cells}, cells[1:], cells)
+    types = ("A100-40GB", "V100-16GB")
+    norm, rate, gpus = inf.lp_moves(types, (("A100-40GB", 1),))
+    assert list(norm) == [1.0, 0.5] and list(rate) == [2.0, 1.0]
+    assert np.array_equal(gpus, [[1, 0], [2, 0], [0, 2]])
+    assert inf.lp_moves(types, (("A100-40GB", 1),))[2] is gpus
+    assert inf.lp_others((("A100-40GB", 1),)) == [cells[0], cells[2]]
