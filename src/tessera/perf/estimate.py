@@ -359,7 +359,8 @@ def _stage_time(
     best = (0.0, 0.0, 0.0)
     seen: set[tuple] = set()
     devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
-    computed: dict[tuple, tuple[float, float, list[float]]] = {}  # replicas that compute alike
+    computed: dict[tuple, tuple[float, float, list[float], Arrival]] = {}  # replicas that compute alike
+    links: dict[tuple, Link] = {}
     comms: dict[tuple, float] = {}  # TP groups on one link that arrive alike
     for r, share in enumerate(stage.shares(plan.global_batch)):
         # averaged over the B micro-batches: not B passes of a fractional sample
@@ -413,12 +414,14 @@ def _stage_time(
                 host_bwd += hb * count * weight
             # a GPU runs a pass at the slower of its kernels and the host launching them (profiled launch
             # times; 0 where none were measured): a small model's step is launch-bound
-            done = computed[ckey] = (max(fwd, host_fwd), max(bwd, host_bwd), totals)
-        fwd, bwd, totals = done
+            done = computed[ckey] = (max(fwd, host_fwd), max(bwd, host_bwd), totals, _arrival(totals))
+        fwd, bwd, totals, arrival = done
         tp_comm = 0.0
         if tp_degree > 1:
-            link = topo.link(devices)
-            arrival = _arrival(totals)
+            where = tuple((d.node, d.gpu_type) for d in devices)  # what the topology's link depends on
+            link = links.get(where)
+            if link is None:
+                link = links[where] = topo.link(devices)
             tkey = (id(link), arrival, mb, weight)  # links are kept by the topology: their ids are stable
             tp_comm = comms.get(tkey, -1.0)
             if tp_comm < 0.0:
