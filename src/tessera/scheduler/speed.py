@@ -332,6 +332,36 @@ class FastCellEstimator(CellEstimator):
             space._owner = (self, shape)
         return space
 
+    def warm_dp(self, gpus: Iterable[tuple[str, int]]) -> int:
+        """Price, in one formula call, the memory of the pure data-parallel option (dp = n, tp = 1, one stage)
+        of each (GPU type, count) on every rung and micro-batch count :meth:`JobSpeed.dp_rate` may try (it
+        stops at the first rung that fits; a call costs about the same for one view or a few hundred).
+        Returns the views."""
+        from tessera.perf.estimate import peak_bytes
+        from tessera.planning.cells import CellShape
+        from tessera.planning.space import default_micro_batches
+
+        gb = self.settings.global_batch
+        views: list = []
+        for t, n in gpus:
+            if n > gb or n < 1:
+                continue
+            shape = CellShape.of({t: n}, 1)
+            for rung in self.rungs:
+                for B in sorted({default_micro_batches(1, gb), gb}):
+                    try:
+                        space = self.space(shape, rung, B)
+                    except _CELL_ERRORS:
+                        space = None
+                    j = None if space is None else next(
+                        (j for j in range(len(space.options[0])) if space.degrees(0, j) == (n, 1)), None
+                    )  # fmt: skip
+                    if space is not None and j is not None:
+                        views.extend(space.memory_views([(0, j)]))
+        if views:
+            peak_bytes(self.spec, views)
+        return len(views)
+
     def warm_tuning(self, shape: Any, rung: Any, micro_batches: int) -> int:
         """Price, in one formula call, the memory of every option of the tuner's next spaces of a Cell: this
         (rung, micro-batches) space, the rung's later micro-batch counts and the next rung's (the tuner walks
@@ -840,6 +870,7 @@ def warm_config(
             )
             top += [CellShape.of(g, s) for r, s in ranked[: src.tuned_cells] if r > 0]
         js.estimator.warm_grid(top, tuning=True)
+        js.estimator.warm_dp([g[0] for g in grid if len(g) == 1 and js.allowed(g)])
     table.warm([config], max_gpus=max_gpus, mixes=mixes)
     data = table.export(config)
     data["failures"] = list(src.failures)
