@@ -154,3 +154,39 @@ def test_a_launch_onto_a_finished_jobs_spare_workers_starts_warm() -> None:
     assert pauses[1] == pytest.approx(6.0)  # nothing was warm
     assert pauses[2] == pytest.approx(0.5)  # job 1's worker, kept as a spare
     assert pauses[3] == pytest.approx(6.0)  # the spare expired long before
+
+
+def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
+    """bench/fidelity.py's prior restart costs: an allocation's span minus its steps × seconds per step of
+    progress, grouped as the replay charges them (a device's first launch is cold, one onto a finished job's
+    spares within SPARE_S warm, a rescale a restart), the median per kind from earlier runs."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "fidelity.py"
+    spec = importlib.util.spec_from_file_location("bench_fidelity", path)
+    fid = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = fid
+    spec.loader.exec_module(fid)
+
+    def alloc(job, kind, node, start, end, steps, step_s, iter_s=None):
+        return {"job_id": job, "kind": kind, "gpus": [{"node": node}], "started_at": start, "ended_at": end,
+                "from_step": 0, "to_step": steps, "measured_step_s": step_s, "measured_iter_s": iter_s or step_s}  # fmt: skip
+
+    run = {"allocations": [
+        alloc(1, "start", "core-0", 0.0, 14.0, 100, 0.1),  # cold: 14 − 10 = 4 s
+        alloc(2, "start", "core-0", 15.0, 21.0, 50, 0.1),  # onto job 1's spares 1 s later: warm, 1 s
+        alloc(3, "start", "half-0", 0.0, 8.0, 10, 0.5),  # another device's first: cold, 3 s
+        alloc(2, "resize", "half-0", 8.5, 11.0, 10, 0.2),  # a restart, 0.5 s
+        alloc(4, "start", "half-0", 11.0 + fid.SPARE_S + 1, 30.0 + fid.SPARE_S, 10, 0.5),  # spares expired: cold
+    ]}  # fmt: skip
+    over = fid.allocation_overheads(run)
+    assert over["cold"] == pytest.approx([4.0, 3.0, 13.0]) and over["warm"] == pytest.approx([1.0])
+    assert over["restart"] == pytest.approx([0.5])
+    costs = fid.earlier_allocation_costs([run])
+    assert (costs["startup_s"], costs["warm_start_s"], costs["restart_s"]) == pytest.approx((4.0, 1.0, 0.5))
+    # without the whole loop iteration (an older server), the training step stands in for it
+    old = {"allocations": [{**a, "measured_step_s": None} for a in run["allocations"]]}
+    assert fid.allocation_overheads(old) == over
+    assert fid.earlier_allocation_costs([{"allocations": []}]) is None
