@@ -388,24 +388,34 @@ def _stage_time(
                 alike[False].setdefault((gpu.name, dkey, None), (gpu, []))[1].append(k)
             fwd = bwd = host_fwd = host_bwd = 0.0
             totals = [0.0] * len(per_dev)  # each rank's compute: who arrives last at the collectives
+            # per (signature, TP degree) within this replica: the slowest rank's times and each group's sum
+            # (a stage whose blocks alternate, dense and MoE, repeats them run after run)
+            per_layer: dict[tuple, tuple[float, float, float, float, list[tuple[float, list[int]]]]] = {}
             for layer, sig, splits, acf, _, count in runs:
                 tp = _runs_at(tp_degree, splits)
-                lf = lb = hf = hb = 0.0
-                for (name, dkey, ratio), (gpu, ranks) in alike[tp > 1].items():
-                    key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl)
-                    hit = cache.get(key)
-                    if hit is None:
-                        t = layer_time(
-                            layer, gpu, tp=tp, micro_batch=mb, precision=precision,
-                            recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
-                            attention_core_fraction=acf, device_type=dkey, impl=impl,
-                            shape=shape if layer.kind == "transformer" else None,
-                        )  # fmt: skip
-                        f = cost.compute_factor(name)
-                        hit = cache[key] = (t.fwd_s * f, t.bwd_s * f, t.host_fwd_s, t.host_bwd_s)
-                    lf, lb = max(lf, hit[0]), max(lb, hit[1])
-                    hf, hb = max(hf, hit[2]), max(hb, hit[3])
-                    both = (hit[0] + hit[1]) * count
+                got = per_layer.get((sig, tp))
+                if got is None:
+                    lf = lb = hf = hb = 0.0
+                    sums = []
+                    for (name, dkey, ratio), (gpu, ranks) in alike[tp > 1].items():
+                        key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl)
+                        hit = cache.get(key)
+                        if hit is None:
+                            t = layer_time(
+                                layer, gpu, tp=tp, micro_batch=mb, precision=precision,
+                                recompute=recompute, ratio=ratio, profile=cost.profile, curves=cost.curves,
+                                attention_core_fraction=acf, device_type=dkey, impl=impl,
+                                shape=shape if layer.kind == "transformer" else None,
+                            )  # fmt: skip
+                            f = cost.compute_factor(name)
+                            hit = cache[key] = (t.fwd_s * f, t.bwd_s * f, t.host_fwd_s, t.host_bwd_s)
+                        lf, lb = max(lf, hit[0]), max(lb, hit[1])
+                        hf, hb = max(hf, hit[2]), max(hb, hit[3])
+                        sums.append((hit[0] + hit[1], ranks))
+                    got = per_layer[(sig, tp)] = (lf, lb, hf, hb, sums)
+                lf, lb, hf, hb, sums = got
+                for both_per_layer, ranks in sums:
+                    both = both_per_layer * count
                     for k in ranks:
                         totals[k] += both
                 fwd += lf * count * weight
