@@ -546,9 +546,9 @@ def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> 
     elem = 2.0 if plan.precision == Precision.BF16_MASTER else 4.0
     owned = stage.dp_degree if _uses_fsdp(plan, stage) else 1  # FSDP keeps only its gradient shard
     nbytes = [3.0 * elem * _rank_params(spec, stage, k) / owned for k in range(stage.tp_degree)]
-    slowest = max(
-        nbytes[j % stage.tp_degree] / topo.gpu(d).memory_bandwidth_Bps for j, d in enumerate(stage.devices)
-    )
+    tp = stage.tp_degree
+    alike = {(j % tp, d.gpu_type): d for j, d in enumerate(stage.devices)}  # replicas repeat the ranks' pairs
+    slowest = max(nbytes[k] / topo.gpu(d).memory_bandwidth_Bps for (k, _), d in alike.items())
     return slowest * passes / m
 
 
@@ -795,7 +795,10 @@ def option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
 def peak_bytes(spec: ModelSpec, views: list[DeviceView]) -> list[float]:
     """Tensor peak of each view (memoized per spec; the uncached ones evaluated in one formula call)."""
     memo = _memo(spec)
-    todo = list(dict.fromkeys(v for v in views if v not in memo))
+    hits = [memo.get(v) for v in views]
+    if None not in hits:
+        return hits  # type: ignore[return-value]
+    todo = list(dict.fromkeys(v for v, h in zip(views, hits, strict=True) if h is None))
     if todo:
         try:
             got = [float(x) for x in evaluate(spec, todo).peak_bytes]
