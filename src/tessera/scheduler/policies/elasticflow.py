@@ -89,6 +89,10 @@ class ElasticFlow(Policy):
     def reset(self) -> None:
         self._prof: DPProfile | None = None
         self._curves: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._in_round = False
+        self._round_cap: tuple[dict[str, int], tuple] | None = (
+            None  # this round's capacity (:meth:`_capacity`)
+        )
         self._grid = np.zeros(0, dtype=np.int64)  # GPUs reserved per absolute slot
         self._plans: dict[int, tuple[int, np.ndarray]] = {}  # admitted job → (first slot, shares)
         self._seen: set[int] = set()
@@ -98,8 +102,8 @@ class ElasticFlow(Policy):
     # ------------------------------------------------------------------ the homogeneous curve
     def curve(self, ctx: SchedulingContext, job: Job) -> tuple[np.ndarray, np.ndarray]:
         """(levels, iterations/s): power-of-two GPU counts the job runs on and its pool-wide mean rate there."""
-        cap = ctx.capacity_by_type()
-        key = (job.config, tuple(sorted(cap.items())))
+        cap, cap_key = self._capacity(ctx)
+        key = (job.config, cap_key)
         c = self._curves.get(key)
         if c is None:
             assert self._prof is not None
@@ -115,6 +119,17 @@ class ElasticFlow(Policy):
                 if levels:
                     break
             c = self._curves[key] = (np.array(levels, dtype=np.int64), np.array(rates, dtype=np.float64))
+        return c
+
+    def _capacity(self, ctx: SchedulingContext) -> tuple[dict[str, int], tuple]:
+        """The pool's GPUs per type (nodes up) and their sorted items, read once a round: :meth:`curve` is asked
+        for every job many times a round (a bincount each at 12,800 GPUs cost half the round)."""
+        c = self._round_cap
+        if c is None:
+            cap = ctx.capacity_by_type()
+            c = (cap, tuple(sorted(cap.items())))
+            if self._in_round:
+                self._round_cap = c
         return c
 
     # ------------------------------------------------------------------ reservations
@@ -171,6 +186,13 @@ class ElasticFlow(Policy):
 
     # ------------------------------------------------------------------ the round
     def schedule(self, ctx: SchedulingContext) -> None:
+        self._in_round, self._round_cap = True, None
+        try:
+            self._schedule(ctx)
+        finally:
+            self._in_round, self._round_cap = False, None
+
+    def _schedule(self, ctx: SchedulingContext) -> None:
         kn = ctx.knowledge
         if self._prof is None or self._prof.kn is not kn:
             self._prof, self._curves = DPProfile(kn), {}
