@@ -118,11 +118,11 @@ WARMUP: list[tuple[float, dict[str, Any]]] = [
 # A second warm-up, once every profile is taken: each configuration of the workload again, long enough for a
 # steady step. The first warm-up's jobs ran beside profiling children (on this 2-core box they halve a job's
 # speed), so the replay's prior knowledge — speed factors and allocation overheads — comes from this one on.
+# The very specs of the workload (the speed factors and checkpoint costs are keyed by the configuration, which
+# a job's GPU limits are part of), only shorter.
 SETTLE: list[tuple[float, dict[str, Any]]] = [
-    (0.0, {"name": f"s-{s['name'][2:]}", "model": s["model"], "global_batch": s["global_batch"],
-           "seq_len": s["seq_len"], "steps": 15, "max_gpus": 1})
-    for _, s in WORKLOAD
-]  # fmt: skip
+    (0.0, {**s, "name": f"s-{s['name'][2:]}", "steps": 15}) for _, s in WORKLOAD
+]
 
 
 def workload(quick: bool) -> list[tuple[float, dict[str, Any]]]:
@@ -204,12 +204,16 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
                     raise RuntimeError(f"live run of {policy} not done after {timeout_s:.0f} s: {line}")
                 time.sleep(1.0)
             timeline = c.timeline()["allocations"]
+            steps = {i: c.telemetry(i)["steps"] for i in ids}  # each step's loop time and checkpoint share
     finally:
         server.stop()
     failed = {i: v["error"] for i, v in views.items() if v["state"] != "SUCCEEDED"}
     if failed:
         raise RuntimeError(f"live run of {policy}: jobs did not succeed: {failed}")
-    return {"ids": ids, "views": views, "allocations": [a for a in timeline if a["job_id"] in set(ids)]}
+    return {
+        "ids": ids, "views": views, "allocations": [a for a in timeline if a["job_id"] in set(ids)],
+        "steps": steps,
+    }  # fmt: skip
 
 
 def measured_factors(
@@ -248,19 +252,34 @@ def restart_costs() -> dict[str, Any]:
     return {"startup_s": startup, "restart_s": restart, "warm_start_s": fallback, "from": src}
 
 
+def _loop_s(run: dict[str, Any], a: dict[str, Any]) -> float | None:
+    """The allocation's steps' loop time in all (checkpoints included), from its telemetry; None where a step
+    has no loop time (an older server) or is missing."""
+    rows = [
+        r for r in run.get("steps", {}).get(a["job_id"], [])
+        if r.get("attempt") == a.get("attempt") and a["from_step"] <= r["step"] < a["to_step"]
+    ]  # fmt: skip
+    if len(rows) != a["to_step"] - a["from_step"] or any(r.get("wall_s") is None for r in rows):
+        return None
+    return sum(r["wall_s"] for r in rows)
+
+
 def allocation_overheads(run: dict[str, Any]) -> dict[str, list[float]]:
-    """What each of a run's allocations cost beyond its steps: its span (launch to release) minus its steps ×
-    its measured seconds per step of progress — the launch, the first steps' extra, the final checkpoint and
-    the teardown. Grouped as the replay charges them: ``cold`` (no finished job's spare workers on its GPUs:
-    the device's first allocation of the run, or the spares expired after ``SPARE_S``), ``warm`` (a start onto
-    spares), ``restart`` (a rescale or migration)."""
+    """What each of a run's allocations cost beyond its training loop: its span (launch to release) minus its
+    steps' loop time (each step's record, checkpoints included; without records, steps × the measured seconds
+    per step) — the launch, the process group, the teardown. Grouped as the replay charges them: ``cold`` (no
+    finished job's spare workers on its GPUs: the device's first allocation of the run, or the spares expired
+    after ``SPARE_S``), ``warm`` (a start onto spares), ``restart`` (a rescale or migration)."""
     out: dict[str, list[float]] = {"cold": [], "warm": [], "restart": []}
     freed: dict[str, float] = {}  # node → when its last allocation ended
     for a in sorted(run["allocations"], key=lambda a: a["started_at"]):
         step_s = a.get("measured_step_s") or a.get("measured_iter_s")
         nodes = {g["node"] for g in a.get("gpus") or []}
         if step_s and a.get("ended_at") and a.get("to_step") is not None and nodes:
-            span = a["ended_at"] - a["started_at"] - (a["to_step"] - a["from_step"]) * step_s
+            loop = _loop_s(run, a)
+            if loop is None:
+                loop = (a["to_step"] - a["from_step"]) * step_s
+            span = a["ended_at"] - a["started_at"] - loop
             if a["kind"] in ("resize", "migrate"):
                 kind = "restart"
             else:
@@ -293,8 +312,38 @@ def earlier_allocation_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | Non
     }  # fmt: skip
 
 
+def checkpoint_seconds(
+    runs: list[dict[str, Any]], specs: dict[int, dict[str, Any]]
+) -> dict[JobConfig, float]:
+    """Seconds one checkpoint takes per configuration (the median over earlier runs' checkpointing steps):
+    what the replay charges a job for the checkpoints it will write (``JobSpec.checkpoints``)."""
+    seen: dict[JobConfig, list[float]] = {}
+    for run in runs:
+        for jid, rows in run.get("steps", {}).items():
+            if jid in specs:
+                config = config_of(parse_job(specs[jid]))
+                seen.setdefault(config, []).extend(r["checkpoint_s"] for r in rows if r.get("checkpoint_s"))
+    return {k: statistics.median(v) for k, v in seen.items() if v}
+
+
+def checkpoint_costs(
+    live: dict[str, Any], specs: dict[int, dict[str, Any]], per_checkpoint: dict[JobConfig, float]
+) -> dict[int, float]:
+    """Each live job's checkpoints × its configuration's seconds per checkpoint (the median of all
+    configurations where its own was never measured; nothing when none was)."""
+    if not per_checkpoint:
+        return {}
+    fallback = statistics.median(per_checkpoint.values())
+    out = {}
+    for i in live["ids"]:
+        spec = parse_job(specs[i])
+        out[i] = spec.checkpoints * per_checkpoint.get(config_of(spec), fallback)
+    return out
+
+
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
-           cost: CostModel, factors: dict[JobConfig, float], costs: dict[str, Any]) -> ReplaySimulator:  # fmt: skip
+           cost: CostModel, factors: dict[JobConfig, float], costs: dict[str, Any],
+           job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
     """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
     cluster = get_cluster(CLUSTER)
     speed = SpeedSource(cluster, cost, models=ServiceModels())
@@ -308,6 +357,7 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
         SimConfig(round_s=TICK_S, startup_s=costs["startup_s"]),
         restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
         service_round_s=round_s, warm_start_s=costs.get("warm_start_s"), spare_s=SPARE_S,
+        job_extra_s=job_extra_s,
     )  # fmt: skip
     sim.result = sim.run()  # type: ignore[attr-defined]
     return sim
@@ -424,12 +474,17 @@ def main() -> None:
             # load); bench/service.py's figures (an idle cluster) are the alternative, reported beside
             earlier = earlier_allocation_costs(runs)
             used = earlier or costs
-            sim = replay(policy, args.round_s, live, specs, cost, factors, used)
+            per_ckpt = checkpoint_seconds(runs, specs_by_id)
+            extra = checkpoint_costs(live, specs, per_ckpt)
+            sim = replay(policy, args.round_s, live, specs, cost, factors, used, extra)
             fig = compare(policy, args.round_s, live, sim, specs)
             fig["restart_costs"] = used
+            fig["checkpoint_s_by_config"] = {
+                f"{k.model}|{k.global_batch}|{k.seq_len}": v for k, v in per_ckpt.items()
+            }
             if earlier is not None:
                 alt = compare(policy, args.round_s, live, replay(policy, args.round_s, live, specs, cost, factors,
-                              costs), specs)  # fmt: skip
+                              costs, extra), specs)  # fmt: skip
                 keys = ("mean_abs_jct_error", "throughput_error", "decision_match", "makespan_replay_s")
                 fig["with_service_bench_restart_costs"] = {
                     "restart_costs": costs, **{k: alt[k] for k in keys},

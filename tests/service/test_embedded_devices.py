@@ -72,8 +72,18 @@ def test_a_job_waits_for_its_profile_runs_on_cpu_devices_and_calibrates_them(tmp
         assert a["estimate_iter_s"] and a["measured_iter_s"]
         # an estimate for the device that ran: same order as measured (the GPU labels were 45× off)
         assert 0.2 < a["measured_iter_s"] / a["estimate_iter_s"] < 5.0, a
-        # a step of progress costs the training step and what the loop adds to it (flag, checkpoints, data)
+        # a step of progress costs the training step and what the loop adds to it (flag, data; checkpoints,
+        # a cost per job, apart): every step's record has its loop time, the checkpointing ones their share
         assert a["measured_step_s"] and a["measured_step_s"] >= 0.9 * a["measured_iter_s"], a
+        steps = httpx.get(f"{s.url}/api/jobs/{jid}/telemetry", params={"max_points": 1000}, timeout=60).json()
+        rows = steps["steps"]
+        assert rows and all(r["wall_s"] >= r["iter_time_s"] for r in rows), rows[:3]
+        saved = [r["step"] + 1 for r in rows if r["checkpoint_s"]]
+        assert (
+            saved
+            and saved[-1] == 60
+            and all(0 < r["checkpoint_s"] < r["wall_s"] for r in rows if r["checkpoint_s"])
+        )
         cal = json.loads((config.cost_dir / "calibration.json").read_text())
         assert cal["compute_scale"] and set(cal["compute_scale"]) <= {"cpu-core", "cpu-half"}, cal
         logs = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{jid}/logs", timeout=60).json()["lines"]]

@@ -190,3 +190,14 @@ def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
     old = {"allocations": [{**a, "measured_step_s": None} for a in run["allocations"]]}
     assert fid.allocation_overheads(old) == over
     assert fid.earlier_allocation_costs([{"allocations": []}]) is None
+    # with each step's record (loop time, checkpoints included) the loop is summed, not steps × the median
+    rows = [{"step": k, "attempt": None, "wall_s": 0.12, "checkpoint_s": 0.02 if k % 10 == 9 else 0.0}
+            for k in range(100)]  # fmt: skip
+    timed = {**run, "steps": {1: rows}}
+    assert fid.allocation_overheads(timed)["cold"][0] == pytest.approx(14.0 - 12.0)
+    spec = {"name": "j", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 100}
+    per = fid.checkpoint_seconds([timed], {1: spec})
+    assert list(per.values()) == [pytest.approx(0.02)]
+    # a job of 100 steps writes 10 checkpoints; one of 15 steps (interval 1) 15; an unknown config the median
+    extra = fid.checkpoint_costs({"ids": [5, 6]}, {5: spec, 6: {**spec, "steps": 15, "global_batch": 4}}, per)
+    assert extra == {5: pytest.approx(0.2), 6: pytest.approx(0.3)}

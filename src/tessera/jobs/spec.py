@@ -319,6 +319,17 @@ class JobSpec(BaseModel):
         assert self.samples is not None
         return -(-self.samples // self.global_batch)
 
+    @property
+    def checkpoint_interval_steps(self) -> int:
+        """Steps between the service's checkpoints: the job's own interval, else about ten per job."""
+        return self.checkpoint_every_steps or max(1, self.total_steps // 10)
+
+    @property
+    def checkpoints(self) -> int:
+        """How many checkpoints an uninterrupted run writes: every interval, and at the last step."""
+        every, total = self.checkpoint_interval_steps, self.total_steps
+        return total // every + (1 if total % every else 0)
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=False), sort_keys=False)
 

@@ -32,9 +32,10 @@ class RankStep:
     val_loss: float | None = None  # this rank's share of the validation loss, on steps that validate
     grad_norm: float | None = None  # the global gradient norm before clipping (when clipping)
     learning_rate: float | None = None
-    # the rank's whole loop iteration (the previous step's stop flag and checkpoint, this step's data, training
-    # and validation): what a step of progress really costs a job, where ``iter_s`` is the training step alone
+    # the rank's whole loop iteration (data, training, validation, stop flag and this step's checkpoint): what a
+    # step of progress really costs a job, where ``iter_s`` is the training step alone
     wall_s: float | None = None
+    checkpoint_s: float = 0.0  # the share of ``wall_s`` spent writing this step's checkpoint (0: none)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class StepRecord:
     grad_norm: float | None = None  # global gradient norm before clipping (with grad_clip_norm)
     learning_rate: float | None = None  # the rate this step's update used
     wall_s: float | None = None  # the slowest rank's whole loop iteration (see RankStep.wall_s)
+    checkpoint_s: float = 0.0  # the slowest rank's checkpoint of this step (0: none)
 
     def to_json(self) -> str:
         d: dict[str, Any] = asdict(self)
@@ -91,6 +93,7 @@ def merge(parts: list[RankStep], global_batch: int) -> StepRecord:
         grad_norm=next((p.grad_norm for p in parts if p.grad_norm is not None), None),
         learning_rate=next((p.learning_rate for p in parts if p.learning_rate is not None), None),
         wall_s=max((p.wall_s for p in parts if p.wall_s is not None), default=None),
+        checkpoint_s=max((p.checkpoint_s for p in parts), default=0.0),
     )
 
 

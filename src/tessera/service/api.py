@@ -76,7 +76,8 @@ class JobOut(BaseModel):
     restarts: int = 0
     measured_iter_s: float | None = None
     measured_step_s: float | None = Field(
-        None, description="seconds per step of progress: the training step plus checkpoints, validation, data"
+        None,
+        description="seconds per step of progress: the training step plus validation, data, the stop flag (not checkpoints)",
     )
     estimate_iter_s: float | None = None
 

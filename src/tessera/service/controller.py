@@ -311,7 +311,7 @@ class Controller:
         resume = self._disk_checkpoint(job.id) is not None
         assert self.adapter is not None
         cells = self.adapter.cells_of(spec)
-        every = spec.checkpoint_every_steps or max(1, spec.total_steps // 10)
+        every = spec.checkpoint_interval_steps
         backend = "gloo" if self.cluster is None or self.cluster.embedded else "auto"
         run = RunSpec(
             job_id=job.id, attempt=attempt, total_steps=spec.total_steps, learning_rate=spec.learning_rate,
@@ -456,7 +456,8 @@ class Controller:
         self.store.add_steps(gang.job_id, gang.attempt, fresh, log_every=self.config.log_every)
         self._iters.setdefault(gang.job_id, []).extend(r["iter_time_s"] for r in fresh)
         walls = self._walls.setdefault(gang.job_id, [])
-        walls.extend(r["wall_s"] for r in fresh if r.get("wall_s") is not None)
+        # a checkpoint is a cost per job (about ten a run, whatever its length), not per step: left out here
+        walls.extend(r["wall_s"] - r.get("checkpoint_s", 0.0) for r in fresh if r.get("wall_s") is not None)
         iter_s, step_s = self._measured(gang.job_id)
         if iter_s is not None:
             self.store.update(gang.job_id, measured_iter_s=iter_s, measured_step_s=step_s)

@@ -253,28 +253,17 @@ class DeviceWorker:
                 val = None
                 if should_validate(data, step + 1, run.total_steps):
                     val = validation_loss(trainer, data, plan, needs_data)
-                rec = RankStep(
-                    job=run.job_id, rank=rank, stage=lay.stage_index, step=step, loss=stats.loss,
-                    reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
-                    comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
-                    val_loss=val, grad_norm=stats.grad_norm, learning_rate=stats.learning_rate,
-                    wall_s=time.perf_counter() - loop_t,
-                )  # fmt: skip
-                loop_t = time.perf_counter()
-                self._put({"kind": "step", **asdict(rec)})
                 done = step + 1
                 bad = stats.reports_loss and run.on_nonfinite_loss == "fail"
                 flag[0] = 1.0 if self._stop.is_set() else 0.0
                 flag[1] = _NONFINITE_CODE.get(_nonfinite(stats.loss), 0.0) if bad else 0.0
                 dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
                 code = float(flag[1].item())
-                if code > 0:  # every rank ends here, before any checkpoint of non-finite parameters
-                    kind = next(k for k, v in _NONFINITE_CODE.items() if v == code)
-                    diverged = f"loss diverged ({kind}) at step {done}"
-                    break
-                stopped = bool(flag[0].item() > 0) and done < run.total_steps
+                stopped = code == 0 and bool(flag[0].item() > 0) and done < run.total_steps
                 every = run.checkpoint_every
-                if (every and done % every == 0) or done == run.total_steps or stopped:
+                saved_s: float | None = None  # seconds this step's checkpoint took, if it wrote one
+                # every rank ends at a diverged step before any checkpoint of non-finite parameters
+                if code == 0 and ((every and done % every == 0) or done == run.total_steps or stopped):
                     meta = {
                         "plan": plan.to_dict(),
                         "seed": run.seed,
@@ -282,9 +271,27 @@ class DeviceWorker:
                         "data": data_identity,
                         "model": plan.model,
                     }
+                    t_save = time.perf_counter()
                     checkpoint.save(
                         run.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
                     )
+                    saved_s = time.perf_counter() - t_save
+                # the step's record after its checkpoint: its wall time is the whole iteration, the
+                # checkpoint's share named apart (a job writes about ten, whatever its length)
+                rec = RankStep(
+                    job=run.job_id, rank=rank, stage=lay.stage_index, step=step, loss=stats.loss,
+                    reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
+                    comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
+                    val_loss=val, grad_norm=stats.grad_norm, learning_rate=stats.learning_rate,
+                    wall_s=time.perf_counter() - loop_t, checkpoint_s=saved_s or 0.0,
+                )  # fmt: skip
+                loop_t = time.perf_counter()
+                self._put({"kind": "step", **asdict(rec)})
+                if code > 0:
+                    kind = next(k for k, v in _NONFINITE_CODE.items() if v == code)
+                    diverged = f"loss diverged ({kind}) at step {done}"
+                    break
+                if saved_s is not None:
                     with self._lock:
                         self._checkpoint_step = done
                     self._put({"kind": "checkpoint", "rank": rank, "step": done})

@@ -7,8 +7,8 @@ translates between the service's world and the core's:
 
 * jobs: the store's rows ↔ the core's ``Job`` (keyed by its :class:`~tessera.scheduler.state.JobConfig`) /
   ``JobState`` (events: arrival, completion, node failure); the measured seconds per step of progress (the
-  service's whole loop iteration, not only the training step) become the speed source's per-configuration
-  factors;
+  service's loop iteration, not only the training step; checkpoints, a cost per job, left out) become the
+  speed source's per-configuration factors;
 * allocations: the core's (node, count) placement ↔ concrete GPUs (node, index) and the Cell's Plan, tuned
   inside the Cell and pinned to those GPUs (:class:`~tessera.service.slots.Assignment`);
 * pending reasons (``Resources``, ``Priority``, ``Infeasible: …``, ``Backoff``), which the core does not keep.
@@ -470,7 +470,7 @@ __all__ = [
 
 
 def _progress_s(job: JobInput) -> float | None:
-    """Seconds a step of progress costs the job now: its whole loop iteration where measured (the training
-    step plus what the service's loop adds to every step: stop flag, checkpoints, validation, data), else the
-    training step alone. A job's time to finish, so its rate, follows the former."""
+    """Seconds a step of progress costs the job now: its loop iteration where measured (the training step
+    plus what the service's loop adds to every step: stop flag, validation, data; checkpoints, a cost per
+    job, left out), else the training step alone. A job's time to finish, so its rate, follows the former."""
     return job.measured_step_s or job.measured_iter_s

@@ -103,7 +103,7 @@ jobs = Table(
         "estimate_json", Text, nullable=True
     ),  # the first schedule's estimate (what the user was promised)
     Column("measured_iter_s", Float, nullable=True),  # median of the current allocation's steps
-    Column("measured_step_s", Float, nullable=True),  # median of its whole loop iterations (v4)
+    Column("measured_step_s", Float, nullable=True),  # median loop iteration, checkpoints left out (v4)
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("error", Text, nullable=True),
 )
@@ -193,8 +193,8 @@ class JobRecord:
     measured_iter_s: float | None
     cancel_requested: bool
     error: str | None
-    # the whole loop iteration (training step plus stop flag, checkpoints, validation, data): the job's real
-    # seconds per step of progress, what its speed is corrected by; None before three steps
+    # the whole loop iteration but its checkpoint (training step plus stop flag, validation, data): the job's
+    # real seconds per step of progress, what its speed is corrected by; None before three steps
     measured_step_s: float | None = None
 
     @property
@@ -613,7 +613,10 @@ class Store:
             d["superseded"] = bool(d["superseded"])
             d["loss"] = finite_or_none(d["loss"])  # PostgreSQL can hold NaN: never hand one to a JSON encoder
             # the held-out loss of validating steps, read from the stored record (no column: no migration)
-            d["val_loss"] = finite_or_none(json.loads(d.pop("record_json")).get("val_loss"))
+            record = json.loads(d.pop("record_json"))
+            d["val_loss"] = finite_or_none(record.get("val_loss"))
+            # the whole loop iteration and its checkpoint's share (service steps; None for older rows)
+            d["wall_s"], d["checkpoint_s"] = record.get("wall_s"), record.get("checkpoint_s")
             out.append(d)
         return out
 
@@ -795,7 +798,8 @@ def nonfinite_kind(x: Any) -> str | None:
 
 
 def _v4_step_wall(conn: Connection) -> None:
-    """jobs/allocations.measured_step_s: the whole loop iteration per step, beside the training step alone.
+    """jobs/allocations.measured_step_s: the loop iteration per step (checkpoints left out), beside the
+    training step alone.
     A database created at v1 by this code already has them (v1 creates the current tables): nothing to do."""
     for table in ("jobs", "allocations"):
         if "measured_step_s" not in {c["name"] for c in inspect(conn).get_columns(table)}:

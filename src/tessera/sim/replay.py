@@ -73,6 +73,8 @@ class ReplaySimulator(Simulator):
     ``restart_s`` is the pause a rescale, migration or resume costs (measured by ``bench/service.py``);
     ``believed_restart_s`` is what the policy is told a restart costs — the service's own figure before the
     run (its configured initial guess), so the replay's core weighs moves as the live core did.
+    ``job_extra_s`` adds a job's own fixed cost to its first launch (the checkpoints it writes over its run:
+    about ten whatever its length, so a cost per job, not per step).
 
     The service's controller ticks every ``tick_s`` (asking the policy only when an arrival or completion
     happened) and forces a round every ``service_round_s``; the simulator's own rounds are fixed boundaries.
@@ -87,9 +89,11 @@ class ReplaySimulator(Simulator):
         service_round_s: float | None = None,
         warm_start_s: float | None = None,
         spare_s: float = 0.0,
+        job_extra_s: Mapping[int, float] | None = None,
         **kw,
     ) -> None:
         self._restart_cost_s = restart_s
+        self._job_extra_s = dict(job_extra_s or {})
         self._warm_start_s = warm_start_s
         self._spare_s = spare_s
         self._warm: dict[int, list[float]] = {}  # node → expiry times of its finished jobs' spare workers
@@ -119,7 +123,11 @@ class ReplaySimulator(Simulator):
 
     def start_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def, override]
         """A launch onto GPUs whose finished job's workers are still kept as spares (the service keeps a
-        completed gang's workers ``spare_s``) starts warm, in ``warm_start_s``; any GPU without one, cold."""
+        completed gang's workers ``spare_s``) starts warm, in ``warm_start_s``; any GPU without one, cold;
+        plus the job's own fixed cost (``job_extra_s``)."""
+        return self._launch_s(job, placement, now) + self._job_extra_s.get(job.job_id, 0.0)
+
+    def _launch_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def]
         if self._warm_start_s is None:
             return super().start_s(job, placement, now)
         live = {i: [t for t in self._warm.get(i, []) if t > now] for i, _ in placement}
