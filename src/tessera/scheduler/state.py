@@ -191,10 +191,11 @@ class Allocation:
     placement: tuple[tuple[int, int], ...]
     gpus: GPUs
     n_stages: int | None = None
+    # GPUs held, summed once (policies ask millions of times a run; a large job spans a dozen nodes)
+    n_gpus: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def n_gpus(self) -> int:
-        return sum(n for _, n in self.placement)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_gpus", sum(n for _, n in self.placement))
 
     @property
     def nodes(self) -> tuple[int, ...]:
