@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from conftest import EXAMPLES
 from hypothesis import HealthCheck, given, settings
@@ -311,3 +313,27 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
     )  # fmt: skip
     assert adapter.knowledge.true_of(c, g) == pytest.approx(before[0] / 4)
     assert adapter.core.jobs[1].rate_iters_per_s == pytest.approx(1 / (4 * a.estimate_iter_s))
+
+
+def test_speed_factors_survive_a_restart(tmp_path):
+    """The factors an adapter learns are saved beside the cost model; a new adapter (a restarted service)
+    starts with them, so its first round prices as the old one's last did; an unreadable file is ignored."""
+    from tessera.scheduler.speed import config_of
+    from tessera.service.scheduling import load_factors, save_factors
+
+    path = tmp_path / "perf" / "speed_factors.json"
+    first = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), factors_path=path)
+    s = spec("m", steps=5000)
+    first.sync([JobInput(1, s, 0.0)], 1.0)
+    a = first.round(1.0).changes[0].new
+    first.sync([JobInput(1, s, 0.0, assignment=a, steps_done=10, measured_step_s=2 * a.estimate_iter_s)], 2.0)
+    assert path.exists()
+    again = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), factors_path=path)
+    c, g = config_of(s), (("A100-40GB", 2),)
+    assert again.knowledge.true_of(c, g) == pytest.approx(first.knowledge.true_of(c, g))
+    assert load_factors(path) == {c: pytest.approx(0.5)}
+    odd = {replace(c, gpu_types=("A100-40GB",), max_gpus=2): 1.5}
+    save_factors(path, odd)
+    assert load_factors(path) == odd
+    path.write_text("{not json")
+    assert load_factors(path) == {}

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import logging
 import math
+import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from tessera.hardware import get_gpu
@@ -108,6 +112,7 @@ class SchedulingAdapter:
         policy: str = "tessera",
         round_s: float = 300.0,
         restart_cost_s: float = 30.0,
+        factors_path: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.cost = cost or CostModel()
@@ -119,7 +124,10 @@ class SchedulingAdapter:
         self.held_back: set[int] = set()  # in backoff: not to be started this round
         self._specs: dict[int, JobSpec] = {}
         self._assignments: dict[int, Assignment] = {}
-        self._factors: dict[JobConfig, float] = {}  # estimated / measured iteration time per configuration
+        # estimated iteration ÷ measured seconds per step, per configuration; kept in ``factors_path`` so a
+        # restarted service prices with what it learnt (and a replay of its run can know the same)
+        self.factors_path = factors_path
+        self._factors: dict[JobConfig, float] = load_factors(factors_path) if factors_path else {}
         self._unplannable: dict[int, str] = {}  # job → why the GPUs it was given could not hold a plan
         self._infeasible: dict[tuple[JobConfig, int], str | None] = {}
         self._build_speed()
@@ -284,6 +292,8 @@ class SchedulingAdapter:
                 self._factors[key] = f
                 changed = True
         if changed:
+            if self.factors_path is not None:
+                save_factors(self.factors_path, self._factors)
             self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
@@ -474,3 +484,40 @@ def _progress_s(job: JobInput) -> float | None:
     plus what the service's loop adds to every step: stop flag, validation, data; checkpoints, a cost per
     job, left out), else the training step alone. A job's time to finish, so its rate, follows the former."""
     return job.measured_step_s or job.measured_iter_s
+
+
+_log = logging.getLogger(__name__)
+FACTORS_FILE = "speed_factors.json"  # in the cost directory, beside the calibration the factors refine
+
+
+def save_factors(path: Path, factors: Mapping[JobConfig, float]) -> None:
+    """The speed factors as JSON rows (each configuration's fields and its factor), replaced atomically."""
+    rows = [
+        {**{f.name: getattr(k, f.name) for f in fields(k) if f.init}, "factor": v} for k, v in factors.items()
+    ]
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(rows, indent=1))
+        os.replace(tmp, path)
+
+
+def load_factors(path: Path) -> dict[JobConfig, float]:
+    """The speed factors :func:`save_factors` wrote; none where the file is missing, and none (logged) where it
+    cannot be read: a factor is a refinement the service re-learns from its next steps."""
+    if not path.exists():
+        return {}
+    try:
+        out = {}
+        for row in json.loads(path.read_text()):
+            factor = float(row.pop("factor"))
+            for k in ("gpu_types", "exclude_gpu_types"):
+                row[k] = tuple(row.get(k) or ())
+            if factor > 0 and math.isfinite(factor):
+                out[JobConfig(**row)] = factor
+        return out
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        _log.warning(
+            "speed factors %s: unreadable (%s: %s); starting without them", path, type(e).__name__, e
+        )
+        return {}
