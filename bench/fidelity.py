@@ -18,10 +18,11 @@ What the replay may know is what the service knew BEFORE the run — never the r
   again, with no profiling beside it, the first run whose timings the replays may learn from; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
 * speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
-* the speed factors the service itself kept from earlier runs (``speed_factors.json`` beside its cost model:
-  estimated iteration ÷ measured seconds per step of progress, the service's loop iteration — training step,
-  stop flag, validation, data — which is what a job's time to finish follows; a restarted service starts
-  with them, so the live run's first round prices as the replay's does);
+* the speed factors of the measurements the service itself kept from earlier runs (``speed_measured.json``
+  beside its cost model: each configuration's measured seconds per step of progress — the service's loop
+  iteration: training step, stop flag, validation, data — and its GPUs; the factor is the cost model's
+  estimate there ÷ that): a restarted service starts with them, so the live run's first round prices as
+  the replay's does;
 * each configuration's seconds per checkpoint from earlier runs' telemetry, times the checkpoints a job
   writes (about ten, whatever its length: a cost per job);
 * start-up and restart costs from the earlier runs' allocations: span minus steps × seconds per step, the
@@ -74,7 +75,7 @@ from tessera.service.client import Client  # noqa: E402
 from tessera.service.config import ServiceConfig  # noqa: E402
 from tessera.service.controller import SPARE_S  # noqa: E402
 from tessera.service.job_models import ServiceModels  # noqa: E402
-from tessera.service.scheduling import FACTORS_FILE, load_factors  # noqa: E402
+from tessera.service.scheduling import MEASURED_FILE, factors_of, load_measured  # noqa: E402
 from tessera.sim.replay import (  # noqa: E402
     ReplaySimulator,
     decision_match,
@@ -462,9 +463,16 @@ def main() -> None:
             if cost_dir.exists():
                 shutil.copytree(cost_dir, snap, dirs_exist_ok=True)
             cost = CostModel.load(snap) if snap.exists() else CostModel()
-            # the factors the service itself kept (it starts the live run with them); else re-derived here
-            kept = snap / FACTORS_FILE
-            factors = load_factors(kept) if kept.exists() else measured_factors(runs, specs_by_id, cost)
+            # the measurements the service itself kept (it starts the live run with their factors against this
+            # same cost model); else re-derived here from earlier runs' allocations
+            kept = snap / MEASURED_FILE
+            factors = (
+                factors_of(
+                    SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels()), load_measured(kept)
+                )
+                if kept.exists()
+                else measured_factors(runs, specs_by_id, cost)
+            )
             print(f"  [{policy}] prior speed factors (estimated ÷ measured, "
                   f"{'the service kept' if kept.exists() else 'earlier runs, this cost model'}): "
                   f"{sorted(round(f, 3) for f in factors.values())}", flush=True)  # fmt: skip

@@ -315,25 +315,33 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
     assert adapter.core.jobs[1].rate_iters_per_s == pytest.approx(1 / (4 * a.estimate_iter_s))
 
 
-def test_speed_factors_survive_a_restart(tmp_path):
-    """The factors an adapter learns are saved beside the cost model; a new adapter (a restarted service)
-    starts with them, so its first round prices as the old one's last did; an unreadable file is ignored."""
+def test_speed_measurements_survive_a_restart_and_a_recalibration(tmp_path):
+    """What an adapter measures (seconds per step, on which GPUs) is saved beside the cost model; a new adapter
+    (a restarted service) starts with the same factors; the factors follow the cost model they refine (a
+    calibration that halves every estimate halves them: not counted twice); an unreadable file is ignored."""
+    from tessera.perf.costmodel import CostModel
+    from tessera.scheduler import gpus_of
     from tessera.scheduler.speed import config_of
-    from tessera.service.scheduling import load_factors, save_factors
+    from tessera.service.scheduling import Measured, load_measured, save_measured
 
-    path = tmp_path / "perf" / "speed_factors.json"
-    first = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), factors_path=path)
+    path = tmp_path / "perf" / "speed_measured.json"
+    first = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), measured_path=path)
     s = spec("m", steps=5000)
     first.sync([JobInput(1, s, 0.0)], 1.0)
     a = first.round(1.0).changes[0].new
     first.sync([JobInput(1, s, 0.0, assignment=a, steps_done=10, measured_step_s=2 * a.estimate_iter_s)], 2.0)
     assert path.exists()
-    again = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), factors_path=path)
     c, g = config_of(s), (("A100-40GB", 2),)
+    again = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), measured_path=path)
     assert again.knowledge.true_of(c, g) == pytest.approx(first.knowledge.true_of(c, g))
-    assert load_factors(path) == {c: pytest.approx(0.5)}
-    odd = {replace(c, gpu_types=("A100-40GB",), max_gpus=2): 1.5}
-    save_factors(path, odd)
-    assert load_factors(path) == odd
+    assert again.speed.factor(c) == pytest.approx(0.5, rel=1e-6)
+    faster = CostModel(compute_scale={"A100-40GB": 0.5, "V100-32GB": 0.5})
+    again.set_cost(faster)
+    assert again.speed.factor(c) < 0.5  # its estimates are faster now: the same measurement, a smaller factor
+    held = gpus_of(a.gpus)  # where it was measured, the rate is the measured one under either cost model
+    assert again.knowledge.true_of(c, held) == pytest.approx(1 / (2 * a.estimate_iter_s), rel=1e-6)
+    odd = {replace(c, gpu_types=("A100-40GB",), max_gpus=2): Measured((("A100-40GB", 2),), 0.25)}
+    save_measured(path, odd)
+    assert load_measured(path) == odd
     path.write_text("{not json")
-    assert load_factors(path) == {}
+    assert load_measured(path) == {}

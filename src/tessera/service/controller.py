@@ -36,7 +36,7 @@ from tessera.service.device_worker import RunSpec
 from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
 from tessera.service.profiles import ProfileKeeper
 from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
-from tessera.service.scheduling import FACTORS_FILE, Assignment, JobInput, LiveCluster, SchedulingAdapter
+from tessera.service.scheduling import MEASURED_FILE, Assignment, JobInput, LiveCluster, SchedulingAdapter
 from tessera.service.states import ACTIVE, JobState, Reason, StopReason
 from tessera.service.store import JobRecord, Store
 
@@ -82,7 +82,7 @@ class Controller:
             self.live = LiveCluster.from_spec(emulated_spec(self.config.cluster))
         self.adapter = SchedulingAdapter(
             self.live, cost, policy=self.config.policy, round_s=self.config.round_s,
-            restart_cost_s=self.config.restart_cost_s, factors_path=self.config.cost_dir / FACTORS_FILE,
+            restart_cost_s=self.config.restart_cost_s, measured_path=self.config.cost_dir / MEASURED_FILE,
         )  # fmt: skip
         self.profiles = self._profile_keeper()
         if self.config.scheduler:

@@ -45,7 +45,7 @@ from tessera.scheduler import (
     gpus_of,
 )
 from tessera.scheduler.speed import ConfigError, JobSpeed, SpeedSource, config_of, job_of
-from tessera.scheduler.state import JobConfig
+from tessera.scheduler.state import GPUs, JobConfig
 from tessera.service.dry_run import DryRun, dry_run_of
 from tessera.service.job_models import ServiceModels
 from tessera.service.model_source import ModelSourceError
@@ -112,7 +112,7 @@ class SchedulingAdapter:
         policy: str = "tessera",
         round_s: float = 300.0,
         restart_cost_s: float = 30.0,
-        factors_path: Path | None = None,
+        measured_path: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.cost = cost or CostModel()
@@ -124,10 +124,13 @@ class SchedulingAdapter:
         self.held_back: set[int] = set()  # in backoff: not to be started this round
         self._specs: dict[int, JobSpec] = {}
         self._assignments: dict[int, Assignment] = {}
-        # estimated iteration ÷ measured seconds per step, per configuration; kept in ``factors_path`` so a
-        # restarted service prices with what it learnt (and a replay of its run can know the same)
-        self.factors_path = factors_path
-        self._factors: dict[JobConfig, float] = load_factors(factors_path) if factors_path else {}
+        # per configuration: the measured seconds per step of progress and on which GPUs (kept in
+        # ``measured_path``, so a restarted service prices with what it learnt), and from them the factors —
+        # estimated iteration ÷ measured, always against the current cost model (a calibration that moved
+        # the estimates towards the measured times is not counted twice)
+        self.measured_path = measured_path
+        self._measured: dict[JobConfig, Measured] = load_measured(measured_path) if measured_path else {}
+        self._factors: dict[JobConfig, float] = {}
         self._unplannable: dict[int, str] = {}  # job → why the GPUs it was given could not hold a plan
         self._infeasible: dict[tuple[JobConfig, int], str | None] = {}
         self._build_speed()
@@ -141,6 +144,8 @@ class SchedulingAdapter:
         """The speed source of the whole cluster (every node: a Cell's feasibility does not depend on which
         nodes are up); the factors dict is shared, so measured speeds reach it without a rebuild."""
         self.speed = SpeedSource(self.cluster.spec, self.cost, models=self.models)
+        self._factors.clear()
+        self._factors.update(factors_of(self.speed, self._measured))
         self.speed.factors = self._factors
         self._infeasible.clear()
 
@@ -277,23 +282,26 @@ class SchedulingAdapter:
             self._update_factors(live.values())
 
     def _update_factors(self, jobs: Any) -> None:
-        """Each configuration's estimated iteration time ÷ the measured seconds per step of progress (the
-        median over its running jobs); a move of more than 15 % refreshes the rates the policy sees."""
-        seen: dict[JobConfig, list[float]] = {}
+        """Each configuration's measured seconds per step of progress (its median running job's, on that job's
+        GPUs) and from it the factor against the current estimate; a move of more than 15 % refreshes the
+        rates the policy sees."""
+        seen: dict[JobConfig, list[Measured]] = {}
         for j in jobs:
             a = j.assignment
-            if a is not None and _progress_s(j) and a.estimate_iter_s > 0:
-                seen.setdefault(config_of(j.spec), []).append(a.estimate_iter_s / _progress_s(j))
+            if a is not None and _progress_s(j):
+                seen.setdefault(config_of(j.spec), []).append(Measured(gpus_of(a.gpus), _progress_s(j)))
         changed = False
         for key, vals in seen.items():
-            f = sorted(vals)[len(vals) // 2]
+            m = sorted(vals, key=lambda m: m.step_s)[len(vals) // 2]
+            f = factors_of(self.speed, {key: m}).get(key)
             old = self._factors.get(key)
-            if old is None or abs(math.log(f / old)) > math.log(1.15):
+            if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
+                self._measured[key] = m
                 self._factors[key] = f
                 changed = True
         if changed:
-            if self.factors_path is not None:
-                save_factors(self.factors_path, self._factors)
+            if self.measured_path is not None:
+                save_measured(self.measured_path, self._measured)
             self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
@@ -487,14 +495,38 @@ def _progress_s(job: JobInput) -> float | None:
 
 
 _log = logging.getLogger(__name__)
-FACTORS_FILE = "speed_factors.json"  # in the cost directory, beside the calibration the factors refine
+MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors refine it with
 
 
-def save_factors(path: Path, factors: Mapping[JobConfig, float]) -> None:
-    """The speed factors as JSON rows (each configuration's fields and its factor), replaced atomically."""
+@dataclass(frozen=True)
+class Measured:
+    """A configuration's measured seconds per step of progress, and the GPUs it ran on."""
+
+    gpus: GPUs
+    step_s: float
+
+
+def factors_of(speed: SpeedSource, measured: Mapping[JobConfig, Measured]) -> dict[JobConfig, float]:
+    """Each configuration's factor against ``speed``'s cost model: its estimated iteration on the measured
+    GPUs ÷ the measured seconds (left out where the configuration cannot be planned there any more)."""
+    out = {}
+    for config, m in measured.items():
+        try:
+            rate = speed.job(config).true_rate(m.gpus)
+        except ValueError:
+            continue
+        if rate > 0 and m.step_s > 0:
+            out[config] = (1.0 / rate) / m.step_s
+    return out
+
+
+def save_measured(path: Path, measured: Mapping[JobConfig, Measured]) -> None:
+    """The measurements as JSON rows (each configuration's fields, its GPUs and seconds), replaced atomically."""
     rows = [
-        {**{f.name: getattr(k, f.name) for f in fields(k) if f.init}, "factor": v} for k, v in factors.items()
-    ]
+        {**{f.name: getattr(k, f.name) for f in fields(k) if f.init}, "gpus": [list(g) for g in m.gpus],
+         "step_s": m.step_s}
+        for k, m in measured.items()
+    ]  # fmt: skip
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -502,22 +534,22 @@ def save_factors(path: Path, factors: Mapping[JobConfig, float]) -> None:
         os.replace(tmp, path)
 
 
-def load_factors(path: Path) -> dict[JobConfig, float]:
-    """The speed factors :func:`save_factors` wrote; none where the file is missing, and none (logged) where it
-    cannot be read: a factor is a refinement the service re-learns from its next steps."""
+def load_measured(path: Path) -> dict[JobConfig, Measured]:
+    """The measurements :func:`save_measured` wrote; none where the file is missing, and none (logged) where it
+    cannot be read: they refine estimates the service re-learns from its next steps."""
     if not path.exists():
         return {}
     try:
         out = {}
         for row in json.loads(path.read_text()):
-            factor = float(row.pop("factor"))
+            m = Measured(gpus_of((str(t), int(n)) for t, n in row.pop("gpus")), float(row.pop("step_s")))
             for k in ("gpu_types", "exclude_gpu_types"):
                 row[k] = tuple(row.get(k) or ())
-            if factor > 0 and math.isfinite(factor):
-                out[JobConfig(**row)] = factor
+            if m.step_s > 0 and math.isfinite(m.step_s) and m.gpus:
+                out[JobConfig(**row)] = m
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         _log.warning(
-            "speed factors %s: unreadable (%s: %s); starting without them", path, type(e).__name__, e
+            "speed measurements %s: unreadable (%s: %s); starting without them", path, type(e).__name__, e
         )
         return {}
