@@ -405,6 +405,41 @@ def _estimate_on_network(
     return plan, estimate_plan(plan, spec, Topology(cluster), cost=cost or CostModel())
 
 
+def _row(
+    r: DataParallelRun | PipelineRun | FSDPRun,
+    e: Any,
+    *,
+    plan: str,
+    metric: str,
+    published: float,
+    estimated: float,
+    err: float,
+    extra: dict[str, Any] | None = None,
+    times: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One published run's JSON row: where it comes from, the figure compared, the estimate's times
+    (``times``: the breakdown that kind of run reports) and ``extra`` published figures beside the metric."""
+    return {
+        "name": r.name,
+        "source": r.source,
+        "style": SOURCES[r.source]["style"],
+        "set": SOURCES[r.source]["set"],
+        "gpu": r.gpu,
+        "gpus": r.gpus,
+        "plan": plan,
+        "metric": metric,
+        "published": published,
+        **(extra or {}),
+        "estimated": estimated,
+        "relative_error": err,
+        "abs_relative_error": abs(err),
+        "iteration_time_s": e.iteration_time_s,
+        **(times if times is not None else {"compute_s": e.compute_s, "comm_s": e.comm_s}),
+        "feasible": e.feasible,
+        "note": r.note,
+    }
+
+
 def evaluate_dp(r: DataParallelRun, cost: CostModel | None = None) -> dict[str, Any]:
     """``estimate_plan`` of one published DDP BERT run: DP over all GPUs, ``accumulation`` micro-batches."""
     arch = bert.bert_arch(r.hidden, r.layers, r.heads, vocab=r.vocab, max_positions=512)
@@ -416,26 +451,11 @@ def evaluate_dp(r: DataParallelRun, cost: CostModel | None = None) -> dict[str, 
     plan, e = _estimate_on_network(plan, spec, r, cost)
     estimated = r.global_batch / e.iteration_time_s
     err = _rel(estimated, r.published_sequences_per_s)
-    return {
-        "name": r.name,
-        "source": r.source,
-        "style": SOURCES[r.source]["style"],
-        "set": SOURCES[r.source]["set"],
-        "gpu": r.gpu,
-        "gpus": r.gpus,
-        "plan": f"DDP x{r.gpus}, {r.precision} AMP, {r.micro_batch}x{r.seq_len}/GPU x {r.accumulation} accumulated, "
-        f"global batch {r.global_batch}, no recompute, math attention",
-        "metric": "sequences_per_s",
-        "published": r.published_sequences_per_s,
-        "estimated": estimated,
-        "relative_error": err,
-        "abs_relative_error": abs(err),
-        "iteration_time_s": e.iteration_time_s,
-        "compute_s": e.compute_s,
-        "comm_s": e.comm_s,
-        "feasible": e.feasible,
-        "note": r.note,
-    }
+    return _row(
+        r, e, plan=f"DDP x{r.gpus}, {r.precision} AMP, {r.micro_batch}x{r.seq_len}/GPU x {r.accumulation} "
+        f"accumulated, global batch {r.global_batch}, no recompute, math attention",
+        metric="sequences_per_s", published=r.published_sequences_per_s, estimated=estimated, err=err,
+    )  # fmt: skip
 
 
 def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str, Any]:
@@ -454,25 +474,12 @@ def evaluate_pipeline(r: PipelineRun, cost: CostModel | None = None) -> dict[str
     metric, published, estimated = "iteration_time_s", r.published_iteration_s, e.iteration_time_s
     if r.published_tokens_per_s is not None:  # the same error, on the figure the source printed
         metric, published, estimated = "tokens_per_s", r.published_tokens_per_s, tokens / e.iteration_time_s
-    return {
-        "name": r.name,
-        "source": r.source,
-        "style": SOURCES[r.source]["style"],
-        "set": SOURCES[r.source]["set"],
-        "gpu": r.gpu,
-        "gpus": r.gpus,
-        "plan": f"TP{r.tp} PP{r.pp} DP{r.dp} B{r.global_batch}/{r.micro_batch}, {r.recompute} recompute, "
+    return _row(
+        r, e, plan=f"TP{r.tp} PP{r.pp} DP{r.dp} B{r.global_batch}/{r.micro_batch}, {r.recompute} recompute, "
         f"ZeRO-{r.zero}, {r.attention} attention",
-        "metric": metric,
-        "published": published,
-        "estimated": estimated,
-        "relative_error": err,
-        "abs_relative_error": abs(err),
-        "iteration_time_s": e.iteration_time_s,
-        "stage_blocks": [st.layer_end - st.layer_start for st in plan.stages],
-        "feasible": e.feasible,
-        "note": r.note,
-    }
+        metric=metric, published=published, estimated=estimated, err=err,
+        times={"stage_blocks": [st.layer_end - st.layer_start for st in plan.stages]},
+    )  # fmt: skip
 
 
 def evaluate_fsdp(r: FSDPRun, cost: CostModel | None = None) -> dict[str, Any]:
@@ -486,26 +493,11 @@ def evaluate_fsdp(r: FSDPRun, cost: CostModel | None = None) -> dict[str, Any]:
     )  # fmt: skip
     plan, e = _estimate_on_network(plan, spec, r, cost)
     err = _rel(e.tokens_per_s_per_gpu, r.published_tokens_per_s_per_gpu)
-    return {
-        "name": r.name,
-        "source": r.source,
-        "style": SOURCES[r.source]["style"],
-        "set": SOURCES[r.source]["set"],
-        "gpu": r.gpu,
-        "gpus": r.gpus,
-        "plan": f"FSDP (ZeRO-3) x{r.gpus}, bf16, recompute {r.recompute}, flash, {r.batch_per_gpu}x{r.seq_len}/GPU",
-        "metric": "tokens_per_s_per_gpu",
-        "published": r.published_tokens_per_s_per_gpu,
-        "published_mfu": r.published_mfu,
-        "estimated": e.tokens_per_s_per_gpu,
-        "relative_error": err,
-        "abs_relative_error": abs(err),
-        "iteration_time_s": e.iteration_time_s,
-        "compute_s": e.compute_s,
-        "comm_s": e.comm_s,
-        "feasible": e.feasible,
-        "note": r.note,
-    }
+    return _row(
+        r, e, plan=f"FSDP (ZeRO-3) x{r.gpus}, bf16, recompute {r.recompute}, flash, {r.batch_per_gpu}x{r.seq_len}/GPU",
+        metric="tokens_per_s_per_gpu", published=r.published_tokens_per_s_per_gpu, estimated=e.tokens_per_s_per_gpu,
+        err=err, extra={"published_mfu": r.published_mfu},
+    )  # fmt: skip
 
 
 def megatron_model_flops(c: Config) -> float:
