@@ -143,7 +143,10 @@ def test_gpu_profile_keeps_launch_times_beside_kernel_times(tmp_path):
     p = Profile()
     p.put(BIG, "A100-40GB", 1, 2, "bf16", fwd_s=0.002, bwd_s=0.004, host=(0.003, 0.005))
     p.put(BIG, "A100-40GB", 1, 4, "bf16", fwd_s=0.004, bwd_s=0.008, host=(0.0031, 0.0052))
-    assert p.lookup_host(BIG, "A100-40GB", 1, 3, "bf16") == (pytest.approx(0.00305), pytest.approx(0.0051))
+    assert p.lookup(BIG, "A100-40GB", 1, 3, "bf16", launches=True) == (
+        pytest.approx(0.00305),
+        pytest.approx(0.0051),
+    )
     t = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=p)
     assert (t.fwd_s, t.bwd_s, t.host_fwd_s, t.host_bwd_s) == (0.002, 0.004, 0.003, 0.005)
     full = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=p, recompute="full")
@@ -157,7 +160,7 @@ def test_gpu_profile_keeps_launch_times_beside_kernel_times(tmp_path):
     p.update(newer)
     assert len(p.host) == 1  # the replaced entry's launch times are gone; the other size's stay
     # ... and stand for every size (a launch count does not grow with the batch)
-    assert p.lookup_host(BIG, "A100-40GB", 1, 2, "bf16") == (0.0031, 0.0052)
+    assert p.lookup(BIG, "A100-40GB", 1, 2, "bf16", launches=True) == (0.0031, 0.0052)
     cpu = layer_time(BIG, A100, micro_batch=2, precision="bf16", profile=Profile(entries=dict(newer.entries)))
     assert (cpu.fwd_s, cpu.host_fwd_s, cpu.host_bwd_s) == (0.0021, 0.0, 0.0)
     with pytest.raises(ValueError, match="host"):

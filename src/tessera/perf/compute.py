@@ -446,44 +446,20 @@ class Profile:
         precision: str,
         impl: str = "own",
         recompute: str = "none",
+        *,
+        launches: bool = False,
     ) -> tuple[float, float] | None:
         """Times at ``micro_batch`` samples: the entry itself, else piecewise-linear in the micro-batch between
         (or beyond) the profiled sizes of the same layer, device, TP degree and precision — a layer's time is
         affine in its batch once past launch overhead, and uneven batch shares give fractional per-micro-batch
         sizes. A single profiled size scales proportionally. ``impl="dtensor"`` falls back to the ``own``
         figures where the DTensor variant was not timed (layers without a DTensor plan run on Tessera's own).
-        None when nothing was profiled for the key (``recompute``: the variant built with it)."""
-        return self._lookup(self.entries, layer, device_type, tp, micro_batch, precision, impl, recompute)
+        None when nothing was profiled for the key (``recompute``: the variant built with it).
 
-    def lookup_host(
-        self,
-        layer: Layer,
-        device_type: str,
-        tp: int,
-        micro_batch: float,
-        precision: str,
-        impl: str = "own",
-        recompute: str = "none",
-    ) -> tuple[float, float] | None:
-        """The host's (fwd, bwd) launch seconds at ``micro_batch``, as :meth:`lookup` finds kernel times (but
-        a single profiled size is kept as it is: the launches do not grow with the batch); None where the
-        profile has none (CPU profiles, GPU profiles taken before launch times were recorded)."""
-        return self._lookup(
-            self.host, layer, device_type, tp, micro_batch, precision, impl, recompute, proportional=False
-        )
-
-    def _lookup(
-        self,
-        table: dict[ProfileKey, tuple[float, float]],
-        layer: Layer,
-        device_type: str,
-        tp: int,
-        micro_batch: float,
-        precision: str,
-        impl: str,
-        recompute: str,
-        proportional: bool = True,
-    ) -> tuple[float, float] | None:
+        ``launches``: the host's (fwd, bwd) launch seconds instead (:attr:`host`; a single profiled size kept
+        as it is: the launches do not grow with the batch); None for CPU profiles and GPU profiles taken before
+        launch times were recorded."""
+        table = self.host if launches else self.entries
         want = self.key(layer, device_type, tp, 0, precision, impl, recompute)
         if float(micro_batch).is_integer():
             hit = table.get(want[:3] + (int(micro_batch),) + want[4:])
@@ -494,11 +470,11 @@ class Profile:
         if not pts:
             if impl == "own":
                 return None
-            return self._lookup(
-                table, layer, device_type, tp, micro_batch, precision, "own", recompute, proportional
+            return self.lookup(
+                layer, device_type, tp, micro_batch, precision, recompute=recompute, launches=launches
             )
         if len(pts) == 1:
-            (b0, (f0, w0)), scale = pts[0], (micro_batch / pts[0][0] if proportional else 1.0)
+            (b0, (f0, w0)), scale = pts[0], (1.0 if launches else micro_batch / pts[0][0])
             return f0 * scale, w0 * scale
         i = 1
         while i < len(pts) - 1 and pts[i][0] < micro_batch:
@@ -685,7 +661,9 @@ def layer_time(
         """The host's launch seconds of the variant (a TP shard launches as many kernels as the even one)."""
         if profile is None:
             return 0.0, 0.0
-        found = (profile.lookup_host(layer, k, tp, micro_batch, precision, impl, variant) for k in keys)
+        found = (
+            profile.lookup(layer, k, tp, micro_batch, precision, impl, variant, launches=True) for k in keys
+        )
         return next((m for m in found if m is not None), (0.0, 0.0))
 
     if recompute in ("selective", "full") and (timed := profiled(recompute)) is not None:
