@@ -223,9 +223,11 @@ def main() -> int:
     log(f"cold_table_s {cold_table_s:.1f} (CPU {cold_cpu_s:.1f} s; tables {table_s:.1f} s, {len(jobs1)} jobs, cache was "
         f"{'warm' if cached else 'empty'})")  # fmt: skip
     cfg = SimConfig(seed=args.seed, window_s=w_len)
-    if args.cold_only:
-        cold = {
-            "benchmark": "sim_cold",
+
+    def header(benchmark: str) -> dict[str, Any]:
+        """What every JSON this bench writes starts with: the run and the machine it ran on."""
+        return {
+            "benchmark": benchmark,
             "command": "python bench/sim_scale.py " + " ".join(sys.argv[1:]),
             "machine": {
                 "python": platform.python_version(),
@@ -233,6 +235,19 @@ def main() -> int:
                 "load_avg_at_end": os.getloadavg(),
             },
             "window": [args.start, args.end],
+        }
+
+    def write(payload: dict[str, Any]) -> Path:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{payload['benchmark']}.json"
+        path.write_text(json.dumps(payload, indent=1, default=float))
+        print(f"wrote {path}")
+        return path
+
+    if args.cold_only:
+        cold = {
+            **header("sim_cold"),
             "cluster": base.name,
             "cold_table_s": cold_table_s,
             "cold_cpu_s": cold_cpu_s,
@@ -241,10 +256,7 @@ def main() -> int:
             "configs": len(wl.configs()),
             "workers": args.workers,
         }
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "sim_cold.json").write_text(json.dumps(cold, indent=1, default=float))
-        print(f"wrote {out / 'sim_cold.json'}")
+        write(cold)
         return 0
 
     # 2. every policy at ten times the cluster
@@ -284,14 +296,7 @@ def main() -> int:
     peak = max([rss_gib()] + [v["peak_rss_gib"] for v in policies.values()] + [v["peak_rss_gib"] or 0 for v in curve.values()])  # fmt: skip
     t_ms = policies.get("tessera", {}).get("decision_ms_p99")
     payload = {
-        "benchmark": "sim_scale",
-        "command": "python bench/sim_scale.py " + " ".join(sys.argv[1:]),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_avg_at_end": os.getloadavg(),
-        },
-        "window": [args.start, args.end],
+        **header("sim_scale"),
         "models": models or "philly mix (Crius Table 2 by GPU-time bucket)",
         "cold_cpu_s": cold_cpu_s,
         "cold_table_s": cold_table_s,
@@ -316,12 +321,9 @@ def main() -> int:
         },
         "total_wall_s": time.perf_counter() - t_all,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sim_scale.json").write_text(json.dumps(payload, indent=1, default=float))
-    plot(payload, out / "sim_scale.png")
+    path = write(payload)
+    plot(payload, path.with_suffix(".png"))
     print(json.dumps(payload["targets"], indent=1))
-    print(f"wrote {out / 'sim_scale.json'}")
     return 0
 
 
