@@ -332,6 +332,13 @@ class FastCellEstimator(CellEstimator):
             space._owner = (self, shape)
         return space
 
+    def _space_or_none(self, shape: Any, rung: Any, micro_batches: int) -> Any:
+        """:meth:`space`, or None where the Cell cannot hold that space (what the warmers skip)."""
+        try:
+            return self.space(shape, rung, micro_batches)
+        except _CELL_ERRORS:
+            return None
+
     def warm_dp(self, gpus: Iterable[tuple[str, int]]) -> int:
         """Price, in one formula call, the memory of the pure data-parallel option (dp = n, tp = 1, one stage)
         of each (GPU type, count) on every rung and micro-batch count :meth:`JobSpeed.dp_rate` may try (it
@@ -349,10 +356,7 @@ class FastCellEstimator(CellEstimator):
             shape = CellShape.of({t: n}, 1)
             for rung in self.rungs:
                 for B in sorted({default_micro_batches(1, gb), gb}):
-                    try:
-                        space = self.space(shape, rung, B)
-                    except _CELL_ERRORS:
-                        space = None
+                    space = self._space_or_none(shape, rung, B)
                     j = None if space is None else next(
                         (j for j in range(len(space.options[0])) if space.degrees(0, j) == (n, 1)), None
                     )  # fmt: skip
@@ -375,10 +379,7 @@ class FastCellEstimator(CellEstimator):
         tries += [(r, B) for r in self.rungs[at + 1 : at + 2] for B in counts]
         views: list = []
         for r, B in tries:
-            try:
-                space = self.space(shape, r, B)
-            except _CELL_ERRORS:
-                space = None
+            space = self._space_or_none(shape, r, B)
             if space is None:
                 break
             space._warmed = True
@@ -420,10 +421,7 @@ class FastCellEstimator(CellEstimator):
             counts = micro_batch_options(S, gb) if tuning else sorted({default_micro_batches(S, gb), gb})
             for rung in rungs:
                 for B in counts:
-                    try:
-                        space = self.space(shape, rung, B)
-                    except _CELL_ERRORS:
-                        space = None
+                    space = self._space_or_none(shape, rung, B)
                     if space is None:
                         break
                     opts = [list(range(len(o))) for o in space.options] if tuning else space.pure_options()
