@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -97,9 +98,7 @@ def real_step(name: str, seq: int, mb: int, device: torch.device, repeats: int) 
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
     for fused in (False, True) if device.type == "cuda" else (False,):
-        import os
-
-        os.environ["TESSERA_FUSED_OPTIMIZER"] = "1" if fused else "0"
+        os.environ["TESSERA_FUSED_OPTIMIZER"] = "1" if fused else "0"  # make_optimizer's switch
         opt = make_optimizer("adamw", params, lr=1e-4)
 
         def step(opt: Any = opt) -> tuple[float]:

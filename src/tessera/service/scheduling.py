@@ -293,6 +293,13 @@ class SchedulingAdapter:
         changed = False
         for key, vals in seen.items():
             m = sorted(vals, key=lambda m: m.step_s)[len(vals) // 2]
+            was = self._measured.get(key)
+            if (
+                was is not None
+                and was.gpus == m.gpus
+                and abs(math.log(m.step_s / was.step_s)) <= math.log(1.15)
+            ):
+                continue  # on the same GPUs the factor moves as the measurement does: not enough to refresh
             f = factors_of(self.speed, {key: m}).get(key)
             old = self._factors.get(key)
             if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
