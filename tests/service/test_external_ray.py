@@ -81,8 +81,10 @@ def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_
         body = {"name": "ext", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 400, "precision": "fp32",
                 "learning_rate": 3e-3, "data": str(corpus), "checkpoint_every_steps": 100}  # fmt: skip
         jid = httpx.post(f"{url}/api/jobs", json=body, timeout=60).json()["job"]["id"]
-        wait_for(lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] == "RUNNING" and j["steps_done"] >= 20,
-                 150, "the job to run")  # fmt: skip
+        before = wait_for(lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] == "RUNNING" and j["steps_done"] >= 20 and j,
+                          150, "the job to run")  # fmt: skip
+        # on a loaded box the first launch may fail and be relaunched before the kill; what the kill must not
+        # cause is another relaunch, so the attempt running at the kill is the one compared below
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(timeout=30)
         time.sleep(2.0)  # the detached actors train on without a server
@@ -91,12 +93,14 @@ def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_
             lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] in ("SUCCEEDED", "FAILED") and j,
             200, "the reattached job to finish",
         )  # fmt: skip
-        assert final["state"] == "SUCCEEDED", final["error"]
-        assert (
-            final["restarts"] == 0 and final["attempt"] == 1 and len(final["history"]) == 1
-        )  # never relaunched
         logs = [x["line"] for x in httpx.get(f"{url}/api/jobs/{jid}/logs", timeout=60).json()["lines"]]
-        assert any("reattached to attempt 1" in line for line in logs)
+        assert final["state"] == "SUCCEEDED", (final["error"], logs)
+        assert (
+            final["restarts"] == before["restarts"]
+            and final["attempt"] == before["attempt"]
+            and len(final["history"]) == len(before["history"])
+        ), logs  # never relaunched
+        assert any(f"reattached to attempt {before['attempt']}" in line for line in logs)
         steps = httpx.get(
             f"{url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}, timeout=60
         ).json()["steps"]
