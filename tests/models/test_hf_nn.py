@@ -16,7 +16,7 @@ from tessera.models import hf_weights  # noqa: E402
 from tessera.models.hf_weights import HFModelNotFound, locate_model  # noqa: E402
 from tessera.models.resolve import is_config_path, resolve_spec  # noqa: E402
 from tessera.models.zoo.hf_nn import FAMILIES, HFModel, HFModelError, hf_key, tessera_key  # noqa: E402
-from tessera.runtime.model import TPSpec, initial_state, tied_groups  # noqa: E402
+from tessera.runtime.model import TPSpec, build_layer, initial_state, tied_groups  # noqa: E402
 
 N = N_DECODER + 2
 
@@ -90,7 +90,7 @@ def test_from_scratch_is_seeded_per_layer(dirs):
     assert torch.equal(norm, torch.ones_like(norm))  # the model's own _init_weights
 
 
-def test_tp_shards_whole_kv_groups_and_gpt2_says_unsupported(dirs):
+def test_tp_shards_whole_kv_groups(dirs):
     f = HFModel(str(dirs["llama"]))
     local = f(layer_range=(1, 2), tp=TPSpec(2, 1, (0.75, 0.25)), attention="flash", recompute="none")
     attn = local.layers[0].block.self_attn
@@ -105,9 +105,62 @@ def test_tp_shards_whole_kv_groups_and_gpt2_says_unsupported(dirs):
         for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
         + ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
     )
-    assert _build(str(dirs["gpt2"]), (1, 2)).layers[0].dtensor_tp_plan() is None
-    with pytest.raises(HFModelError, match="tensor parallelism for HF gpt2 models is not supported yet"):
-        HFModel(str(dirs["gpt2"]))(layer_range=(0, N), tp=TPSpec(2, 0), attention="flash", recompute="none")
+    assert _build(str(dirs["gpt2"]), (1, 2)).layers[0].dtensor_tp_plan() is None  # Conv1D: Tessera's own
+
+
+@pytest.mark.parametrize("ratios", [(), (0.75, 0.25)], ids=["even", "3:1"])
+@pytest.mark.parametrize("from_scratch", [False, True], ids=["pretrained", "scratch"])
+def test_gpt2_tp_shards_whole_heads_of_the_fused_conv1d_and_reads_only_its_slices(dirs, ratios, from_scratch):
+    """Each rank's Conv1D pieces are exactly its heads' q, k and v columns of c_attn (c_proj's matching rows,
+    c_fc / c_proj FFN columns / rows, the vocabulary rows of the tied wte / lm_head); the shards of the two
+    ranks cover the whole tensors; a pretrained rank reads from the safetensors only the slices it holds."""
+    from transformers.pytorch_utils import Conv1D
+
+    from tessera.runtime.shards import ShardSpec, assemble
+
+    f = HFModel(str(dirs["gpt2"]), from_scratch=from_scratch)
+    whole = initial_state(f, N, 0)
+    heads = (3, 1) if ratios else (2, 2)  # 4 heads of 8, hidden 32, FFN 128, vocab 96
+    pieces = []
+    for rank in range(2):
+        hf_weights.READ_SHAPES.clear()
+        tp = TPSpec(2, rank, ratios)
+        layers = [build_layer(f, i, 0, tp=tp) for i in range(N)]  # each alone, under its seed, as the runtime
+        h0, hn = sum(heads[:rank]) * 8, heads[rank] * 8
+        attn, mlp = layers[1].block.attn, layers[1].block.mlp
+        assert all(type(m) is Conv1D for m in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
+        assert (attn.split_size, attn.num_heads, attn.c_attn.nf) == (hn, heads[rank], 3 * hn)
+        qkv = tuple((c * 32 + h0, c * 32 + h0 + hn) for c in range(3))
+        ffn = ((h0 * 4, (h0 + hn) * 4),)  # 128 FFN columns split as the heads (same ratios, same rounding)
+        vocab = ((72 * rank, 72 + 24 * rank),) if ratios else ((48 * rank, 48 + 48 * rank),)
+        specs = {
+            "wte.weight": ShardSpec((96, 32), 0, vocab),
+            "block.attn.c_attn.weight": ShardSpec((32, 96), 1, qkv),
+            "block.attn.c_attn.bias": ShardSpec((96,), 0, qkv),
+            "block.attn.c_proj.weight": ShardSpec((32, 32), 0, ((h0, h0 + hn),)),
+            "block.mlp.c_fc.weight": ShardSpec((32, 128), 1, ffn),
+            "block.mlp.c_fc.bias": ShardSpec((128,), 0, ffn),
+            "block.mlp.c_proj.weight": ShardSpec((128, 32), 0, ffn),
+            "lm_head.weight": ShardSpec((96, 32), 0, vocab),
+        }
+        state = {
+            f"layers.{i}.{k}": v for i, layer in enumerate(layers) for k, v in layer.state_dict().items()
+        }
+        for fqn, value in state.items():
+            name = fqn.split(".", 2)[2]
+            spec = specs.get(name, ShardSpec(tuple(whole[fqn].shape)))
+            if not (from_scratch and name == "lm_head.weight"):  # from scratch the runtime re-ties it to wte
+                assert torch.equal(value, spec.slice(whole[fqn])), fqn
+                pieces.append((fqn, spec, value))
+        if not from_scratch:  # the slices it holds and nothing more (the tied head reads wte's rows again)
+            read = dict(hf_weights.READ_SHAPES)
+            assert len(read) == len(hf_weights.READ_SHAPES) - 1
+            held = {hf_key(FAMILIES["gpt2"], N, k): tuple(v.shape) for k, v in state.items()}
+            assert read == {k: v for k, v in held.items() if k != "lm_head.weight"}
+    full = assemble(pieces)
+    assert all(torch.equal(full[k], whole[k]) for k in full)
+    one = f(layer_range=(0, N), tp=TPSpec(2, 1, ratios), attention="flash", recompute="none")
+    assert one.layers[-1].lm_head.weight is one.layers[0].wte.weight  # one range: still one tied Parameter
 
 
 def test_models_are_found_in_a_directory_a_config_or_the_cache(dirs, tmp_path, monkeypatch):
@@ -149,8 +202,8 @@ def test_unsupported_family_is_one_error(tmp_path):
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_planning_description_from_the_module_agrees_with_the_zoo(dirs, family):
-    """Traced from the transformers module on meta vs the zoo's closed form of the same config. Differences
-    that are the description being truer: gpt2's blocks have no TP in the HF runtime (replicated), and the
+    """Traced from the transformers module on meta vs the zoo's closed form of the same config (TP sharding
+    included: every family's blocks split by heads). The difference that is the description being truer: the
     zoo's llama form gives qwen2 biases on every Linear where the real module has them on q/k/v only."""
     from tessera.models.hf import spec_from_hf_config
     from tessera.models.zoo.hf_nn import hf_model_spec
@@ -165,7 +218,31 @@ def test_planning_description_from_the_module_agrees_with_the_zoo(dirs, family):
             assert a.params == b.params, a.name
         else:  # the zoo adds o_proj, gate, up and down biases (32 + 48 + 48 + 32) the module lacks
             assert b.params - a.params == 32 + 48 + 48 + 32
-        if not (family == "gpt2" and a.kind == "transformer"):
-            assert (a.tp_shard, a.tp_units) == (b.tp_shard, b.tp_units), a.name
-        else:
-            assert (a.tp_shard, a.tp_units) == ("replicated", 1)
+        assert (a.tp_shard, a.tp_units) == (b.tp_shard, b.tp_units), a.name
+
+
+def test_the_runtime_shards_gpt2_conv1d_column_and_row_wise(dirs):
+    """The runtime reads gpt2's cut Conv1Ds as column/row-parallel (not as a layer to replicate), the fused
+    c_attn as three q|k|v chunks of this rank's heads — the specs the loader cut them by."""
+    from tessera.runtime.tensor_parallel import plan_layer_shards
+
+    f = HFModel(str(dirs["gpt2"]))
+    tp = TPSpec(2, 1, (0.75, 0.25))  # rank 1: head 3 of 4 (8 columns of each of q, k, v), FFN 96..128
+    local, full = build_layer(f, 1, 0, tp=tp), build_layer(f, 1, 0)
+    shards = plan_layer_shards(f, 1, 0, local, full, tp, attention="flash", recompute="none", last=False)
+    assert shards is not None
+    assert shards.columns == ("block.attn.c_attn", "block.mlp.c_fc")
+    assert shards.rows == ("block.attn.c_proj", "block.mlp.c_proj")
+    specs = shards.specs
+    assert (specs["block.attn.c_attn.weight"].dim, specs["block.attn.c_attn.weight"].ranges) == (
+        1, ((24, 32), (56, 64), (88, 96))
+    )  # fmt: skip
+    assert specs["block.attn.c_attn.bias"].ranges == ((24, 32), (56, 64), (88, 96))
+    assert (specs["block.attn.c_proj.weight"].dim, specs["block.attn.c_proj.weight"].ranges) == (
+        0,
+        ((24, 32),),
+    )
+    assert specs["block.attn.c_proj.bias"].replicated and specs["block.ln_1.weight"].replicated
+    assert (specs["block.mlp.c_fc.weight"].dim, specs["block.mlp.c_fc.weight"].ranges) == (1, ((96, 128),))
+    for name, p in local.named_parameters():
+        assert torch.equal(p, specs[name].slice(dict(full.named_parameters())[name])), name

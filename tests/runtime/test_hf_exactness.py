@@ -1,8 +1,10 @@
 """Real ``transformers`` models under Tessera's plans against the plain single-process ``AutoModelForCausalLM``.
 
 Tiny llama, mistral, qwen2 (tied) and gpt2 (tied) models are written with ``save_pretrained`` into a temporary
-directory; every variant loads them through ``HFModel`` (each rank reading its own layers' tensors) and must
-give the plain model's loss and every gradient within 1e-5 relative (fp32, dropout off).
+directory; every variant loads them through ``HFModel`` (each rank reading its own layers' tensors, a TP rank
+only its slices) and must give the plain model's loss and every gradient within 1e-5 relative (fp32, dropout
+off). gpt2's TP (fused ``Conv1D`` c_attn cut by heads, even and uneven, alone and beside a pipeline stage) is
+checked here as llama's is.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ def _variants_2() -> dict[str, Plan]:
         "qwen2/dp2-zero1": _plan([stage(0, N, [0, 1], dp=2, shares=(5, 3))], micro=2, zero=1),
         "mistral/dp2-zero2": _plan([stage(0, N, [0, 1], dp=2, shares=(3, 5))], zero=2),
         "llama-scratch/dp2-uneven-5:3": _plan([stage(0, N, [0, 1], dp=2, shares=(5, 3))]),
+        # gpt2 TP: Tessera's own Conv1D shards whatever the split (DTensor's plans know only nn.Linear)
+        "gpt2/tp2-even": _plan([stage(0, N, [0, 1], tp=2)]),
+        "gpt2/tp2-uneven-3:1-recompute-selective": _plan(
+            [stage(0, N, [0, 1], tp=2, ratios=(0.75, 0.25))], micro=2, recompute="selective"
+        ),
+        "gpt2-scratch/tp2-uneven-1:3": _plan([stage(0, N, [0, 1], tp=2, ratios=(0.25, 0.75))]),
     }
     return out
 
@@ -59,6 +67,12 @@ def _variants_3() -> dict[str, Plan]:
             [stage(0, 3, [0]), stage(3, N, [1, 2], tp=2, ratios=(0.75, 0.25))], micro=3, schedule="gpipe"
         ),
         "gpt2/pp3-1f1b": _plan([stage(0, 2, [0]), stage(2, 3, [1]), stage(3, N, [2])], micro=4),
+        "gpt2/mixed-tp2(3:1)->1-1f1b": _plan(
+            [stage(0, 3, [0, 1], tp=2, ratios=(0.75, 0.25)), stage(3, N, [2])], micro=4
+        ),
+        "gpt2/mixed-1->tp2-gpipe": _plan(
+            [stage(0, 2, [0]), stage(2, N, [1, 2], tp=2)], micro=2, schedule="gpipe"
+        ),
         "mistral/dpxpp-1->dp2(1:3)-zero2": _plan(
             [stage(0, 2, [0]), stage(2, N, [1, 2], dp=2, shares=(2, 6))], micro=2, zero=2
         ),

@@ -6,7 +6,9 @@ A model is named by a directory as ``save_pretrained`` writes it (``config.json`
 :class:`HFModelNotFound` naming every place looked at.
 
 Reading goes through ``safetensors.safe_open`` key by key, so a pipeline stage reads only its own layers'
-tensors (never the whole checkpoint); :data:`READ_KEYS` records what this process read, for tests.
+tensors (never the whole checkpoint), and a tensor-parallel rank only its slices of them (``get_slice``: the
+rows or columns of its heads, FFN columns or vocabulary); :data:`READ_KEYS` and :data:`READ_SHAPES` record what
+this process read, for tests.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 import torch
 
 READ_KEYS: list[str] = []  # every tensor key this process read from safetensors files, in order
+READ_SHAPES: list[tuple[str, tuple[int, ...]]] = []  # (key, shape of what was read: a slice or the tensor)
+# A part of a tensor: (dim, ranges) -> the concatenation along ``dim`` of its ``[start, stop)`` ranges.
+Part = tuple[int, tuple[tuple[int, int], ...]]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -118,8 +123,11 @@ def weight_map(model_dir: Path) -> dict[str, Path]:
     return out
 
 
-def read_tensors(model_dir: Path, keys: Iterable[str]) -> dict[str, torch.Tensor]:
-    """The tensors ``keys`` only, each read on its own through ``safe_open`` (no file is loaded whole)."""
+def read_tensors(
+    model_dir: Path, keys: Iterable[str], parts: Mapping[str, Part] | None = None
+) -> dict[str, torch.Tensor]:
+    """The tensors ``keys`` only, each read on its own through ``safe_open`` (no file is loaded whole); a key in
+    ``parts`` is read as that part only (its slices, concatenated), never whole."""
     from safetensors import safe_open
 
     wanted = list(keys)
@@ -138,9 +146,20 @@ def read_tensors(model_dir: Path, keys: Iterable[str]) -> dict[str, torch.Tensor
     for f, names in by_file.items():
         with safe_open(str(f), framework="pt", device="cpu") as handle:
             for k in names:
-                out[k] = handle.get_tensor(k)
+                out[k] = _read_part(handle, k, parts[k]) if parts and k in parts else handle.get_tensor(k)
                 READ_KEYS.append(k)
+                READ_SHAPES.append((k, tuple(out[k].shape)))
     return out
+
+
+def _read_part(handle: object, key: str, part: Part) -> torch.Tensor:
+    dim, ranges = part
+    sl = handle.get_slice(key)  # type: ignore[attr-defined]
+    rank = len(sl.get_shape())
+    if not 0 <= dim < rank or not ranges:
+        raise ValueError(f"model: part (dim {dim}, ranges {ranges}) of {key} (shape {sl.get_shape()})")
+    lead = (slice(None),) * dim
+    return torch.cat([sl[(*lead, slice(a, b))] for a, b in ranges], dim=dim)
 
 
 def has_key(model_dir: Path, key: str) -> bool:

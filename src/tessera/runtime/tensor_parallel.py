@@ -17,7 +17,9 @@ vocab-sharded and :func:`tessera.vocab_parallel.vocab_parallel_cross_entropy` co
 small all-reduces.
 
 Which Linear is which is read from the shapes, not from names: a Linear whose output dimension shrank under
-``tp`` is column-parallel, one whose input shrank is row-parallel. The offsets of each rank's slice come from
+``tp`` is column-parallel, one whose input shrank is row-parallel. ``transformers``' ``Conv1D`` (GPT-2's
+projections: a Linear whose weight is stored transposed, ``[in, out]``) counts as a Linear with its dimensions
+swapped. The offsets of each rank's slice come from
 building the layer on the meta device for every TP rank, so they match the zoo's own rounding of ratios.
 """
 
@@ -75,11 +77,30 @@ def reduce_from_group(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor
     return _ReduceFromGroup.apply(x, group)
 
 
-def make_column_parallel(linear: nn.Linear, group: dist.ProcessGroup) -> None:
+def weight_out_dim(mod: nn.Module) -> int | None:
+    """The weight dimension holding a projection's outputs: 0 for ``nn.Linear`` (``[out, in]``), 1 for
+    ``transformers``' ``Conv1D`` (``[in, out]``, recognized by name and its ``nf`` width so the runtime needs no
+    ``transformers`` import); ``None`` for any other module."""
+    if isinstance(mod, nn.Linear):
+        return 0
+    if type(mod).__name__ == "Conv1D" and isinstance(getattr(mod, "nf", None), int):
+        return 1
+    return None
+
+
+def _project(mod: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if weight_out_dim(mod) == 1:  # Conv1D: x @ W (+ b), as its own forward computes it
+        y = x.reshape(-1, x.shape[-1])
+        y = torch.mm(y, mod.weight) if bias is None else torch.addmm(bias, y, mod.weight)
+        return y.view(*x.shape[:-1], y.shape[-1])
+    return F.linear(x, mod.weight, bias)
+
+
+def make_column_parallel(linear: nn.Module, group: dist.ProcessGroup) -> None:
     """In place, so parameter names (checkpoint FQNs) stay those of the zoo."""
 
-    def forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(copy_to_group(x, group), self.weight, self.bias)
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return _project(self, copy_to_group(x, group), self.bias)
 
     linear.forward = types.MethodType(forward, linear)  # type: ignore[method-assign]
 
@@ -94,9 +115,9 @@ def make_vocab_parallel(embedding: nn.Module, group: dist.ProcessGroup) -> None:
     embedding.forward = forward  # type: ignore[method-assign]
 
 
-def make_row_parallel(linear: nn.Linear, group: dist.ProcessGroup) -> None:
-    def forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        y = reduce_from_group(F.linear(x, self.weight), group)
+def make_row_parallel(linear: nn.Module, group: dist.ProcessGroup) -> None:
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        y = reduce_from_group(_project(self, x, None), group)
         return y if self.bias is None else y + self.bias
 
     linear.forward = types.MethodType(forward, linear)  # type: ignore[method-assign]
@@ -151,17 +172,18 @@ def plan_layer_shards(
         return None
     columns: list[str] = []
     rows: list[str] = []
-    linear_params: set[str] = set()
+    out_dims: dict[str, int] = {}  # Linear parameter -> its output dimension
     for name, mod in local.named_modules():
-        if not isinstance(mod, nn.Linear):
+        od = weight_out_dim(mod)
+        if od is None:
             continue
         prefix = f"{name}." if name else ""
         fw = full_params[prefix + "weight"]
-        linear_params.add(prefix + "weight")
+        out_dims[prefix + "weight"] = od
         if mod.bias is not None:
-            linear_params.add(prefix + "bias")
-        out_changed = mod.weight.shape[0] != fw.shape[0]
-        in_changed = mod.weight.shape[1] != fw.shape[1]
+            out_dims[prefix + "bias"] = 0
+        out_changed = mod.weight.shape[od] != fw.shape[od]
+        in_changed = mod.weight.shape[1 - od] != fw.shape[1 - od]
         if out_changed and in_changed:
             raise ValueError(f"layer {layer}: Linear {name!r} sharded on both dimensions")
         if out_changed:
@@ -170,7 +192,7 @@ def plan_layer_shards(
             rows.append(name)
     embeddings: set[str] = set()
     for name, p in local_params.items():
-        if name in linear_params or p.shape == full_params[name].shape:
+        if name in out_dims or p.shape == full_params[name].shape:
             continue
         owner = name.rpartition(".")[0]
         if (
@@ -206,7 +228,7 @@ def plan_layer_shards(
         dim = next(d for d in range(p.dim()) if p.shape[d] != fshape[d])
         sizes = [int(mp[name].shape[dim]) for mp in meta_params]
         module_name = name.rsplit(".", 1)[0].rsplit(".", 1)[-1] if "." in name else ""
-        chunks = FUSED_CHUNKS.get(module_name, 1) if dim == 0 else 1
+        chunks = FUSED_CHUNKS.get(module_name, 1) if dim == out_dims.get(name, 0) else 1
         specs[name] = ShardSpec(fshape, dim, _ranges(fshape[dim], sizes, tp.rank, chunks))
     first_class = None
     if vocab_output:

@@ -7,19 +7,24 @@ takes and returns one hidden-state tensor: the wrapper computes the positions, t
 causal mask itself through ``transformers``' own ``create_causal_mask`` (sliding-window layers get theirs),
 exactly what the full model computes once and passes down — so a stage needs nothing from the layers before.
 
-Weights: every layer is built on the meta device from the model's config and materialized alone; a pretrained
-model then reads only that layer's tensors from the safetensors files (``hf_weights.read_tensors``), so a rank
-loads its own stage and nothing else. ``from_scratch`` initializes each layer with the model's own
-``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans).
+Weights: every layer is built on the meta device from the model's config and allocated alone (after its TP
+cut, at the shard's shapes); a pretrained model then reads only that layer's tensors from the safetensors files
+(``hf_weights.read_tensors``), and under TP only this rank's slices of them, so a rank loads its own shard of
+its own stage and nothing else. ``from_scratch`` initializes each (whole) layer with the model's own
+``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans), then cuts it.
 
 Tied embeddings (gpt2, small qwen2): the lm_head shares the embedding's Parameter when one range holds both,
 which is how the runtime finds and syncs ties across pipeline stages (``runtime.model.tied_groups``).
 
-Tensor parallelism: llama, mistral and qwen2 decoder layers are sharded — even splits through DTensor's
-``parallelize_module`` (:meth:`HFDecoderLayer.dtensor_tp_plan`, the plan ``transformers`` itself uses), uneven
-ones by Tessera's own column/row layers (whole kv-head groups and FFN columns); the token embedding and the
-lm_head split along the vocabulary (Megatron's vocab-parallel embedding and cross-entropy, as the zoo's). gpt2 (fused ``Conv1D`` projections) has no TP here yet: asking for it is a clear
-error.
+Tensor parallelism: every family's decoder layers are sharded. llama, mistral and qwen2: even splits through
+DTensor's ``parallelize_module`` (:meth:`HFDecoderLayer.dtensor_tp_plan`, the plan ``transformers`` itself uses),
+uneven ones by Tessera's own column/row layers (whole kv-head groups and FFN columns). gpt2, even or uneven, by
+Tessera's own layers (DTensor's plans know only ``nn.Linear``, and its fused ``c_attn`` is q|k|v): ``c_attn``
+(a ``Conv1D``, weight ``[in, out]``) keeps the q, k and v columns of this rank's whole heads, ``attn.c_proj``
+the matching input rows, ``mlp.c_fc`` / ``mlp.c_proj`` FFN columns / rows; the cut modules are ``Conv1D`` again
+(same layout, same checkpoint keys) inside the real ``GPT2Block``. The token embedding and the lm_head split
+along the vocabulary (Megatron's vocab-parallel embedding and cross-entropy, as the zoo's); a tied lm_head
+shares its embedding's vocabulary shard.
 
 Parameter names: layer ``i``'s parameters are ``layers.{i}.{name}`` where ``name`` maps to the checkpoint key
 by :func:`hf_key` (``embed_tokens.weight`` -> ``model.embed_tokens.weight``, ``block.mlp.up_proj.weight`` of
@@ -39,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tessera.models.hf_weights import locate_model, read_tensors, weight_map
+from tessera.models.hf_weights import Part, locate_model, read_tensors, weight_map
 from tessera.models.nn_common import LayerRange, shard_sizes
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
@@ -56,7 +61,7 @@ class Family:
     attn: str  # the decoder layer's attention module
     rotary: bool  # rotary positions (a ``rotary_emb`` on the base model)
     drop: str | None = None  # the embedding dropout module
-    tp: bool = True  # decoder layers Tessera can shard (q/k/v/o and gate/up/down Linears)
+    conv1d: bool = False  # fused ``Conv1D`` projections (gpt2's c_attn/c_proj/c_fc), not q/k/v/o Linears
 
 
 _LLAMA = Family("model", ("embed_tokens",), "layers", "norm", "self_attn", rotary=True)
@@ -64,12 +69,14 @@ FAMILIES: dict[str, Family] = {
     "llama": _LLAMA,
     "mistral": _LLAMA,
     "qwen2": _LLAMA,
-    "gpt2": Family("transformer", ("wte", "wpe"), "h", "ln_f", "attn", rotary=False, drop="drop", tp=False),
+    "gpt2": Family(
+        "transformer", ("wte", "wpe"), "h", "ln_f", "attn", rotary=False, drop="drop", conv1d=True
+    ),
 }
 
 
 class HFModelError(ValueError):
-    """A model this adapter cannot run (unsupported family, TP it cannot shard); names the field."""
+    """A model this adapter cannot run (unsupported family); names the field."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -184,8 +191,9 @@ class HFDecoderLayer(nn.Module):
 
     def dtensor_tp_plan(self) -> dict[str, object] | None:
         """DTensor's plan for an even TP split (the runtime's ``parallelize_module``): q/k/v, gate/up
-        column-wise and o/down row-wise, as ``transformers``' own ``base_model_tp_plan``; ``None`` for gpt2."""
-        if not self.family.tp:
+        column-wise and o/down row-wise, as ``transformers``' own ``base_model_tp_plan``; ``None`` for gpt2,
+        whose fused ``Conv1D`` projections DTensor cannot split (its layers are cut by Tessera's own)."""
+        if self.family.conv1d:
             return None
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -312,68 +320,148 @@ def tessera_key(family: Family, n_layers: int, key: str) -> str | None:
     return None
 
 
-def _materialize(module: nn.Module, meta_model: nn.Module, from_scratch: bool) -> nn.Module:
-    """A deep copy of a meta submodule, allocated on CPU (or left on meta when building under meta)."""
+def _part(module: nn.Module, meta_model: nn.Module, from_scratch: bool) -> nn.Module:
+    """A deep copy of a meta submodule. ``from_scratch``: allocated on CPU and initialized whole by the model's
+    own ``_init_weights`` (the values a TP shard is then cut from); else it stays on meta until its layer, cut to
+    this rank's shapes, is allocated and loaded (:func:`_allocate`)."""
     m = copy.deepcopy(module)
-    if _ambient_meta():
-        return m
-    m.to_empty(device="cpu")
-    if from_scratch:
+    if from_scratch and not _ambient_meta():
+        m.to_empty(device="cpu")
         with torch.no_grad():
             for sub in m.modules():
                 meta_model._init_weights(sub)
     return m
 
 
-def _rows(linear: nn.Linear, start: int, stop: int) -> nn.Linear:
-    return _sliced(linear, 0, start, stop)
+def _allocate(layer: nn.Module) -> None:
+    """Allocate on CPU the tensors still on meta, leaving those built for real (rotary tables) as they are."""
+    for sub in layer.modules():
+        own = [*sub._parameters.values(), *sub._buffers.values()]
+        if any(t is not None and t.is_meta for t in own):
+            sub.to_empty(device="cpu", recurse=False)
 
 
-def _sliced(linear: nn.Linear, dim: int, start: int, stop: int) -> nn.Linear:
-    """A Linear holding rows (dim 0) or input columns (dim 1) ``[start, stop)`` of ``linear``."""
-    w = linear.weight
-    out_f, in_f = (stop - start, w.shape[1]) if dim == 0 else (w.shape[0], stop - start)
-    has_bias = linear.bias is not None
-    new = nn.Linear(in_f, out_f, bias=has_bias, device=w.device, dtype=w.dtype)
+@dataclass(frozen=True)
+class Cut:
+    """The part of a projection one TP rank holds: output features ``ranges`` (column-parallel; the bias is cut
+    alike) or input features (row-parallel; the bias stays whole: the runtime adds it once, after the reduction).
+    Several ranges are concatenated (gpt2's fused q|k|v columns of this rank's heads)."""
+
+    side: str  # "out" or "in"
+    ranges: tuple[tuple[int, int], ...]
+
+
+def _is_conv1d(mod: nn.Module) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(mod, Conv1D)
+
+
+def _weight_dim(mod: nn.Module, side: str) -> int:
+    """The weight dimension of ``side``: nn.Linear is ``[out, in]``, ``Conv1D`` ``[in, out]``."""
+    out = 1 if _is_conv1d(mod) else 0
+    return out if side == "out" else 1 - out
+
+
+def _take(t: torch.Tensor, dim: int, ranges: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    return torch.cat([t.narrow(dim, a, b - a) for a, b in ranges], dim=dim)
+
+
+def _cut(mod: nn.Module, cut: Cut) -> nn.Module:
+    """A projection of the same kind (nn.Linear or Conv1D) holding ``cut`` of ``mod``; its values are copied
+    when ``mod`` has any (from scratch), else it stays on meta for the loader to fill with its slices."""
+    w = mod.weight
+    dim = _weight_dim(mod, cut.side)
+    shape = list(w.shape)
+    shape[dim] = sum(b - a for a, b in cut.ranges)
+    has_bias = mod.bias is not None
+    with torch.device("meta"):
+        if _is_conv1d(mod):
+            new: nn.Module = type(mod)(shape[1], shape[0])  # Conv1D(nf=out, nx=in), weight [in, out]
+        else:
+            new = nn.Linear(shape[1], shape[0], bias=has_bias)
+    new = new.to(dtype=w.dtype)
     if w.device.type != "meta":
+        new.to_empty(device=w.device)
         with torch.no_grad():
-            new.weight.copy_(w.narrow(dim, start, stop - start))
+            new.weight.copy_(_take(w, dim, cut.ranges))
             if has_bias:
-                new.bias.copy_(linear.bias if dim == 1 else linear.bias[start:stop])
+                new.bias.copy_(_take(mod.bias, 0, cut.ranges) if cut.side == "out" else mod.bias)
     return new
 
 
-def _shard_decoder(block: nn.Module, config: Any, tp: Any) -> None:
-    """In place: this TP rank's whole kv-head groups of q/k/v/o and its FFN columns of gate/up/down."""
+def _apply_cuts(root: nn.Module, cuts: dict[str, Cut], prefix: str) -> dict[str, Part]:
+    """In place: replace each projection ``cuts`` names under ``root``; the parts to read, by parameter name."""
+    parts: dict[str, Part] = {}
+    for path, cut in cuts.items():
+        owner, _, attr = path.rpartition(".")
+        parent = root.get_submodule(owner)
+        mod = getattr(parent, attr)
+        parts[f"{prefix}{path}.weight"] = (_weight_dim(mod, cut.side), cut.ranges)
+        if mod.bias is not None and cut.side == "out":
+            parts[f"{prefix}{path}.bias"] = (0, cut.ranges)
+        setattr(parent, attr, _cut(mod, cut))
+    return parts
+
+
+def _own(sizes: list[int], rank: int, unit: int = 1) -> tuple[int, int]:
+    """``[start, stop)`` of rank ``rank``'s units (``sizes`` per rank), in elements of ``unit``."""
+    return sum(sizes[:rank]) * unit, sum(sizes[: rank + 1]) * unit
+
+
+def _decoder_cuts(family: Family, block: nn.Module, config: Any, tp: Any) -> dict[str, Cut]:
+    """This TP rank's cuts of a decoder layer; sets its attention's local head count where the module reads it.
+
+    llama/mistral/qwen2: whole kv-head groups of q/k/v (o's matching inputs) and FFN columns of gate/up (down's
+    rows). gpt2: whole heads of the fused ``c_attn`` — its q, k and v column blocks cut alike — with
+    ``attn.c_proj``'s matching input rows, FFN columns of ``mlp.c_fc`` and rows of ``mlp.c_proj``.
+    """
     ratios = tuple(tp.ratios) or (1.0,) * tp.degree
-    heads = int(config.num_attention_heads)
+    heads = _heads(config)
+    if family.conv1d:
+        hidden = _hidden(config)
+        hd = hidden // heads
+        q = _own(shard_sizes(heads, ratios), tp.rank, hd)
+        attn = block.attn
+        attn.split_size = q[1] - q[0]  # c_attn(x).split(split_size): this rank's q | k | v
+        attn.num_heads = attn.split_size // hd
+        inner = int(getattr(config, "n_inner", None) or 4 * hidden)
+        f = _own(shard_sizes(inner, ratios), tp.rank)
+        return {
+            "attn.c_attn": Cut("out", tuple((c * hidden + q[0], c * hidden + q[1]) for c in range(3))),
+            "attn.c_proj": Cut("in", (q,)),
+            "mlp.c_fc": Cut("out", (f,)),
+            "mlp.c_proj": Cut("in", (f,)),
+        }
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
-    attn = block.self_attn
-    hd = int(attn.head_dim)
+    hd = int(block.self_attn.head_dim)
     group = heads // kv
-    sizes = shard_sizes(kv, ratios)
-    k0, kn = sum(sizes[: tp.rank]), sizes[tp.rank]
-    q = (k0 * group * hd, (k0 + kn) * group * hd)
-    k = (k0 * hd, (k0 + kn) * hd)
-    attn.q_proj = _rows(attn.q_proj, *q)
-    attn.k_proj = _rows(attn.k_proj, *k)
-    attn.v_proj = _rows(attn.v_proj, *k)
-    attn.o_proj = _sliced(attn.o_proj, 1, *q)
-    mlp = block.mlp
-    inner = shard_sizes(int(config.intermediate_size), ratios)
-    f = (sum(inner[: tp.rank]), sum(inner[: tp.rank + 1]))
-    mlp.gate_proj = _rows(mlp.gate_proj, *f)
-    mlp.up_proj = _rows(mlp.up_proj, *f)
-    mlp.down_proj = _sliced(mlp.down_proj, 1, *f)
+    q = _own(shard_sizes(kv, ratios), tp.rank, group * hd)
+    k = _own(shard_sizes(kv, ratios), tp.rank, hd)
+    f = _own(shard_sizes(int(config.intermediate_size), ratios), tp.rank)
+    return {
+        "self_attn.q_proj": Cut("out", (q,)),
+        "self_attn.k_proj": Cut("out", (k,)),
+        "self_attn.v_proj": Cut("out", (k,)),
+        "self_attn.o_proj": Cut("in", (q,)),
+        "mlp.gate_proj": Cut("out", (f,)),
+        "mlp.up_proj": Cut("out", (f,)),
+        "mlp.down_proj": Cut("in", (f,)),
+    }
 
 
-def _load_layer(layer: nn.Module, i: int, family: Family, n: int, model_dir: Path, tied: bool) -> None:
-    """Copy layer ``i``'s tensors (and only those) from the model's safetensors files into ``layer``."""
+def _load_layer(
+    layer: nn.Module, i: int, family: Family, n: int, model_dir: Path, tied: bool, parts: dict[str, Part]
+) -> None:
+    """Copy layer ``i``'s tensors (and only those; of a TP shard only its ``parts``) from the model's
+    safetensors files into ``layer``."""
     keys = {name: hf_key(family, n, f"layers.{i}.{name}") for name, _ in layer.named_parameters()}
     # save_pretrained drops the tied copy of the head
     if tied and i == n - 1 and "lm_head.weight" in keys and "lm_head.weight" not in weight_map(model_dir):
         keys["lm_head.weight"] = f"{family.base}.{family.embeds[0]}.weight"
-    tensors = read_tensors(model_dir, sorted(set(keys.values())))
+    tensors = read_tensors(
+        model_dir, sorted(set(keys.values())), {keys[name]: part for name, part in parts.items()}
+    )
     with torch.no_grad():
         for name, p in layer.named_parameters():
             p.copy_(tensors[keys[name]].to(p.dtype))
@@ -399,56 +487,53 @@ def build_hf_layers(
     if not 0 <= start < end <= n:
         raise ValueError(f"layer_range ({start}, {end}) outside the model's {n} layers")
     sharded = tp is not None and tp.degree > 1
-    if sharded and not family.tp and any(0 < i < n - 1 for i in range(start, end)):
-        raise HFModelError(
-            f"tensor parallelism for HF {config.model_type} models is not supported yet "
-            "(fused Conv1D projections); use data or pipeline parallelism"
-        )
     base = getattr(meta, family.base)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     layers: list[nn.Module] = []
     for i in range(start, end):
         if i == 0:
-            parts = {e: _materialize(getattr(base, e), meta, from_scratch) for e in family.embeds}
+            mods = {e: _part(getattr(base, e), meta, from_scratch) for e in family.embeds}
             if family.drop is not None:
-                parts[family.drop] = copy.deepcopy(getattr(base, family.drop))
-            layer: nn.Module = HFEmbedding(family, parts)
+                mods[family.drop] = copy.deepcopy(getattr(base, family.drop))
+            layer: nn.Module = HFEmbedding(family, mods)
         elif i == n - 1:
-            norm = _materialize(getattr(base, family.norm), meta, from_scratch)
-            layer = HFHead(family, norm, _materialize(meta.lm_head, meta, from_scratch))
+            norm = _part(getattr(base, family.norm), meta, from_scratch)
+            layer = HFHead(family, norm, _part(meta.lm_head, meta, from_scratch))
         else:
-            block = _materialize(getattr(base, family.layers)[i - 1], meta, from_scratch)
+            block = _part(getattr(base, family.layers)[i - 1], meta, from_scratch)
             rotary = None
             if family.rotary:
                 rotary = type(base.rotary_emb)(config=config)  # on meta when building under meta
             layer = HFDecoderLayer(family, config, block, i - 1, rotary, recompute)
-        if not from_scratch and not _ambient_meta():
-            _load_layer(layer, i, family, n, model_dir, tied)
+        parts: dict[str, Part] = {}
         if sharded and 0 < i < n - 1:
-            _shard_decoder(layer.block, config, tp)
+            parts = _apply_cuts(layer.block, _decoder_cuts(family, layer.block, config, tp), "block.")
         elif sharded:  # the token embedding and the lm_head split along the vocabulary
-            sizes = shard_sizes(int(config.vocab_size), tuple(tp.ratios) or (1.0,) * tp.degree)
-            rows = (sum(sizes[: tp.rank]), sum(sizes[: tp.rank + 1]))
+            rows = _own(shard_sizes(int(config.vocab_size), tuple(tp.ratios) or (1.0,) * tp.degree), tp.rank)
             if i == 0:
                 name = family.embeds[0]
                 setattr(layer, name, VocabShardEmbedding(getattr(layer, name), *rows))
+                parts = {f"{name}.weight": (0, (rows,))}
             else:
-                layer.lm_head = _rows(layer.lm_head, *rows)
-        _describe(layer, i, n, family, config)
+                parts = _apply_cuts(layer, {"lm_head": Cut("out", (rows,))}, "")
+        if not from_scratch and not _ambient_meta():
+            _allocate(layer)
+            _load_layer(layer, i, family, n, model_dir, tied, parts)
+        _describe(layer, i, n, config)
         layers.append(layer)
     if tied and start == 0 and end == n:  # one Parameter, as in the plain model
         layers[-1].lm_head.weight = getattr(layers[0], family.embeds[0]).weight
     return HFLayers(config, layers, layer_start=start, n_model_layers=n)
 
 
-def _describe(layer: nn.Module, i: int, n: int, family: Family, config: Any) -> None:
+def _describe(layer: nn.Module, i: int, n: int, config: Any) -> None:
     """What the planner's trace reads from a layer: its name, kind and how TP shards it (as the zoo's)."""
     from tessera.models.spec import TPShard
 
     if 0 < i < n - 1:
         heads = int(getattr(config, "num_key_value_heads", None) or _heads(config))
         layer.spec_name, layer.kind = f"block_{i - 1}", "transformer"
-        layer.tp_shard, layer.tp_units = (TPShard.HEADS, heads) if family.tp else (TPShard.REPLICATED, 1)
+        layer.tp_shard, layer.tp_units = TPShard.HEADS, heads
     else:
         layer.spec_name = layer.kind = "embedding" if i == 0 else "head"
         layer.tp_shard, layer.tp_units = TPShard.VOCAB, int(config.vocab_size)
