@@ -9,6 +9,8 @@ checked here as llama's is.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import max_rel, rel, stage
 from hf_models import FAMILY_NAMES, N_DECODER, hf_reference, save_tiny
@@ -139,3 +141,19 @@ def test_two_process_hf_variant(two_proc, model_dirs, key):
 @pytest.mark.parametrize("key", list(_variants_3()))
 def test_three_process_hf_variant(three_proc, model_dirs, key):
     _check(key, *three_proc[key], model_dirs)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not os.environ.get("TESSERA_TEST_4PROC"), reason="4 processes: set TESSERA_TEST_4PROC=1")
+def test_four_process_gpt2_dp_x_tp(model_dirs):
+    """gpt2's Conv1D TP under data parallelism: DP x uneven TP in one stage, and a DP stage feeding a TP one."""
+    variants = {
+        "gpt2/dp2xtp2(3:1)": _plan(
+            [stage(0, N, [0, 1, 2, 3], dp=2, tp=2, shares=(5, 3), ratios=(0.75, 0.25))], micro=2
+        ),
+        "gpt2/mixed-dp2(3:1)->tp2": _plan(
+            [stage(0, 2, [0, 1], dp=2, shares=(6, 2)), stage(2, N, [2, 3], tp=2)], micro=4
+        ),
+    }
+    for key, (p, r) in _run(variants, model_dirs).items():
+        _check(key, p, r, model_dirs)

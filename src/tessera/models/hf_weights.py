@@ -6,7 +6,7 @@ A model is named by a directory as ``save_pretrained`` writes it (``config.json`
 :class:`HFModelNotFound` naming every place looked at.
 
 Reading goes through ``safetensors.safe_open`` key by key, so a pipeline stage reads only its own layers'
-tensors (never the whole checkpoint), and a tensor-parallel rank only its slices of them (``get_slice``: the
+tensors (never the whole checkpoint), and a tensor-parallel build of a layer only its slices of them (``get_slice``: the
 rows or columns of its heads, FFN columns or vocabulary); :data:`READ_KEYS` and :data:`READ_SHAPES` record what
 this process read, for tests.
 """

@@ -9,9 +9,12 @@ exactly what the full model computes once and passes down — so a stage needs n
 
 Weights: every layer is built on the meta device from the model's config and allocated alone (after its TP
 cut, at the shard's shapes); a pretrained model then reads only that layer's tensors from the safetensors files
-(``hf_weights.read_tensors``), and under TP only this rank's slices of them, so a rank loads its own shard of
-its own stage and nothing else. ``from_scratch`` initializes each (whole) layer with the model's own
-``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans), then cuts it.
+(``hf_weights.read_tensors``), and a TP build only this rank's slices of them (``get_slice``: its heads' rows
+or columns, its FFN columns, its vocabulary rows), never the whole model. (The runtime's ``build_stage`` also
+builds each of its layers whole once, as for every factory, to slice the canonical weights from: a stage reads
+its own layers' tensors whole, never the other stages'.) ``from_scratch`` initializes each (whole) layer with
+the model's own ``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans), then
+cuts it.
 
 Tied embeddings (gpt2, small qwen2): the lm_head shares the embedding's Parameter when one range holds both,
 which is how the runtime finds and syncs ties across pipeline stages (``runtime.model.tied_groups``).
