@@ -19,8 +19,8 @@ small all-reduces.
 Which Linear is which is read from the shapes, not from names: a Linear whose output dimension shrank under
 ``tp`` is column-parallel, one whose input shrank is row-parallel. ``transformers``' ``Conv1D`` (GPT-2's
 projections: a Linear whose weight is stored transposed, ``[in, out]``) counts as a Linear with its dimensions
-swapped. The offsets of each rank's slice come from
-building the layer on the meta device for every TP rank, so they match the zoo's own rounding of ratios.
+swapped. The offsets of each rank's slice come from building the layer on the meta device for every TP rank,
+so they match the zoo's own rounding of ratios.
 """
 
 from __future__ import annotations
