@@ -45,8 +45,11 @@ def test_a_job_on_a_killed_node_is_replaced_without_a_restart_charged(tmp_path):
             "the job to end",
             2.0,
         )
-        assert end["state"] == "SUCCEEDED", end
-        assert end["restarts"] == 0  # a lost node is not a failure of the job (no 60 s failure backoff)
+        lines = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{victim}/logs", timeout=30).json()["lines"]]
+        assert end["state"] == "SUCCEEDED", (end, lines)
+        assert end["restarts"] == 0, (
+            lines
+        )  # a lost node is not a failure of the job (no 60 s failure backoff)
         hist = end["history"]
         lost = [h for h in hist if str(h["end_reason"] or "").startswith("node lost")]
         assert lost, [(h["cell"], h["end_reason"]) for h in hist]
@@ -55,7 +58,6 @@ def test_a_job_on_a_killed_node_is_replaced_without_a_restart_charged(tmp_path):
         assert (
             after[0]["from_step"] == lost[0]["to_step"] and after[0]["from_step"] >= 20
         )  # from the checkpoint
-        lines = [x["line"] for x in httpx.get(f"{s.url}/api/jobs/{victim}/logs", timeout=30).json()["lines"]]
         # seen by the failed gang probing its node, or by a round once Ray's health checks said so first
         assert any(line.startswith("lost node v100-0") or line == "lost its node" for line in lines), lines
     finally:

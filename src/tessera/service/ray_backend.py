@@ -222,7 +222,7 @@ class RayCluster:
         an external one what Ray reports."""
         import ray
 
-        lost = set()
+        lost = names & self._lost
         if self.embedded and self._cluster is not None:
             by_id = {
                 n.node_id: n for n in [self._cluster.head_node, *self._cluster.worker_nodes] if n is not None
@@ -234,7 +234,7 @@ class RayCluster:
         else:
             with contextlib.suppress(Exception):
                 alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-                lost = {name for name in names if self._node_ids.get(name) not in alive}
+                lost |= {name for name in names if self._node_ids.get(name) not in alive}
         self._lost |= lost
         return sorted(lost)
 
@@ -284,10 +284,13 @@ class RayCluster:
         return cores[seq % len(cores)], gpu.name == HALF_CORE_DEVICE.name
 
     def remove_node(self, name: str) -> None:
-        """Embedded only (tests): kill an emulated node's processes."""
+        """Embedded only (tests): kill an emulated node's processes. The node is shown lost first: while Ray's
+        ``remove_node`` waits on the raylet it has killed, ``Popen.poll`` from another thread answers "running"
+        (the wait holds its lock), so a gang that dies meanwhile would be charged a worker failure."""
         nid = self._node_ids[name]
         for node in list(self._cluster.worker_nodes):
             if node.node_id == nid:
+                self._lost.add(name)
                 self._cluster.remove_node(node)
                 return
         raise ValueError(f"node {name} is the head or unknown")
