@@ -94,17 +94,20 @@ TICK_S = ServiceConfig().tick_s  # the service's control-loop tick: rounds on ev
 
 BASE = {"precision": "fp32", "learning_rate": 0.003}
 # (arrival offset s, spec): different models and sizes; 8 jobs on 4 GPUs, so some wait; the long llama job
-# starts on what is left and may grow when the short ones finish (a rescale under the Cell policies).
+# starts on what is left and may grow when the short ones finish (a rescale under the Cell policies). Each job
+# trains for tens of seconds to a few minutes, so the ±1 s noise of a launch is a small part of its JCT (a
+# fifth of these lengths, the first version of this bench, made a cold launch half of a typical job's JCT).
 WORKLOAD: list[tuple[float, dict[str, Any]]] = [
-    (0.0, {"name": "f-llama-long", "model": "llama-tiny", "global_batch": 8, "seq_len": 64, "steps": 240}),
-    (0.0, {"name": "f-gpt-a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 80}),
-    (4.0, {"name": "f-gpt-capped", "model": "gpt-tiny", "global_batch": 16, "seq_len": 32, "steps": 60,
-           "max_gpus": 1}),
-    (8.0, {"name": "f-llama-b", "model": "llama-tiny", "global_batch": 16, "seq_len": 64, "steps": 60}),
-    (12.0, {"name": "f-gpt-small", "model": "gpt-small-cpu", "global_batch": 8, "seq_len": 64, "steps": 20}),
-    (16.0, {"name": "f-gpt-short-seq", "model": "gpt-tiny", "global_batch": 16, "seq_len": 16, "steps": 60}),
-    (20.0, {"name": "f-llama-small", "model": "llama-small-cpu", "global_batch": 8, "seq_len": 64, "steps": 15}),
-    (24.0, {"name": "f-gpt-wide", "model": "gpt-tiny", "global_batch": 32, "seq_len": 64, "steps": 40}),
+    (0.0, {"name": "f-llama-long", "model": "llama-tiny", "global_batch": 8, "seq_len": 64, "steps": 1200}),
+    (0.0, {"name": "f-gpt-a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 400}),
+    (12.0, {"name": "f-gpt-capped", "model": "gpt-tiny", "global_batch": 16, "seq_len": 32, "steps": 300,
+            "max_gpus": 1}),
+    (24.0, {"name": "f-llama-b", "model": "llama-tiny", "global_batch": 16, "seq_len": 64, "steps": 300}),
+    (36.0, {"name": "f-gpt-small", "model": "gpt-small-cpu", "global_batch": 8, "seq_len": 64, "steps": 100}),
+    (48.0, {"name": "f-gpt-short-seq", "model": "gpt-tiny", "global_batch": 16, "seq_len": 16, "steps": 300}),
+    (60.0, {"name": "f-llama-small", "model": "llama-small-cpu", "global_batch": 8, "seq_len": 64,
+             "steps": 75}),
+    (72.0, {"name": "f-gpt-wide", "model": "gpt-tiny", "global_batch": 32, "seq_len": 64, "steps": 200}),
 ]  # fmt: skip
 # The warm-up runs each tiny model on each GPU type (one GPU each, all four at once, so under the same CPU
 # contention a busy workload sees): calibration scales each type's compute only from runs on that type, and a
@@ -124,9 +127,10 @@ WARMUP: list[tuple[float, dict[str, Any]]] = [
 # steady step. The first warm-up's jobs ran beside profiling children (on this 2-core box they halve a job's
 # speed), so the replay's prior knowledge — speed factors and allocation overheads — comes from this one on.
 # The very specs of the workload (the speed factors and checkpoint costs are keyed by the configuration, which
-# a job's GPU limits are part of), only shorter.
+# a job's GPU limits are part of), only shorter — but not short: a 15-step job checkpoints every other step and
+# spends its life beside the next gangs' launches, and its measured step read up to 7x a long job's.
 SETTLE: list[tuple[float, dict[str, Any]]] = [
-    (0.0, {**s, "name": f"s-{s['name'][2:]}", "steps": 15}) for _, s in WORKLOAD
+    (0.0, {**s, "name": f"s-{s['name'][2:]}", "steps": min(s["steps"], 100)}) for _, s in WORKLOAD
 ]
 
 
@@ -433,7 +437,7 @@ def main() -> None:
     ap.add_argument("--policies", default="tessera,gavel,fcfs", help="comma-separated policy names")
     ap.add_argument("--quick", action="store_true", help="half the steps and arrival gaps")
     ap.add_argument("--round", type=float, default=2.0, dest="round_s", help="scheduling round, seconds")
-    ap.add_argument("--timeout", type=float, default=480.0, help="per live run, seconds")
+    ap.add_argument("--timeout", type=float, default=900.0, help="per live run, seconds")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--keep-state", action="store_true", help="keep the temp state dir (its path is printed)")
     args = ap.parse_args()

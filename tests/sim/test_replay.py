@@ -128,7 +128,16 @@ def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -
     sim.run()
     started = {d.job_id: d.time_s for d in sim.decisions if d.kind == "start"}
     assert started[2] == pytest.approx(1.25)  # the tick after its arrival, not the 5 s round
+    assert started[1] == pytest.approx(0.25)  # live sees a submission at its next tick, never at once
     assert sim.sched.round_s == 5.0
+    # two submissions 35 ms apart, the first at a tick boundary: one round decides both, as live
+    both = [jobs[0], job_of(parse_job({**spec, "name": "b"}), 2, 0.035)]
+    sim = ReplaySimulator(
+        cluster, both, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=0.25),
+        restart_s=1.0, believed_restart_s=20.0, service_round_s=5.0,
+    )  # fmt: skip
+    sim.run()
+    assert sorted(d.time_s for d in sim.decisions if d.kind == "start") == pytest.approx([0.25, 0.25])
     with pytest.raises(ValueError, match="service_round_s"):
         ReplaySimulator(
             cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=2.0),

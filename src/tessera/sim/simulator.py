@@ -290,13 +290,17 @@ class Simulator:
             if self.cfg.record_allocations:
                 self._log.append(AllocationEvent(now, jid, "evict", (), (), 0.0, now))
 
+    def seen_at(self, job: Job) -> float:
+        """When the scheduler first sees ``job``: on arrival (a replay of the service sees it a tick later)."""
+        return job.arrival_s
+
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         self.policy.reset()
         cfg = self.cfg
         for j in self.jobs:
-            self._push(j.arrival_s, ARRIVE, j.job_id)
+            self._push(self.seen_at(j), ARRIVE, j.job_id)
         by_id = {j.job_id: j for j in self.jobs}
         rng = np.random.default_rng(cfg.seed)
         if cfg.node_mtbf_s is not None:
