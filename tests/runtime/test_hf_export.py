@@ -87,6 +87,33 @@ def test_export_round_trip(runs, tmp_path):
     assert any(not torch.equal(state[k], original[k]) for k in state)  # it did train
 
 
+@pytest.mark.timeout(600)
+def test_export_of_a_gpt2_uneven_tp_checkpoint(tmp_path):
+    """gpt2 under uneven TP (fused Conv1D c_attn cut by heads, stored [in, out]; tied wte/lm_head cut along the
+    vocabulary): the exported directory loads with the run's weights, bit for bit, and the head re-tied."""
+    from transformers import AutoModelForCausalLM
+
+    model = str(save_tiny("gpt2", tmp_path / "gpt2"))
+    tp = _plan(model, [stage(0, N, [0, 1], tp=2, ratios=(0.75, 0.25))])
+    run = tmp_path / "run"
+    base = dict(pg_timeout_s=60, watchdog_s=120, learning_rate=3e-3)
+    (res,) = launch_many(
+        [(tp, RunOptions(steps=2, checkpoint_dir=str(run / "checkpoints"), capture_params=True, **base))]
+    )
+    out = tmp_path / "exported"
+    r = CliRunner().invoke(app, ["export", str(run), str(out)])
+    assert r.exit_code == 0, r.output
+    loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    family = FAMILIES[loaded.config.model_type]
+    state = loaded.state_dict()
+    for fqn, value in res.params.items():
+        assert torch.equal(state[hf_key(family, N, fqn)], value), fqn
+    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()  # re-tied
+    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
+    assert set(state) == set(original)
+    assert any(not torch.equal(state[k], original[k]) for k in state)  # it did train
+
+
 @pytest.mark.timeout(120)
 def test_export_errors_are_one_line(runs, tmp_path):
     root, _, _, run_b = runs
