@@ -284,9 +284,9 @@ class RayCluster:
         return cores[seq % len(cores)], gpu.name == HALF_CORE_DEVICE.name
 
     def remove_node(self, name: str) -> None:
-        """Embedded only (tests): kill an emulated node's processes. The node is shown lost first: while Ray's
-        ``remove_node`` waits on the raylet it has killed, ``Popen.poll`` from another thread answers "running"
-        (the wait holds its lock), so a gang that dies meanwhile would be charged a worker failure."""
+        """Embedded only (tests): kill an emulated node's processes. The node is shown lost first: Ray
+        terminates the raylet, which stops its workers before it exits itself, so a gang that died of it could
+        find the raylet still running (on a loaded box for a while) and be charged a worker failure."""
         nid = self._node_ids[name]
         for node in list(self._cluster.worker_nodes):
             if node.node_id == nid:
