@@ -16,6 +16,7 @@ from tessera.plan import Plan
 from tessera.runtime import RunOptions, checkpoint, launch_many
 
 N = N_DECODER + 2
+BASE = dict(pg_timeout_s=60, watchdog_s=120, learning_rate=3e-3)  # every run's options besides steps/paths
 
 
 def _plan(model: str, stages, micro: int = 2) -> Plan:
@@ -34,11 +35,10 @@ def runs(tmp_path_factory):
     pp = _plan(model, [stage(0, 2, [0]), stage(2, N, [1])], micro=4)
     tp = _plan(model, [stage(0, N, [0, 1], tp=2, ratios=(0.75, 0.25))])
     run_a, run_b = root / "run-a", root / "run-b"
-    base = dict(pg_timeout_s=60, watchdog_s=120, learning_rate=3e-3)
     results = launch_many(
         [
-            (dp, RunOptions(steps=4, **base)),
-            (pp, RunOptions(steps=2, checkpoint_dir=str(run_a / "checkpoints"), **base)),
+            (dp, RunOptions(steps=4, **BASE)),
+            (pp, RunOptions(steps=2, checkpoint_dir=str(run_a / "checkpoints"), **BASE)),
             (
                 tp,
                 RunOptions(
@@ -46,7 +46,7 @@ def runs(tmp_path_factory):
                     resume_from=str(run_a / "checkpoints"),
                     checkpoint_dir=str(run_b / "checkpoints"),
                     capture_params=True,
-                    **base,
+                    **BASE,
                 ),
             ),
         ]
@@ -62,56 +62,50 @@ def test_resharded_resume_continues_the_exact_trajectory(runs):
     assert max(rel(a, b) for a, b in zip(losses, whole.losses, strict=True)) < 1e-5
 
 
-@pytest.mark.timeout(600)
-def test_export_round_trip(runs, tmp_path):
+def _export_and_compare(run_dir, out, params, model: str) -> str:
+    """``tessera export RUN_DIR OUT``, then: the directory loads with the run's weights bit for bit, the head
+    re-tied to the embedding, the same keys as the model it started from, and some of them trained. Returns
+    the command's output."""
     from transformers import AutoModelForCausalLM
 
+    r = CliRunner().invoke(app, ["export", str(run_dir), str(out)])
+    assert r.exit_code == 0, r.output
+    loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    family = FAMILIES[loaded.config.model_type]
+    state = loaded.state_dict()
+    for fqn, value in params.items():
+        assert torch.equal(state[hf_key(family, N, fqn)], value), fqn
+    tied = loaded.get_output_embeddings().weight, loaded.get_input_embeddings().weight
+    assert tied[0].data_ptr() == tied[1].data_ptr()  # re-tied
+    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
+    assert set(state) == set(original)
+    assert any(not torch.equal(state[k], original[k]) for k in state)  # it did train
+    return r.output
+
+
+@pytest.mark.timeout(600)
+def test_export_round_trip(runs, tmp_path):
     _, model, (_, _, resumed), run_b = runs
     out = tmp_path / "exported"
-    r = CliRunner().invoke(app, ["export", str(run_b), str(out)])
-    assert r.exit_code == 0, r.output
-    assert "exported step 4" in r.output
+    assert "exported step 4" in _export_and_compare(run_b, out, resumed.params, model)
     saved = (
         dcp.FileSystemReader(checkpoint.resolve(run_b / "checkpoints")).read_metadata().state_dict_metadata
     )
     assert any(len({tuple(c.sizes) for c in md.chunks}) > 1 for md in saved.values())  # uneven TP chunks
     assert {"config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
-    loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
-    family = FAMILIES[loaded.config.model_type]
-    state = loaded.state_dict()
-    for fqn, value in resumed.params.items():
-        assert torch.equal(state[hf_key(family, N, fqn)], value), fqn
-    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()  # re-tied
-    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
-    assert set(state) == set(original)
-    assert any(not torch.equal(state[k], original[k]) for k in state)  # it did train
 
 
 @pytest.mark.timeout(600)
 def test_export_of_a_gpt2_uneven_tp_checkpoint(tmp_path):
     """gpt2 under uneven TP (fused Conv1D c_attn cut by heads, stored [in, out]; tied wte/lm_head cut along the
     vocabulary): the exported directory loads with the run's weights, bit for bit, and the head re-tied."""
-    from transformers import AutoModelForCausalLM
-
     model = str(save_tiny("gpt2", tmp_path / "gpt2"))
     tp = _plan(model, [stage(0, N, [0, 1], tp=2, ratios=(0.75, 0.25))])
     run = tmp_path / "run"
-    base = dict(pg_timeout_s=60, watchdog_s=120, learning_rate=3e-3)
     (res,) = launch_many(
-        [(tp, RunOptions(steps=2, checkpoint_dir=str(run / "checkpoints"), capture_params=True, **base))]
+        [(tp, RunOptions(steps=2, checkpoint_dir=str(run / "checkpoints"), capture_params=True, **BASE))]
     )
-    out = tmp_path / "exported"
-    r = CliRunner().invoke(app, ["export", str(run), str(out)])
-    assert r.exit_code == 0, r.output
-    loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
-    family = FAMILIES[loaded.config.model_type]
-    state = loaded.state_dict()
-    for fqn, value in res.params.items():
-        assert torch.equal(state[hf_key(family, N, fqn)], value), fqn
-    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()  # re-tied
-    original = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
-    assert set(state) == set(original)
-    assert any(not torch.equal(state[k], original[k]) for k in state)  # it did train
+    _export_and_compare(run, tmp_path / "exported", res.params, model)
 
 
 @pytest.mark.timeout(120)
