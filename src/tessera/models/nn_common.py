@@ -171,6 +171,17 @@ def linear(n_in: int, n_out: int, bias: bool) -> nn.Linear:
 
 
 # ------------------------------------------------------------------------------------------------- RoPE
+def weight_out_dim(mod: nn.Module) -> int | None:
+    """The weight dimension holding a projection's outputs: 0 for ``nn.Linear`` (``[out, in]``), 1 for
+    ``transformers``' ``Conv1D`` (``[in, out]``, recognized by name and its ``nf`` width so the runtime needs no
+    ``transformers`` import); ``None`` for any other module."""
+    if isinstance(mod, nn.Linear):
+        return 0
+    if type(mod).__name__ == "Conv1D" and isinstance(getattr(mod, "nf", None), int):
+        return 1
+    return None
+
+
 def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables [max_seq_len, head_dim] for the rotate-half RoPE convention (LLaMA/HF)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))

@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tessera.models.nn_common import weight_out_dim
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer
 from tessera.runtime.shards import ShardSpec
 
@@ -75,17 +76,6 @@ def copy_to_group(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 
 def reduce_from_group(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     return _ReduceFromGroup.apply(x, group)
-
-
-def weight_out_dim(mod: nn.Module) -> int | None:
-    """The weight dimension holding a projection's outputs: 0 for ``nn.Linear`` (``[out, in]``), 1 for
-    ``transformers``' ``Conv1D`` (``[in, out]``, recognized by name and its ``nf`` width so the runtime needs no
-    ``transformers`` import); ``None`` for any other module."""
-    if isinstance(mod, nn.Linear):
-        return 0
-    if type(mod).__name__ == "Conv1D" and isinstance(getattr(mod, "nf", None), int):
-        return 1
-    return None
 
 
 def _project(mod: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

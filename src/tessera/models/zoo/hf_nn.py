@@ -48,7 +48,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tessera.models.hf_weights import Part, locate_model, read_tensors, weight_map
-from tessera.models.nn_common import LayerRange, shard_sizes
+from tessera.models.nn_common import LayerRange, shard_sizes, weight_out_dim
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
 
@@ -354,15 +354,9 @@ class Cut:
     ranges: tuple[tuple[int, int], ...]
 
 
-def _is_conv1d(mod: nn.Module) -> bool:
-    from transformers.pytorch_utils import Conv1D
-
-    return isinstance(mod, Conv1D)
-
-
 def _weight_dim(mod: nn.Module, side: str) -> int:
     """The weight dimension of ``side``: nn.Linear is ``[out, in]``, ``Conv1D`` ``[in, out]``."""
-    out = 1 if _is_conv1d(mod) else 0
+    out = weight_out_dim(mod) or 0
     return out if side == "out" else 1 - out
 
 
@@ -379,7 +373,7 @@ def _cut(mod: nn.Module, cut: Cut) -> nn.Module:
     shape[dim] = sum(b - a for a, b in cut.ranges)
     has_bias = mod.bias is not None
     with torch.device("meta"):
-        if _is_conv1d(mod):
+        if weight_out_dim(mod) == 1:
             new: nn.Module = type(mod)(shape[1], shape[0])  # Conv1D(nf=out, nx=in), weight [in, out]
         else:
             new = nn.Linear(shape[1], shape[0], bias=has_bias)
