@@ -17,8 +17,7 @@ What the replay may know is what the service knew BEFORE the run — never the r
   this machine's profiles of every configuration of the workload; then a settle run of every configuration
   again, with no profiling beside it, the first run whose timings the replays may learn from; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
-* speed factors (estimated ÷ measured iteration time per configuration) from the runs before this one;
-* the speed factors of the measurements the service itself kept from earlier runs (``speed_measured.json``
+* the speed factors (estimated ÷ measured, per configuration) of the measurements the service itself kept from earlier runs (``speed_measured.json``
   beside its cost model: each configuration's measured seconds per step of progress — the service's loop
   iteration: training step, stop flag, validation, data — and its GPUs; the factor is the cost model's
   estimate there ÷ that): a restarted service starts with them, so the live run's first round prices as
@@ -79,7 +78,6 @@ from tessera.service.scheduling import MEASURED_FILE, factors_of, load_measured 
 from tessera.sim.replay import (  # noqa: E402
     ReplaySimulator,
     decision_match,
-    gpus_of_cell,
     live_decisions,
     relative_error,
     throughput,
@@ -223,26 +221,6 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
         "ids": ids, "views": views, "allocations": [a for a in timeline if a["job_id"] in set(ids)],
         "steps": steps,
     }  # fmt: skip
-
-
-def measured_factors(
-    runs: list[dict[str, Any]], specs: dict[int, dict[str, Any]], cost: CostModel
-) -> dict[JobConfig, float]:
-    """Estimated ÷ measured iteration time per configuration (median over earlier runs' allocations), the
-    estimate taken from ``cost`` — the cost model the replay uses, so a calibration that already moved the
-    estimates towards the measured times is not counted twice. What a later run may know from earlier ones."""
-    speed = SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels())
-    seen: dict[JobConfig, list[float]] = {}
-    for run in runs:
-        for a in run["allocations"]:
-            meas, jid = a.get("measured_step_s") or a.get("measured_iter_s"), a["job_id"]
-            if not meas or jid not in specs or not a.get("cell"):
-                continue
-            config = config_of(parse_job(specs[jid]))
-            rate = speed.true(config, gpus_of_cell(a["cell"]))
-            if rate > 0:
-                seen.setdefault(config, []).append((1.0 / rate) / meas)
-    return {k: statistics.median(v) for k, v in seen.items()}
 
 
 def restart_costs() -> dict[str, Any]:
@@ -467,18 +445,13 @@ def main() -> None:
             if cost_dir.exists():
                 shutil.copytree(cost_dir, snap, dirs_exist_ok=True)
             cost = CostModel.load(snap) if snap.exists() else CostModel()
-            # the measurements the service itself kept (it starts the live run with their factors against this
-            # same cost model); else re-derived here from earlier runs' allocations
-            kept = snap / MEASURED_FILE
-            factors = (
-                factors_of(
-                    SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels()), load_measured(kept)
-                )
-                if kept.exists()
-                else measured_factors(runs, specs_by_id, cost)
+            # the measurements the service itself kept: it starts the live run with their factors against this
+            # same cost model (none kept: it starts with none, and so does the replay)
+            factors = factors_of(
+                SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels()),
+                load_measured(snap / MEASURED_FILE),
             )
-            print(f"  [{policy}] prior speed factors (estimated ÷ measured, "
-                  f"{'the service kept' if kept.exists() else 'earlier runs, this cost model'}): "
+            print(f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): "
                   f"{sorted(round(f, 3) for f in factors.values())}", flush=True)  # fmt: skip
             print(f"[{policy}] live run of {len(jobs)} jobs (round {args.round_s} s)…", flush=True)
             t = time.time()
