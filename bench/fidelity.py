@@ -17,7 +17,7 @@ What the replay may know is what the service knew BEFORE the run — never the r
   this machine's profiles of every configuration of the workload; then a settle run of every configuration
   again, with no profiling beside it, the first run whose timings the replays may learn from; later
   policies also inherit the calibration of the runs before theirs, as a long-lived service would);
-* the speed factors (estimated ÷ measured, per configuration) of the measurements the service itself kept from earlier runs (``speed_measured.json``
+* the speed factors (estimated ÷ measured, per configuration and GPU types) of the measurements the service itself kept from earlier runs (``speed_measured.json``
   beside its cost model: each configuration's measured seconds per step of progress — the service's loop
   iteration: training step, stop flag, validation, data — and its GPUs; the factor is the cost model's
   estimate there ÷ that): a restarted service starts with them, so the live run's first round prices as
@@ -67,6 +67,7 @@ import httpx  # noqa: E402
 from tessera.hardware.cluster import get_cluster  # noqa: E402
 from tessera.jobs.spec import parse_job  # noqa: E402
 from tessera.perf.costmodel import CostModel  # noqa: E402
+from tessera.scheduler.factors import SpeedFactors  # noqa: E402
 from tessera.scheduler.policy import get_policy  # noqa: E402
 from tessera.scheduler.speed import SpeedSource, config_of, job_of, speed_table  # noqa: E402
 from tessera.scheduler.state import JobConfig  # noqa: E402
@@ -74,7 +75,7 @@ from tessera.service.client import Client  # noqa: E402
 from tessera.service.config import ServiceConfig  # noqa: E402
 from tessera.service.controller import SPARE_S  # noqa: E402
 from tessera.service.job_models import ServiceModels  # noqa: E402
-from tessera.service.scheduling import MEASURED_FILE, factors_of, load_measured  # noqa: E402
+from tessera.service.scheduling import MEASURED_FILE, MeasuredKey, factors_of, load_measured  # noqa: E402
 from tessera.sim.replay import (  # noqa: E402
     ReplaySimulator,
     decision_match,
@@ -329,12 +330,12 @@ def checkpoint_costs(
 
 
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
-           cost: CostModel, factors: dict[JobConfig, float], costs: dict[str, Any],
+           cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any],
            job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
     """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
     cluster = get_cluster(CLUSTER)
     speed = SpeedSource(cluster, cost, models=ServiceModels())
-    speed.factors = dict(factors)
+    speed.factors = SpeedFactors(dict(factors))
     t0 = min(v["submitted_at"] for v in live["views"].values())
     jobs = [job_of(parse_job(specs[i]), i, live["views"][i]["submitted_at"] - t0) for i in live["ids"]]
     for i in live["ids"]:
@@ -451,8 +452,12 @@ def main() -> None:
                 SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels()),
                 load_measured(snap / MEASURED_FILE),
             )
-            print(f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): "
-                  f"{sorted(round(f, 3) for f in factors.values())}", flush=True)  # fmt: skip
+            prior = {f"{k.model}|{k.global_batch}|{k.seq_len}|{'+'.join(t)}": round(f, 4)
+                     for (k, t), f in sorted(factors.items(), key=lambda kv: str(kv[0]))}  # fmt: skip
+            print(
+                f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): {prior}",
+                flush=True,
+            )
             print(f"[{policy}] live run of {len(jobs)} jobs (round {args.round_s} s)…", flush=True)
             t = time.time()
             live = run_live(state, policy, args.round_s, jobs, args.timeout)
@@ -471,6 +476,7 @@ def main() -> None:
             sim = replay(policy, args.round_s, live, specs, cost, factors, used, extra)
             fig = compare(policy, args.round_s, live, sim, specs)
             fig["restart_costs"] = used
+            fig["prior_speed_factors"] = prior
             fig["checkpoint_s_by_config"] = {
                 f"{k.model}|{k.global_batch}|{k.seq_len}": v for k, v in per_ckpt.items()
             }

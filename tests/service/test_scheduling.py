@@ -334,13 +334,20 @@ def test_speed_measurements_survive_a_restart_and_a_recalibration(tmp_path):
     c, g = config_of(s), (("A100-40GB", 2),)
     again = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), measured_path=path)
     assert again.knowledge.true_of(c, g) == pytest.approx(first.knowledge.true_of(c, g))
-    assert again.speed.factor(c) == pytest.approx(0.5, rel=1e-6)
+    held = gpus_of(a.gpus)  # where it was measured, the rate is the measured one under either cost model
+    assert again.speed.factor(c, held) == pytest.approx(0.5, rel=1e-6)
     faster = CostModel(compute_scale={"A100-40GB": 0.5, "V100-32GB": 0.5})
     again.set_cost(faster)
-    assert again.speed.factor(c) < 0.5  # its estimates are faster now: the same measurement, a smaller factor
-    held = gpus_of(a.gpus)  # where it was measured, the rate is the measured one under either cost model
+    assert (
+        again.speed.factor(c, held) < 0.5
+    )  # its estimates are faster now: the same measurement, a smaller factor
     assert again.knowledge.true_of(c, held) == pytest.approx(1 / (2 * a.estimate_iter_s), rel=1e-6)
-    odd = {replace(c, gpu_types=("A100-40GB",), max_gpus=2): Measured((("A100-40GB", 2),), 0.25)}
+    odd = {
+        (replace(c, gpu_types=("A100-40GB",), max_gpus=2), ("A100-40GB",)): Measured(
+            (("A100-40GB", 2),), 0.25
+        ),
+        (c, ("A100-40GB", "V100-32GB")): Measured((("A100-40GB", 1), ("V100-32GB", 1)), 0.5),
+    }
     save_measured(path, odd)
     assert load_measured(path) == odd
     path.write_text("{not json")

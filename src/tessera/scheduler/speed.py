@@ -12,10 +12,10 @@ allocation. So, per configuration (:class:`~tessera.scheduler.state.JobConfig`) 
   fastest of them: "the best plan for its allocation" — what the simulator runs a job at, and what the service
   launches (a user model's plan is its own annotations, balanced to the devices).
 
-In the live service every figure is also multiplied by the configuration's *speed factor*: estimated ÷
-measured iteration time of its running allocations (the median of all measured configurations for one not
-measured yet), so relative speeds stay the estimator's while absolute time is what was measured. The
-simulator sets no factors (1.0).
+In the live service every figure is also multiplied by the configuration's *speed factor* on those GPUs'
+types: estimated ÷ measured iteration time (:class:`~tessera.scheduler.factors.SpeedFactors`: measured
+there, else carried over from other types or other configurations), so relative speeds stay the estimator's
+while absolute time is what was measured. The simulator sets no factors (1.0).
 
 Rates are iterations/s of the job's global batch (0.0: does not fit, or not allowed for the job). The
 :class:`~tessera.scheduler.knowledge.PerfTable` in front of :class:`SpeedSource` memoizes them; policies see
@@ -64,6 +64,7 @@ from tessera.jobs import JobSpec
 from tessera.plan import Device, Plan
 from tessera.planning.cells import CellEstimator
 from tessera.planning.space import StageSpace
+from tessera.scheduler.factors import SpeedFactors
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.state import GPUs, Job, JobConfig, as_config
 
@@ -676,7 +677,7 @@ class JobSpeed:
 # ---------------------------------------------------------------------------------------------- the source
 class SpeedSource:
     """The :class:`~tessera.scheduler.knowledge.RateSource` of both backends: every configuration's
-    :class:`JobSpeed` on one cluster, and per-configuration speed factors (the service's telemetry)."""
+    :class:`JobSpeed` on one cluster, and speed factors per configuration and GPU types (the service's telemetry)."""
 
     def __init__(
         self,
@@ -701,7 +702,7 @@ class SpeedSource:
         self.models = models or CatalogModels()
         self.tuned_cells = tuned_cells
         self.fast = fast
-        self.factors: dict[JobConfig, float] = {}
+        self.factors = SpeedFactors()
         self.failures: list[str] = []
         self._jobs: dict[JobConfig, JobSpeed] = {}
         self._errors: dict[JobConfig, Exception] = {}
@@ -737,16 +738,10 @@ class SpeedSource:
             return None
 
     # ------------------------------------------------------------------ telemetry
-    def factor(self, config: JobConfig) -> float:
-        """Estimated ÷ measured iteration time of this configuration (the median of the measured ones when it
-        was not measured; 1.0 when nothing was)."""
-        f = self.factors.get(config)
-        if f is not None:
-            return f
-        if self.factors:
-            vals = sorted(self.factors.values())
-            return vals[len(vals) // 2]
-        return 1.0
+    def factor(self, config: JobConfig, gpus: GPUs) -> float:
+        """Estimated ÷ measured iteration time of this configuration on these GPUs (:meth:`SpeedFactors.of`;
+        1.0 when nothing was measured)."""
+        return self.factors.of(config, gpus)
 
     # ------------------------------------------------------------------ RateSource
     def stages(self, config: JobConfig, gpus: GPUs) -> tuple[int, ...]:
@@ -755,15 +750,15 @@ class SpeedSource:
 
     def cell(self, config: JobConfig, gpus: GPUs, n_stages: int) -> float:
         js = self._get(config)
-        return js.cell_rate(gpus, n_stages) * self.factor(config) if js else 0.0
+        return js.cell_rate(gpus, n_stages) * self.factor(config, gpus) if js else 0.0
 
     def dp(self, config: JobConfig, gpu_type: str, n_gpus: int) -> float:
         js = self._get(config)
-        return js.dp_rate(gpu_type, n_gpus) * self.factor(config) if js else 0.0
+        return js.dp_rate(gpu_type, n_gpus) * self.factor(config, ((gpu_type, n_gpus),)) if js else 0.0
 
     def true(self, config: JobConfig, gpus: GPUs) -> float:
         js = self._get(config)
-        return js.true_rate(gpus) * self.factor(config) if js else 0.0
+        return js.true_rate(gpus) * self.factor(config, gpus) if js else 0.0
 
     # ------------------------------------------------------------------ the planner's verdict
     def infeasible(self, config: JobConfig, total_steps: int) -> str | None:

@@ -8,7 +8,7 @@ translates between the service's world and the core's:
 * jobs: the store's rows ↔ the core's ``Job`` (keyed by its :class:`~tessera.scheduler.state.JobConfig`) /
   ``JobState`` (events: arrival, completion, node failure); the measured seconds per step of progress (the
   service's loop iteration, not only the training step; checkpoints, a cost per job, left out) become the
-  speed source's per-configuration factors;
+  speed source's factors per configuration and GPU types;
 * allocations: the core's (node, count) placement ↔ concrete GPUs (node, index) and the Cell's Plan, tuned
   inside the Cell and pinned to those GPUs (:class:`~tessera.service.slots.Assignment`);
 * pending reasons (``Resources``, ``Priority``, ``Infeasible: …``, ``Backoff``), which the core does not keep.
@@ -44,6 +44,7 @@ from tessera.scheduler import (
     get_policy,
     gpus_of,
 )
+from tessera.scheduler.factors import SpeedFactors, TypesKey, types_of
 from tessera.scheduler.speed import ConfigError, JobSpeed, SpeedSource, config_of, job_of
 from tessera.scheduler.state import GPUs, JobConfig
 from tessera.service.dry_run import DryRun, dry_run_of
@@ -124,13 +125,13 @@ class SchedulingAdapter:
         self.held_back: set[int] = set()  # in backoff: not to be started this round
         self._specs: dict[int, JobSpec] = {}
         self._assignments: dict[int, Assignment] = {}
-        # per configuration: the measured seconds per step of progress and on which GPUs (kept in
-        # ``measured_path``, so a restarted service prices with what it learnt), and from them the factors —
-        # estimated iteration ÷ measured, always against the current cost model (a calibration that moved
+        # per configuration and GPU types: the measured seconds per step of progress and on which GPUs (kept
+        # in ``measured_path``, so a restarted service prices with what it learnt), and from them the factors
+        # — estimated iteration ÷ measured, always against the current cost model (a calibration that moved
         # the estimates towards the measured times is not counted twice)
         self.measured_path = measured_path
-        self._measured: dict[JobConfig, Measured] = load_measured(measured_path) if measured_path else {}
-        self._factors: dict[JobConfig, float] = {}
+        self._measured: dict[MeasuredKey, Measured] = load_measured(measured_path) if measured_path else {}
+        self._factors: dict[MeasuredKey, float] = {}
         self._unplannable: dict[int, str] = {}  # job → why the GPUs it was given could not hold a plan
         self._infeasible: dict[tuple[JobConfig, int], str | None] = {}
         self._build_speed()
@@ -142,11 +143,10 @@ class SchedulingAdapter:
 
     def _build_speed(self) -> None:
         """The speed source of the whole cluster (every node: a Cell's feasibility does not depend on which
-        nodes are up); the factors dict is shared, so measured speeds reach it without a rebuild."""
+        nodes are up), with the factors of what was measured."""
         self.speed = SpeedSource(self.cluster.spec, self.cost, models=self.models)
-        self._factors.clear()
-        self._factors.update(factors_of(self.speed, self._measured))
-        self.speed.factors = self._factors
+        self._factors = factors_of(self.speed, self._measured)
+        self.speed.factors = SpeedFactors(dict(self._factors))
         self._infeasible.clear()
 
     def _build_core(self) -> None:
@@ -282,14 +282,15 @@ class SchedulingAdapter:
             self._update_factors(live.values())
 
     def _update_factors(self, jobs: Any) -> None:
-        """Each configuration's measured seconds per step of progress (its median running job's, on that job's
-        GPUs) and from it the factor against the current estimate; a move of more than 15 % refreshes the
-        rates the policy sees."""
-        seen: dict[JobConfig, list[Measured]] = {}
+        """Each configuration's measured seconds per step of progress per GPU types (its median running job's
+        there, on that job's GPUs) and from it the factor against the current estimate; a move of more than
+        15 % refreshes the rates the policy sees."""
+        seen: dict[MeasuredKey, list[Measured]] = {}
         for j in jobs:
             a = j.assignment
             if a is not None and _progress_s(j):
-                seen.setdefault(config_of(j.spec), []).append(Measured(gpus_of(a.gpus), _progress_s(j)))
+                m = Measured(gpus_of(a.gpus), _progress_s(j))
+                seen.setdefault((config_of(j.spec), types_of(m.gpus)), []).append(m)
         changed = False
         for key, vals in seen.items():
             m = sorted(vals, key=lambda m: m.step_s)[len(vals) // 2]
@@ -309,6 +310,7 @@ class SchedulingAdapter:
         if changed:
             if self.measured_path is not None:
                 save_measured(self.measured_path, self._measured)
+            self.speed.factors = SpeedFactors(dict(self._factors))
             self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
@@ -513,26 +515,29 @@ class Measured:
     step_s: float
 
 
-def factors_of(speed: SpeedSource, measured: Mapping[JobConfig, Measured]) -> dict[JobConfig, float]:
-    """Each configuration's factor against ``speed``'s cost model: its estimated iteration on the measured
-    GPUs ÷ the measured seconds (left out where the configuration cannot be planned there any more)."""
+MeasuredKey = tuple[JobConfig, TypesKey]  # a configuration and the GPU types it was measured on
+
+
+def factors_of(speed: SpeedSource, measured: Mapping[MeasuredKey, Measured]) -> dict[MeasuredKey, float]:
+    """Each measurement's factor against ``speed``'s cost model: the configuration's estimated iteration on
+    the measured GPUs ÷ the measured seconds (left out where it cannot be planned there any more)."""
     out = {}
-    for config, m in measured.items():
+    for key, m in measured.items():
         try:
-            rate = speed.job(config).true_rate(m.gpus)
+            rate = speed.job(key[0]).true_rate(m.gpus)
         except ValueError:
             continue
         if rate > 0 and m.step_s > 0:
-            out[config] = (1.0 / rate) / m.step_s
+            out[key] = (1.0 / rate) / m.step_s
     return out
 
 
-def save_measured(path: Path, measured: Mapping[JobConfig, Measured]) -> None:
+def save_measured(path: Path, measured: Mapping[MeasuredKey, Measured]) -> None:
     """The measurements as JSON rows (each configuration's fields, its GPUs and seconds), replaced atomically."""
     rows = [
         {**{f.name: getattr(k, f.name) for f in fields(k) if f.init}, "gpus": [list(g) for g in m.gpus],
          "step_s": m.step_s}
-        for k, m in measured.items()
+        for (k, _), m in measured.items()
     ]  # fmt: skip
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(OSError):
@@ -541,7 +546,7 @@ def save_measured(path: Path, measured: Mapping[JobConfig, Measured]) -> None:
         os.replace(tmp, path)
 
 
-def load_measured(path: Path) -> dict[JobConfig, Measured]:
+def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
     """The measurements :func:`save_measured` wrote; none where the file is missing, and none (logged) where it
     cannot be read: they refine estimates the service re-learns from its next steps."""
     if not path.exists():
@@ -553,7 +558,7 @@ def load_measured(path: Path) -> dict[JobConfig, Measured]:
             for k in ("gpu_types", "exclude_gpu_types"):
                 row[k] = tuple(row.get(k) or ())
             if m.step_s > 0 and math.isfinite(m.step_s) and m.gpus:
-                out[JobConfig(**row)] = m
+                out[(JobConfig(**row), types_of(m.gpus))] = m
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         _log.warning(

@@ -1,0 +1,78 @@
+"""Speed factors: estimated ÷ measured iteration time, per configuration and per the GPU types it ran on.
+
+An estimate's error has a part that belongs to the job (its model, its shapes) and a part that belongs to the
+device type (how well that type's profile and calibration match it). A factor measured on one type and applied
+on another carries the first type's error there: on the embedded cluster a job measured on ``cpu-half`` (whose
+estimates ran about 1.4x low) was then priced 40 % slow on ``cpu-core``. So a factor is kept per
+(configuration, GPU types); where an allocation's types were never measured for a configuration, the rule
+(:meth:`SpeedFactors.of`) treats the two parts as multiplicative, each type's part read from the other
+configurations measured on it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from tessera.scheduler.state import GPUs, JobConfig
+
+TypesKey = tuple[str, ...]  # the sorted GPU type names of an allocation
+
+
+def types_of(gpus: GPUs) -> TypesKey:
+    """The allocation's GPU types, sorted (counts left out: the cost model scales with the count)."""
+    return tuple(sorted({t for t, n in gpus if n > 0}))
+
+
+@dataclass(frozen=True)
+class SpeedFactors:
+    """Measured factors by (configuration, GPU types); :meth:`of` answers for any allocation."""
+
+    measured: Mapping[tuple[JobConfig, TypesKey], float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.measured)
+
+    @cached_property
+    def _by_types(self) -> dict[TypesKey, float]:
+        """Each GPU-types key's part: the median factor of the configurations measured on it."""
+        vals: dict[TypesKey, list[float]] = {}
+        for (_, types), f in self.measured.items():
+            vals.setdefault(types, []).append(f)
+        return {t: statistics.median(v) for t, v in vals.items()}
+
+    @cached_property
+    def _by_config(self) -> dict[JobConfig, dict[TypesKey, float]]:
+        out: dict[JobConfig, dict[TypesKey, float]] = {}
+        for (config, types), f in self.measured.items():
+            out.setdefault(config, {})[types] = f
+        return out
+
+    @cached_property
+    def _median(self) -> float:
+        return statistics.median(self.measured.values()) if self.measured else 1.0
+
+    def of(self, config: JobConfig, gpus: GPUs) -> float:
+        """The factor for ``config`` on ``gpus``, in this order:
+
+        1. measured on these GPU types: that factor;
+        2. measured on other types: the median over them of that factor × (these types' part ÷ those types'
+           part), where these types' part is known (else that factor as it is);
+        3. never measured: these types' part, else the median of every factor, else 1.0.
+        """
+        types = types_of(gpus)
+        mine = self._by_config.get(config)
+        if mine:
+            f = mine.get(types)
+            if f is not None:
+                return f
+            here = self._by_types.get(types)
+            if here is None:
+                return statistics.median(mine.values())
+            return statistics.median(f * here / self._by_types[t] for t, f in mine.items())
+        return self._by_types.get(types, self._median)
+
+
+__all__ = ["SpeedFactors", "TypesKey", "types_of"]

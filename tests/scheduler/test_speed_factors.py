@@ -1,0 +1,56 @@
+"""Speed factors are kept per (configuration, GPU types): a factor measured on one device type does not price
+another type as if its estimate were off in the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.hardware import get_cluster
+from tessera.scheduler import JobConfig
+from tessera.scheduler.factors import SpeedFactors, types_of
+from tessera.scheduler.speed import SpeedSource
+
+A, B, C = JobConfig("gpt-tiny", 8), JobConfig("llama-tiny", 8), JobConfig("gpt-tiny", 16)
+CORE, HALF = (("cpu-core", 1),), (("cpu-half", 1),)
+
+
+def test_types_of_ignores_counts_and_order():
+    assert types_of((("V100-32GB", 2), ("A100-40GB", 1))) == ("A100-40GB", "V100-32GB")
+    assert types_of((("A100-40GB", 4), ("V100-32GB", 0))) == ("A100-40GB",)
+
+
+def test_a_factor_applies_where_it_was_measured():
+    f = SpeedFactors({(A, ("cpu-core",)): 0.9, (A, ("cpu-half",)): 0.6})
+    assert f.of(A, CORE) == 0.9
+    assert f.of(A, (("cpu-core", 3),)) == 0.9  # the count is the cost model's to scale
+    assert f.of(A, HALF) == 0.6
+
+
+def test_another_type_carries_the_configuration_and_the_type_parts():
+    """A measured on cpu-half only; B on both: A on cpu-core is A's factor × (core's part ÷ half's part)."""
+    f = SpeedFactors({(A, ("cpu-half",)): 0.6, (B, ("cpu-half",)): 0.5, (B, ("cpu-core",)): 1.0})
+    assert f.of(A, CORE) == pytest.approx(0.6 * 1.0 / 0.55)
+    # a type nobody measured: the configuration's own factor as it is
+    assert f.of(A, (("A100-40GB", 1),)) == 0.6
+    # a configuration never measured: the type's part, else the median of all
+    assert f.of(C, CORE) == 1.0
+    assert f.of(C, HALF) == pytest.approx(0.55)
+    assert f.of(C, (("A100-40GB", 1),)) == 0.6
+
+
+def test_nothing_measured_is_one():
+    assert SpeedFactors().of(A, CORE) == 1.0
+    assert not SpeedFactors()
+
+
+def test_the_speed_source_prices_each_type_by_its_own_factor():
+    """Every rate a policy or the truth sees is the estimate × the factor for those GPUs' types."""
+    source = SpeedSource(get_cluster("local"))
+    c = JobConfig("gpt-tiny", 8)
+    a100, v100 = (("A100-40GB", 1),), (("V100-32GB", 1),)
+    base = (source.true(c, a100), source.true(c, v100), source.dp(c, "V100-32GB", 1))
+    source.factors = SpeedFactors({(c, ("A100-40GB",)): 0.5, (JobConfig("gpt-tiny", 4), ("V100-32GB",)): 0.8})
+    assert source.true(c, a100) == pytest.approx(base[0] * 0.5)
+    # V100 for c: never measured there; other configurations' V100 part 0.8 against A100's 0.5 (c's own)
+    assert source.true(c, v100) == pytest.approx(base[1] * 0.5 * 0.8 / 0.5)
+    assert source.dp(c, "V100-32GB", 1) == pytest.approx(base[2] * 0.8)
