@@ -49,24 +49,38 @@ def test_layers_are_the_real_modules_and_match_the_plain_model(dirs, family):
 
 
 def test_a_stage_reads_only_its_own_layers(dirs):
-    hf_weights.READ_KEYS.clear()
-    _build(str(dirs["llama"]), (2, 4))
-    read = set(hf_weights.READ_KEYS)
+    with hf_weights.recording_reads() as reads:
+        _build(str(dirs["llama"]), (2, 4))
+    read = {k for k, _ in reads}
     assert read and all(k.startswith(("model.layers.1.", "model.layers.2.")) for k in read)
-    hf_weights.READ_KEYS.clear()
-    _build(str(dirs["qwen2"]), (N - 1, N))  # the tied head reads the embedding's tensor, saved once
-    assert set(hf_weights.READ_KEYS) == {"model.embed_tokens.weight", "model.norm.weight"}
+    with hf_weights.recording_reads() as reads:
+        _build(str(dirs["qwen2"]), (N - 1, N))  # the tied head reads the embedding's tensor, saved once
+    assert {k for k, _ in reads} == {"model.embed_tokens.weight", "model.norm.weight"}
+
+
+def test_reads_are_recorded_only_inside_the_block(dirs):
+    """A long-lived worker keeps no record of what it read; nested blocks each see the reads inside them."""
+    _build(str(dirs["llama"]), (1, 2))
+    assert hf_weights._RECORDERS == []
+    with hf_weights.recording_reads() as outer:
+        _build(str(dirs["llama"]), (0, 1))
+        with hf_weights.recording_reads() as inner:
+            _build(str(dirs["llama"]), (N - 1, N))
+    _build(str(dirs["llama"]), (1, 2))
+    assert inner == [("lm_head.weight", (96, 32)), ("model.norm.weight", (32,))]
+    assert outer == [("model.embed_tokens.weight", (96, 32)), *inner]
+    assert hf_weights._RECORDERS == []
 
 
 def test_a_runtime_stage_reads_each_of_its_tensors_once(dirs):
     from tessera.runtime.stage import build_stage
 
-    hf_weights.READ_KEYS.clear()
-    stage = build_stage(
-        HFModel(str(dirs["mistral"])), (1, 3), 0, tp=None, tp_group=None, attention="flash", recompute="none",
-        device=torch.device("cpu"),
-    )  # fmt: skip
-    assert sorted(hf_weights.READ_KEYS) == sorted(
+    with hf_weights.recording_reads() as reads:
+        stage = build_stage(
+            HFModel(str(dirs["mistral"])), (1, 3), 0, tp=None, tp_group=None, attention="flash",
+            recompute="none", device=torch.device("cpu"),
+        )  # fmt: skip
+    assert sorted(k for k, _ in reads) == sorted(
         {hf_key(FAMILIES["mistral"], N, e.fqn) for e in stage.entries}
     )
     assert all(p.device.type == "cpu" for p in stage.module.parameters())
@@ -123,9 +137,9 @@ def test_gpt2_tp_shards_whole_heads_of_the_fused_conv1d_and_reads_only_its_slice
     heads = (3, 1) if ratios else (2, 2)  # 4 heads of 8, hidden 32, FFN 128, vocab 96
     pieces = []
     for rank in range(2):
-        hf_weights.READ_SHAPES.clear()
         tp = TPSpec(2, rank, ratios)
-        layers = [build_layer(f, i, 0, tp=tp) for i in range(N)]  # each alone, under its seed, as the runtime
+        with hf_weights.recording_reads() as reads:  # each alone, under its seed, as the runtime
+            layers = [build_layer(f, i, 0, tp=tp) for i in range(N)]
         h0, hn = sum(heads[:rank]) * 8, heads[rank] * 8
         attn, mlp = layers[1].block.attn, layers[1].block.mlp
         assert all(type(m) is Conv1D for m in (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj))
@@ -153,8 +167,8 @@ def test_gpt2_tp_shards_whole_heads_of_the_fused_conv1d_and_reads_only_its_slice
                 assert torch.equal(value, spec.slice(whole[fqn])), fqn
                 pieces.append((fqn, spec, value))
         if not from_scratch:  # the slices it holds and nothing more (the tied head reads wte's rows again)
-            read = dict(hf_weights.READ_SHAPES)
-            assert len(read) == len(hf_weights.READ_SHAPES) - 1
+            read = dict(reads)
+            assert len(read) == len(reads) - 1
             held = {hf_key(FAMILIES["gpt2"], N, k): tuple(v.shape) for k, v in state.items()}
             assert read == {k: v for k, v in held.items() if k != "lm_head.weight"}
     full = assemble(pieces)

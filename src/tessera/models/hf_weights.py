@@ -7,8 +7,8 @@ A model is named by a directory as ``save_pretrained`` writes it (``config.json`
 
 Reading goes through ``safetensors.safe_open`` key by key, so a pipeline stage reads only its own layers'
 tensors (never the whole checkpoint), and a tensor-parallel build of a layer only its slices of them (``get_slice``: the
-rows or columns of its heads, FFN columns or vocabulary); :data:`READ_KEYS` and :data:`READ_SHAPES` record what
-this process read, for tests.
+rows or columns of its heads, FFN columns or vocabulary). What is read can be watched, for tests, inside
+:func:`recording_reads` (nothing is kept outside it, so a long-lived worker accumulates nothing).
 """
 
 from __future__ import annotations
@@ -16,16 +16,31 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-READ_KEYS: list[str] = []  # every tensor key this process read from safetensors files, in order
-READ_SHAPES: list[tuple[str, tuple[int, ...]]] = []  # (key, shape of what was read: a slice or the tensor)
 # A part of a tensor: (dim, ranges) -> the concatenation along ``dim`` of its ``[start, stop)`` ranges.
 Part = tuple[int, tuple[tuple[int, int], ...]]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+_RECORDERS: list[list[tuple[str, tuple[int, ...]]]] = []  # the open recording_reads() lists, innermost last
+
+
+@contextmanager
+def recording_reads() -> Iterator[list[tuple[str, tuple[int, ...]]]]:
+    """A list that receives ``(key, shape of what was read)`` — a slice's shape, or the whole tensor's — for
+    every tensor :func:`read_tensors` reads in this process while the block runs, in order (nested blocks each
+    see their reads)."""
+    reads: list[tuple[str, tuple[int, ...]]] = []
+    _RECORDERS.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDERS[:] = [r for r in _RECORDERS if r is not reads]  # by identity: empty lists compare equal
 
 
 class HFModelNotFound(FileNotFoundError):
@@ -147,8 +162,8 @@ def read_tensors(
         with safe_open(str(f), framework="pt", device="cpu") as handle:
             for k in names:
                 out[k] = _read_part(handle, k, parts[k]) if parts and k in parts else handle.get_tensor(k)
-                READ_KEYS.append(k)
-                READ_SHAPES.append((k, tuple(out[k].shape)))
+                for reads in _RECORDERS:
+                    reads.append((k, tuple(out[k].shape)))
     return out
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import parallelize_module
 
 from tessera.dtensor_tp import block_tp_plan
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
@@ -73,10 +75,17 @@ def build_stage(
     A tied parameter whose members live on other stages too is listed in ``StageModel.cross_stage`` so the
     gradient sync can add the other stage's contribution (Megatron's embedding group).
 
-    With ``dtensor_tp`` (an even split) the blocks are built with full shapes and handed to DTensor's
-    ``parallelize_module`` (the zoo's plan by Linear names, or the plan a layer gives by ``dtensor_tp_plan()``,
-    as the Hugging Face decoder layers do); their parameters become DTensors whose specs come from their
-    placements. Layers
+    Under TP a layer is normally built whole (its canonical weights) and this rank's shard cut from it. A model
+    whose layer list says ``loads_own_shards`` (a pretrained Hugging Face model: its TP build reads only this
+    rank's slices from the safetensors files) is never built whole: the whole layer exists on the meta device
+    only, for the shapes the shard specs are taken against, so a TP rank reads its own stage's slices and
+    nothing more. (A layer that stays replicated in the TP group is read whole: it is all this rank's.)
+
+    With ``dtensor_tp`` (an even split) the blocks are handed to DTensor's ``parallelize_module`` (the zoo's plan
+    by Linear names, or the plan a layer gives by ``dtensor_tp_plan()``, as the Hugging Face decoder layers
+    do); their parameters become DTensors whose specs come from their placements. Built whole, the layer is
+    distributed by DTensor; built from this rank's shard (``loads_own_shards``), the shard's tensors become the
+    local tensors of the placements DTensor gives the whole layer on meta (:func:`_dtensor_from_shard`). Layers
     DTensor has no plan for (embedding, vocab head) take Tessera's own vocab-parallel shard in either case.
     """
     start, end = layer_range
@@ -94,65 +103,111 @@ def build_stage(
             attention=attention,
             recompute=recompute,
         )
+    loads = bool(getattr(module, "loads_own_shards", False))  # its layers hold their values as built
+    own = use_tp and loads
+    kw = {"attention": attention, "recompute": recompute}
     raw: list[ParamEntry] = []
     vocab_output = None
     last_layer = end - 1 if getattr(module, "has_head", False) else -1
     for j, i in enumerate(range(start, end)):
-        full = build_layer(factory, i, seed, attention=attention, recompute=recompute)
+        full = build_layer(factory, i, seed, meta=own, **kw)  # own: shapes only, nothing read
         local = module.layers[j] = full
         shards = None
-        if use_tp and mesh is None:
-            local = module.layers[j] = build_layer(
-                factory, i, seed, tp=tp, attention=attention, recompute=recompute
-            )
         if mesh is not None:
-            layer_plan = block_tp_plan(local)
-            if layer_plan is None and hasattr(local, "dtensor_tp_plan"):  # a layer naming its own (HF blocks)
-                layer_plan = local.dtensor_tp_plan()
+            layer_plan = block_tp_plan(full)
+            if layer_plan is None and hasattr(full, "dtensor_tp_plan"):  # a layer naming its own (HF blocks)
+                layer_plan = full.dtensor_tp_plan()
             if layer_plan is not None:
-                local.to(device)
-                parallelize_block(local, layer_plan, mesh)
-                for name, p in local.named_parameters():
+                placed = None
+                if own:
+                    assert tp is not None
+                    placed = _dtensor_from_shard(factory, i, seed, tp, full, layer_plan, mesh, device, kw)
+                    if placed is None:  # DTensor's chunks are not the shard the model reads: read it whole
+                        full = build_layer(factory, i, seed, **kw)
+                if placed is None:
+                    placed = full.to(device)
+                    parallelize_block(placed, layer_plan, mesh)
+                module.layers[j] = placed
+                for name, p in placed.named_parameters():
                     spec = dtensor_spec(p) if is_dtensor(p) else ShardSpec(tuple(p.shape))  # type: ignore[arg-type]
                     raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
                 continue
-            # no DTensor plan (embedding, vocab head): Tessera's own shard of it
-            local = module.layers[j] = build_layer(
-                factory, i, seed, tp=tp, attention=attention, recompute=recompute
-            )
         if use_tp:
             assert tp is not None and tp_group is not None
-            shards = plan_layer_shards(
-                factory,
-                i,
-                seed,
-                local,
-                full,
-                tp,
-                attention=attention,
-                recompute=recompute,
-                last=i == last_layer,
-            )
+            # Tessera's own shard (uneven TP; under DTensor the layers it has no plan for)
+            local = module.layers[j] = build_layer(factory, i, seed, tp=tp, **kw)
+            shards = plan_layer_shards(factory, i, seed, local, full, tp, last=i == last_layer, **kw)
             if shards is None:  # MoE experts, conv channels: replicated in the TP group
+                if own:
+                    full = build_layer(factory, i, seed, **kw)
                 module.layers[j] = local = full
             elif shards.vocab_output is not None:
                 vocab_output = (shards.vocab_output, tp_group)
         full_params = dict(full.named_parameters())
+        cut = local is not full and not own  # own: the TP build already holds its shard's canonical values
         with torch.no_grad():
             for name, p in local.named_parameters():
                 spec = shards.specs[name] if shards is not None else ShardSpec(tuple(full_params[name].shape))
-                if local is not full:
+                if cut:
                     p.copy_(spec.slice(full_params[name].detach()))
                 raw.append(ParamEntry(f"layers.{i}.{name}", p, spec))
             full_buffers = dict(full.named_buffers())
             for name, b in local.named_buffers():
-                if local is not full and name in full_buffers and full_buffers[name].shape == b.shape:
+                if cut and name in full_buffers and full_buffers[name].shape == b.shape:
                     b.copy_(full_buffers[name])
         if shards is not None:
             install_tp(local, shards, tp_group)  # type: ignore[arg-type]
-    entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute)
+    entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute, loads)
     module.to(device)
     return StageModel(module, entries, start, cross, vocab_output=vocab_output)
+
+
+def _dtensor_from_shard(
+    factory: ModelFactory,
+    layer: int,
+    seed: int,
+    tp: TPSpec,
+    full: nn.Module,
+    plan: dict[str, object],
+    mesh: object,
+    device: torch.device,
+    kw: dict[str, str],
+) -> nn.Module | None:
+    """Layer ``layer`` under DTensor's ``plan`` built from this rank's shard alone (torchtitan's meta-init way).
+
+    ``full`` (the whole layer, on meta) is parallelized first, which on meta moves no data: it gives every
+    parameter its placements and global shape. The shard the model's TP build read (nothing else) then becomes
+    the local tensors of those placements (``DTensor.from_local``), and the plan applied to the shard itself
+    finds its parameters already placed and only installs its input/output hooks. ``None`` when DTensor's even
+    chunks are not the shard the model cuts (then only the whole layer can be distributed).
+    """
+    local = build_layer(factory, layer, seed, tp=tp, **kw)
+    shards = plan_layer_shards(factory, layer, seed, local, full, tp, last=False, **kw)
+    if shards is None:
+        return None
+    parallelize_module(full, mesh, plan, src_data_rank=None)  # type: ignore[arg-type]
+    placed = dict(full.named_parameters())
+    if set(placed) != set(shards.specs) or any(
+        (dtensor_spec(p) if is_dtensor(p) else ShardSpec(tuple(p.shape))) != shards.specs[name]  # type: ignore[arg-type]
+        for name, p in placed.items()
+    ):
+        return None
+    local.to(device)
+    for name, p in list(local.named_parameters()):
+        target = placed[name]
+        if is_dtensor(target):
+            owner, _, attr = name.rpartition(".")
+            value = DTensor.from_local(
+                p.detach(),
+                mesh,  # type: ignore[arg-type]
+                target.placements,  # type: ignore[attr-defined]
+                run_check=False,
+                shape=target.shape,
+                stride=target.stride(),
+            )
+            local.get_submodule(owner).register_parameter(attr, nn.Parameter(value, p.requires_grad))
+    parallelize_module(local, mesh, plan, src_data_rank=None)  # type: ignore[arg-type]
+    return local
 
 
 def _apply_ties(
@@ -165,6 +220,7 @@ def _apply_ties(
     seed: int,
     attention: str,
     recompute: str,
+    loads: bool = False,
 ) -> tuple[list[ParamEntry], list[ParamEntry]]:
     canonical = {alias: g[0] for g in ties for alias in g}
     by_fqn = {e.fqn: e for e in raw}
@@ -175,10 +231,13 @@ def _apply_ties(
             continue
         keep = by_fqn[local[0]]
         # The tied value is the canonical member's initial value (loading the members one by one may have
-        # left another member's value in a Parameter the module already shares).
-        value = build_layer(factory, layer_of(group[0]), seed, attention=attention, recompute=recompute)
-        with torch.no_grad():
-            keep.param.copy_(keep.spec.slice(value.state_dict()[group[0].split(".", 2)[2]]))
+        # left another member's value in a Parameter the module already shares). A model loading its own
+        # shards read every member from the canonical member's tensor already (a stage without the canonical
+        # member's layer must not read that layer).
+        if not loads:
+            value = build_layer(factory, layer_of(group[0]), seed, attention=attention, recompute=recompute)
+            with torch.no_grad():
+                keep.param.copy_(keep.spec.slice(value.state_dict()[group[0].split(".", 2)[2]]))
         for alias in local[1:]:  # several members here: one Parameter, as in the full model
             if by_fqn[alias].spec != keep.spec:
                 raise ValueError(

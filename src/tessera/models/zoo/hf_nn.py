@@ -10,11 +10,12 @@ exactly what the full model computes once and passes down — so a stage needs n
 Weights: every layer is built on the meta device from the model's config and allocated alone (after its TP
 cut, at the shard's shapes); a pretrained model then reads only that layer's tensors from the safetensors files
 (``hf_weights.read_tensors``), and a TP build only this rank's slices of them (``get_slice``: its heads' rows
-or columns, its FFN columns, its vocabulary rows), never the whole model. (The runtime's ``build_stage`` also
-builds each of its layers whole once, as for every factory, to slice the canonical weights from: a stage reads
-its own layers' tensors whole, never the other stages'.) ``from_scratch`` initializes each (whole) layer with
+or columns, its FFN columns, its vocabulary rows), never the whole model. The layer list says so
+(``HFLayers.loads_own_shards``), so the runtime's ``build_stage`` takes a TP rank's layers as built here
+instead of building them whole to cut them (it builds the whole layer on the meta device only, for shapes):
+a TP rank reads its own stage's slices and nothing more. ``from_scratch`` initializes each (whole) layer with
 the model's own ``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans), then
-cuts it.
+cuts it (nothing is read; the runtime slices the canonical whole layer as for the zoo's models).
 
 Tied embeddings (gpt2, small qwen2): the lm_head shares the embedding's Parameter when one range holds both,
 which is how the runtime finds and syncs ties across pipeline stages (``runtime.model.tied_groups``).
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tessera.models.hf_weights import Part, locate_model, read_tensors, weight_map
+from tessera.models.hf_weights import Part, locate_model, read_tensors
 from tessera.models.nn_common import LayerRange, shard_sizes, weight_out_dim
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
@@ -244,16 +245,28 @@ class HFHead(nn.Module):
 
 
 class HFLayers(LayerRange):
-    """Layers ``[layer_start, layer_start + len(layers))`` of a Hugging Face causal LM (the runtime's model)."""
+    """Layers ``[layer_start, layer_start + len(layers))`` of a Hugging Face causal LM (the runtime's model).
+
+    ``loads_own_shards``: a layer built with a TP share already holds that share's canonical weights, read as
+    slices from the safetensors files (a pretrained model), so the runtime must not build it whole to cut it;
+    ``False`` from scratch (the canonical weights are the whole layer's seeded init, then cut).
+    """
 
     def __init__(
-        self, config: Any, layers: list[nn.Module], *, layer_start: int, n_model_layers: int
+        self,
+        config: Any,
+        layers: list[nn.Module],
+        *,
+        layer_start: int,
+        n_model_layers: int,
+        loads_own_shards: bool = False,
     ) -> None:
         super().__init__()
         self.config = config
         self.layers = nn.ModuleList(layers)
         self.layer_start = layer_start
         self.n_model_layers = n_model_layers
+        self.loads_own_shards = loads_own_shards
         self.vocab = int(config.vocab_size)
         self.hidden = int(_hidden(config))
 
@@ -453,8 +466,8 @@ def _load_layer(
     """Copy layer ``i``'s tensors (and only those; of a TP shard only its ``parts``) from the model's
     safetensors files into ``layer``."""
     keys = {name: hf_key(family, n, f"layers.{i}.{name}") for name, _ in layer.named_parameters()}
-    # save_pretrained drops the tied copy of the head
-    if tied and i == n - 1 and "lm_head.weight" in keys and "lm_head.weight" not in weight_map(model_dir):
+    # a tied head is the embedding (as ``from_pretrained`` ties it; save_pretrained drops the head's copy)
+    if tied and i == n - 1 and "lm_head.weight" in keys:
         keys["lm_head.weight"] = f"{family.base}.{family.embeds[0]}.weight"
     tensors = read_tensors(
         model_dir, sorted(set(keys.values())), {keys[name]: part for name, part in parts.items()}
@@ -520,7 +533,7 @@ def build_hf_layers(
         layers.append(layer)
     if tied and start == 0 and end == n:  # one Parameter, as in the plain model
         layers[-1].lm_head.weight = getattr(layers[0], family.embeds[0]).weight
-    return HFLayers(config, layers, layer_start=start, n_model_layers=n)
+    return HFLayers(config, layers, layer_start=start, n_model_layers=n, loads_own_shards=not from_scratch)
 
 
 def _describe(layer: nn.Module, i: int, n: int, config: Any) -> None:

@@ -1,0 +1,106 @@
+"""A tensor-parallel rank of a pretrained Hugging Face model reads only its own shard of its own stage's layers.
+
+``build_stage`` is run for each rank of a 2-way TP group in this one process (PyTorch's ``fake`` process group:
+building a stage communicates nothing), on tiny llama and gpt2 models written with ``save_pretrained``. While it
+builds, ``hf_weights.recording_reads`` sees every tensor read from the safetensors files: each key of the stage
+once, at the shape of this rank's shard (never the whole shape of a TP-sharded weight), and no key of another
+stage. The built weights are the reference model's, sliced as the stage's shard specs say, and the two ranks'
+shards cover the whole tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_models import N_DECODER, tiny_config
+
+from tessera.dtensor_tp import fake_process_group
+from tessera.models import hf_weights
+from tessera.models.zoo.hf_nn import FAMILIES, HFModel, hf_key
+from tessera.runtime.model import TPSpec, tied_groups
+from tessera.runtime.shards import assemble
+from tessera.runtime.stage import build_stage
+from tessera.runtime.torch_parallel import is_dtensor, local
+
+N = N_DECODER + 2  # embedding, decoder layers, head
+STAGES = ((0, 2), (2, N))  # the tied gpt2 head's stage does not hold the embedding
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """(model directory, reference state by checkpoint key) of tiny llama (4 kv heads: 3:1 cuts heads 3:1,
+    not kv groups 1:1) and gpt2 (tied wte / lm_head)."""
+    from transformers import AutoModelForCausalLM
+
+    out = {}
+    for i, family in enumerate(("llama", "gpt2")):
+        config = tiny_config(family)
+        if family == "llama":
+            config.num_key_value_heads = 4
+        torch.manual_seed(i)
+        model = AutoModelForCausalLM.from_config(config)
+        path = tmp_path_factory.mktemp(family)
+        model.save_pretrained(str(path))
+        out[family] = (path, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    return out
+
+
+def _build(path, layer_range, rank: int, ratios: tuple[float, ...], dtensor: bool):
+    import torch.distributed as dist
+
+    factory = HFModel(str(path))
+    ties = tied_groups(factory)  # as the engine passes them: gpt2's head is the embedding
+    with fake_process_group(2, rank), hf_weights.recording_reads() as reads:
+        stage = build_stage(
+            factory,
+            layer_range,
+            0,
+            tp=TPSpec(2, rank, ratios),
+            tp_group=dist.group.WORLD,
+            attention="flash",
+            recompute="none",
+            device=torch.device("cpu"),
+            ties=ties,
+            dtensor_tp=dtensor,
+        )
+        # the local tensors, while the mesh the DTensors name still exists
+        held = [(e.fqn, e.spec, local(e.param).detach().clone(), is_dtensor(e.param)) for e in stage.entries]
+    return held, reads
+
+
+def _check_stage(family: str, saved, ratios: tuple[float, ...], dtensor: bool) -> int:
+    """Builds every (stage, rank) and checks reads and values; returns how many DTensor parameters it saw."""
+    path, ref = saved[family]
+    fam = FAMILIES[family]
+    pieces = []
+    n_dtensor = 0
+    for layer_range in STAGES:
+        for rank in range(2):
+            held, reads = _build(path, layer_range, rank, ratios, dtensor)
+            expected = {hf_key(fam, N, fqn): spec.local_shape for fqn, spec, _, _ in held}
+            assert len(reads) == len(dict(reads)), f"{family} {layer_range} rank {rank}: a tensor read twice"
+            assert dict(reads) == expected, (family, layer_range, rank)
+            sharded = [spec for _, spec, _, _ in held if not spec.replicated]
+            assert sharded and all(spec.local_shape != spec.full_shape for spec in sharded)
+            for fqn, spec, value, is_dt in held:
+                key = hf_key(fam, N, fqn)
+                assert torch.equal(value, spec.slice(ref[key])), (family, rank, fqn)
+                pieces.append((key, spec, value))
+                n_dtensor += is_dt
+    whole = assemble(pieces)
+    assert whole.keys() == {k for k in ref if not (k == "lm_head.weight" and family == "gpt2")}
+    assert all(torch.equal(whole[k], ref[k]) for k in whole)
+    return n_dtensor
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("ratios", [(0.75, 0.25), (0.25, 0.75)], ids=["3:1", "1:3"])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_uneven_tp_rank_reads_only_its_shard_of_its_stage(saved, family, ratios):
+    assert _check_stage(family, saved, ratios, dtensor=False) == 0
+
+
+@pytest.mark.timeout(300)
+def test_dtensor_even_tp_rank_reads_only_its_shard_of_its_stage(saved):
+    """DTensor's placements are taken from the whole layer on meta; the shard read becomes their local tensor."""
+    assert _check_stage("llama", saved, (), dtensor=True) > 0
