@@ -431,6 +431,7 @@ def main() -> None:
     print(f"state dir {state}", flush=True)
     result: dict[str, Any] = {"policies": {}}
     t_all = time.time()
+    load_at_start = list(os.getloadavg())
     try:
         print("warm-up (calibration for the first run, same state dir)…", flush=True)
         warm_specs = [(t, {**BASE, **s}) for t, s in WARMUP]
@@ -514,7 +515,10 @@ def main() -> None:
         "quick": args.quick, "round_s": args.round_s, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
         "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "settle_jobs": [s for _, s in SETTLE], "workload": jobs,
         "wall_s": time.time() - t_all,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
+                    # live timings follow the machine's load: a loaded box makes the live run and the earlier
+                    # runs the replay learns from disagree (say it beside the figures)
+                    "load_avg_at_start": load_at_start, "load_avg_at_end": list(os.getloadavg())},
     })  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

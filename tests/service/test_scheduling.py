@@ -295,6 +295,11 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
         adapter.knowledge.dp_of(c, *g[0]),
     )
     assert all(x > 0 for x in before)
+    # a job's first steps carry first-call costs: too few steps, no factor
+    adapter.sync(
+        [JobInput(1, s, 0.0, assignment=a, steps_done=3, measured_iter_s=9 * a.estimate_iter_s)], 1.5
+    )
+    assert adapter.knowledge.true_of(c, g) == pytest.approx(before[0])
     adapter.sync(
         [JobInput(1, s, 0.0, assignment=a, steps_done=10, measured_iter_s=2 * a.estimate_iter_s)], 2.0
     )

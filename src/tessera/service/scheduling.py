@@ -283,12 +283,12 @@ class SchedulingAdapter:
 
     def _update_factors(self, jobs: Any) -> None:
         """Each configuration's measured seconds per step of progress per GPU types (its median running job's
-        there, on that job's GPUs) and from it the factor against the current estimate; a move of more than
-        15 % refreshes the rates the policy sees."""
+        there, on that job's GPUs, once it has done :data:`MEASURED_MIN_STEPS`) and from it the factor against
+        the current estimate; a move of more than 15 % refreshes the rates the policy sees."""
         seen: dict[MeasuredKey, list[Measured]] = {}
         for j in jobs:
             a = j.assignment
-            if a is not None and _progress_s(j):
+            if a is not None and _progress_s(j) and j.steps_done >= MEASURED_MIN_STEPS:
                 m = Measured(gpus_of(a.gpus), _progress_s(j))
                 seen.setdefault((config_of(j.spec), types_of(m.gpus)), []).append(m)
         changed = False
@@ -505,6 +505,9 @@ def _progress_s(job: JobInput) -> float | None:
 
 _log = logging.getLogger(__name__)
 MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors refine it with
+# a job's first steps carry first-call costs (a 3-step job's measurement read 2.8x its steady step): a
+# configuration's factor on a GPU type is kept only from jobs that did at least this many
+MEASURED_MIN_STEPS = 10
 
 
 @dataclass(frozen=True)
