@@ -104,3 +104,24 @@ def test_uneven_tp_rank_reads_only_its_shard_of_its_stage(saved, family, ratios)
 def test_dtensor_even_tp_rank_reads_only_its_shard_of_its_stage(saved):
     """DTensor's placements are taken from the whole layer on meta; the shard read becomes their local tensor."""
     assert _check_stage("llama", saved, (), dtensor=True) > 0
+
+
+@pytest.mark.timeout(300)
+def test_dtensor_chunks_unlike_the_shard_read_the_layer_whole_once(tmp_path):
+    """50 FFN columns over 4 ranks: DTensor's chunks are 13, 13, 13, 11, the model's cut 13, 13, 12, 12. Rank 3
+    cannot wrap its cut as DTensor's shard, so its layer is read whole (once, and no slice read before) for
+    DTensor to distribute, as before."""
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_config("llama")
+    config.intermediate_size, config.num_key_value_heads = 50, 4
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(tmp_path))
+    with fake_process_group(4, 3), hf_weights.recording_reads() as reads:
+        stage = build_stage(
+            HFModel(str(tmp_path)), (1, 2), 0, tp=TPSpec(4, 3), tp_group=dist.group.WORLD, attention="flash",
+            recompute="none", device=torch.device("cpu"), dtensor_tp=True,
+        )  # fmt: skip
+        whole = {hf_key(FAMILIES["llama"], N, e.fqn): e.spec.full_shape for e in stage.entries}
+        assert stage.entries[0].spec.local_shape != whole["model.layers.0.self_attn.q_proj.weight"]
+    assert len(reads) == len(whole) and dict(reads) == whole

@@ -178,11 +178,12 @@ def _dtensor_from_shard(
     ``full`` (the whole layer, on meta) is parallelized first, which on meta moves no data: it gives every
     parameter its placements and global shape. The shard the model's TP build read (nothing else) then becomes
     the local tensors of those placements (``DTensor.from_local``), and the plan applied to the shard itself
-    finds its parameters already placed and only installs its input/output hooks. ``None`` when DTensor's even
-    chunks are not the shard the model cuts (then only the whole layer can be distributed).
+    finds its parameters already placed and only installs its input/output hooks. ``None``, having read
+    nothing, when DTensor's even chunks are not the shard the model cuts (both compared on meta): then only the
+    whole layer can be distributed.
     """
-    local = build_layer(factory, layer, seed, tp=tp, **kw)
-    shards = plan_layer_shards(factory, layer, seed, local, full, tp, last=False, **kw)
+    shape_only = build_layer(factory, layer, seed, tp=tp, meta=True, **kw)
+    shards = plan_layer_shards(factory, layer, seed, shape_only, full, tp, last=False, **kw)
     if shards is None:
         return None
     parallelize_module(full, mesh, plan, src_data_rank=None)  # type: ignore[arg-type]
@@ -192,7 +193,7 @@ def _dtensor_from_shard(
         for name, p in placed.items()
     ):
         return None
-    local.to(device)
+    local = build_layer(factory, layer, seed, tp=tp, **kw).to(device)  # reads this rank's slices only
     for name, p in list(local.named_parameters()):
         target = placed[name]
         if is_dtensor(target):
