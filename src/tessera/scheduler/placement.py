@@ -34,9 +34,12 @@ def best_fit(
     n_gpus: int,
     *,
     keep_in_node: bool = True,
+    max_capacity: int | None = None,
 ) -> Placement | None:
     """Frenzy's best-fit over candidate ``nodes`` (indices into ``free``/``capacity``): ``n_gpus`` GPUs as
-    (node, GPUs) pairs sorted by node, or None when they cannot be placed now. ``free`` is not modified."""
+    (node, GPUs) pairs sorted by node, or None when they cannot be placed now. ``free`` is not modified.
+    ``max_capacity``: the largest of ``capacity[nodes]`` when the caller knows it (placement runs tens of
+    thousands of times a round at scale)."""
     if n_gpus <= 0:
         return ()
     if len(nodes) == 0:
@@ -44,17 +47,19 @@ def best_fit(
     f = free[nodes]  # a copy (fancy indexing): the greedy loop below zeroes what it takes
     if f.dtype != np.int64:
         f = f.astype(np.int64)
-    if int(f.sum()) < n_gpus:
-        return None
-    out: list[tuple[int, int]] = []
-    need = n_gpus
-    if keep_in_node and n_gpus <= int(capacity[nodes].max()):
+    if max_capacity is None:
+        max_capacity = int(capacity[nodes].max())
+    if keep_in_node and n_gpus <= max_capacity:
         # fits in one node of this kind: only a single node will do (topology awareness); the tightest fit,
-        # the lowest index among ties (argmin's first)
+        # the lowest index among ties (argmin's first) — none when no node has the GPUs free
         j = int(np.argmin(np.where(f >= n_gpus, f, _NO_FIT)))
         if f[j] < n_gpus:
             return None
         return ((int(nodes[j]), n_gpus),)
+    if int(f.sum()) < n_gpus:
+        return None
+    out: list[tuple[int, int]] = []
+    need = n_gpus
     while need > 0:
         ok = np.flatnonzero(f >= need)
         if len(ok):
@@ -79,9 +84,11 @@ def place(cluster: ClusterState, gpus: GPUs, *, keep_in_node: bool = True) -> Pl
         if len(idx) == 0:
             return None
         up = cluster.up[idx]
-        if not up.all():
-            idx = idx[up]
-        p = best_fit(cluster.free, cluster.capacity, idx, n, keep_in_node=keep_in_node)
+        if up.all():
+            cap = cluster.max_capacity_of_type(t)
+        else:
+            idx, cap = idx[up], None
+        p = best_fit(cluster.free, cluster.capacity, idx, n, keep_in_node=keep_in_node, max_capacity=cap)
         if p is None:
             return None
         if len(gpus) == 1:

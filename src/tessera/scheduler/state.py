@@ -302,6 +302,7 @@ class ClusterState:
         self.type_index = np.array([self.types.index(n.gpu_type) for n in self.nodes], dtype=np.int64)
         self.memory = np.array([n.gpu_memory_bytes for n in self.nodes], dtype=np.int64)
         self._nodes_of_type = {t: np.flatnonzero(self.type_index == i) for i, t in enumerate(self.types)}
+        self._max_capacity = {t: int(self.capacity[idx].max()) for t, idx in self._nodes_of_type.items()}
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> ClusterState:
@@ -326,11 +327,16 @@ class ClusterState:
         out = object.__new__(ClusterState)
         out.nodes, out.capacity, out.types = self.nodes, self.capacity, self.types
         out.type_index, out.memory, out._nodes_of_type = self.type_index, self.memory, self._nodes_of_type
+        out._max_capacity = self._max_capacity
         out.free, out.up = self.free.copy(), self.up.copy()
         return out
 
     def nodes_of_type(self, gpu_type: str) -> np.ndarray:
         return self._nodes_of_type.get(gpu_type, np.empty(0, dtype=np.int64))
+
+    def max_capacity_of_type(self, gpu_type: str) -> int:
+        """The most GPUs one node of this type has (up or not)."""
+        return self._max_capacity[gpu_type]
 
     def capacity_by_type(self) -> dict[str, int]:
         """GPUs per type on nodes that are up."""

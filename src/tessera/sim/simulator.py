@@ -25,7 +25,10 @@ from tessera.hardware import ClusterSpec
 from tessera.scheduler.core import Change, Scheduler
 from tessera.scheduler.knowledge import PerfTable
 from tessera.scheduler.policy import Policy
-from tessera.scheduler.state import ClusterState, GPUs, Job, JobState
+from tessera.scheduler.state import ClusterState, GPUs, Job, JobState, JobStatus
+
+# a job status's name, read once per job at the end of a run (an Enum's .value costs a descriptor call)
+_STATUS = {s: s.value for s in JobStatus}
 
 # event kinds, in the order events at the same instant are handled
 COMPLETE, FAIL, REPAIR, ARRIVE, RESUME, ROUND = range(6)
@@ -419,7 +422,7 @@ class Simulator:
             arrival_s=js.job.arrival_s,
             requested=js.job.requested,
             total_iterations=js.job.total_iterations,
-            status=js.status.value,
+            status=_STATUS[js.status],
             first_start_s=js.first_start_s,
             finish_s=js.finish_s,
             restarts=js.restarts,

@@ -57,6 +57,8 @@ node (Frenzy §IV-B).
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera.scheduler.policies.tessera.admit import admit
 from tessera.scheduler.policies.tessera.cells import CellCatalog, JobCells
 from tessera.scheduler.policies.tessera.grow import grow_new
@@ -103,6 +105,7 @@ class Tessera(Policy):
         settle_rounds: int = 2,
         settle_s: float = 600.0,
         settle_factor: float = 3.0,
+        lp_columns: bool = False,
     ) -> None:
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
@@ -135,9 +138,14 @@ class Tessera(Policy):
         self.srpt_horizon_s, self.srpt_floor_s = srpt_horizon_s, srpt_floor_s
         self.settle_rounds, self.settle_s, self.settle_factor = settle_rounds, settle_s, settle_factor
         self.catalog = CellCatalog(self)
+        # the LP by column generation (faster at scale; the same optimum up to the last bits: cell_lp.maximize),
+        # seeded by the last LP's GPU prices
+        self.lp_columns = lp_columns
+        self.price_hint: np.ndarray | None = None
 
     def reset(self) -> None:
         self.catalog.clear()
+        self.price_hint = None
 
     def info(self, ctx: SchedulingContext, job: Job) -> JobCells:
         """The job's Cells as this policy sees them."""

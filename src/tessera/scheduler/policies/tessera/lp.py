@@ -63,16 +63,21 @@ def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
     if not owners:
         return None
     groups = [_lp_group(r, o, types) for o in owners]
-    sol = cell_lp.solve(groups, np.maximum(capacity, 0.0))
+    # lp_columns: the last round's prices seed the solve's column generation (cell_lp.maximize)
+    sol = cell_lp.solve(groups, np.maximum(capacity, 0.0), columns=r.pol.lp_columns, hint=r.pol.price_hint)
     if sol is None:
         return None
+    if r.pol.lp_columns:
+        r.pol.price_hint = sol.prices
     r.prices = {t: float(p) for t, p in zip(types, sol.prices, strict=True)}
     return _read_plan(r, sol, owners)
 
 
 def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     """Running jobs that may change, grouped (longest first in each group); the GPUs of those that may not are
-    taken off ``capacity`` (in place)."""
+    taken off ``capacity`` (in place). One pass over thousands of running jobs a round at scale: the work a job
+    still has is read once and seeds the round's memo of its remaining time (:func:`.order.remaining`, the same
+    figures it would compute)."""
     ctx = r.ctx
     now = ctx.now_s
     frozen = r.rescale_limit() <= 0
@@ -80,18 +85,31 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     running: dict[tuple, list[JobState]] = {}
     left_of: dict[int, float] = {}  # job → work it still has (read once: the sort below reads it again)
     info = r.pol.catalog.info
+    alloc = ctx.allocations
+    memo = r.remaining
+    window = max(r.pol.settle_rounds * ctx.round_s, r.pol.settle_s)  # :meth:`RoundState.settling`
+    log2 = math.log2
     for js in ctx.running:
-        a = ctx.allocation(js.job_id)
+        jid = js.job_id
+        a = alloc.get(jid)
         if a is None:
             continue
         if frozen or not r.movable(js):
             for t, n in a.gpus:
                 capacity[col[t]] -= n
             continue
+        inf = info(ctx, js.job)
         rate = js.rate_iters_per_s or r.held_cell(js, a).rate
-        rem = left_of[js.job_id] = js.remaining_at(now)
-        left = int(math.log2(max(rem / max(rate, 1e-12), 1.0)))
-        key = (info(ctx, js.job).key, js.job.priority, a.gpus, left, weight_bucket(r, js), r.settling(js))
+        rem = left_of[jid] = js.remaining_at(now)
+        if jid not in memo:  # what order.remaining computes, from the work just read
+            if not inf.min_cells:
+                memo[jid] = (math.inf, math.inf)
+            else:
+                c = inf.min_cells[0]
+                t_left = rem / c.rate if c.rate > 0 else math.inf
+                memo[jid] = (t_left, t_left * c.n_gpus)
+        left = int(log2(max(rem / max(rate, 1e-12), 1.0)))
+        key = (inf.key, js.job.priority, a.gpus, left, weight_bucket(r, js), now - js.last_change_s < window)
         group = running.get(key)
         if group is None:
             running[key] = [js]
@@ -99,9 +117,9 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
             group.append(js)
     owners = []
     for members in running.values():
-        members.sort(key=lambda js: (-left_of[js.job_id], js.job_id))  # longest first: moved first
-        a = ctx.allocation(members[0].job_id)
-        assert a is not None
+        if len(members) > 1:
+            members.sort(key=lambda js: (-left_of[js.job_id], js.job_id))  # longest first: moved first
+        a = alloc[members[0].job_id]
         cur = r.held_cell(members[0], a)
         owners.append(Owner(members, [cur, *info(ctx, members[0].job).lp_others(a.gpus)], True))
     return owners
@@ -121,8 +139,11 @@ def _lp_group(r: RoundState, o: Owner, types: tuple[str, ...]) -> cell_lp.Group:
     norm, rate, gpus = inf.lp_moves(types, cur.gpus)
     restart = r.restart_s(rep) * r.restart_weight(rep)
     left = rep.remaining_at(r.ctx.now_s) / rate  # the seconds each other Cell would take
-    values = np.concatenate([[cur.norm], norm * left / (restart + left)])
-    return cell_lp.Group(len(o.members), w * values, gpus, True)
+    values = np.empty(len(norm) + 1)
+    values[0] = cur.norm
+    values[1:] = norm * left / (restart + left)
+    values *= w
+    return cell_lp.Group(len(o.members), values, gpus, True)
 
 
 def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Plan:
