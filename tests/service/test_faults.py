@@ -195,3 +195,18 @@ def test_nothing_outlives_a_server_killed_with_sigkill(tmp_path):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         kill_leftovers(marker)
+
+
+def test_device_workers_run_at_this_process_priority(served):
+    """Ray starts its workers at niceness 15; the embedded devices are priced from profiles taken at the default
+    priority, so their workers run at the server's (else any other process on the machine takes their CPU
+    first and the measured steps part from the estimates)."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    names = {}
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            if cmd.startswith("ray::"):
+                names[pid] = (cmd, os.getpriority(os.PRIO_PROCESS, pid))
+    assert any(cmd.startswith(("ray::IDLE", "ray::DeviceWorker")) for cmd, _ in names.values()), names
+    assert {p: n for p, (_, n) in names.items()} == dict.fromkeys(names, own), names
