@@ -300,6 +300,22 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
         [JobInput(1, s, 0.0, assignment=a, steps_done=3, measured_iter_s=9 * a.estimate_iter_s)], 1.5
     )
     assert adapter.knowledge.true_of(c, g) == pytest.approx(before[0])
+    # timings taken while a profiler loaded the CPU are not the devices' own: no factor either
+    adapter.sync(
+        [
+            JobInput(
+                1,
+                s,
+                0.0,
+                assignment=a,
+                steps_done=50,
+                measured_iter_s=9 * a.estimate_iter_s,
+                measured_own=False,
+            )
+        ],
+        1.7,
+    )
+    assert adapter.knowledge.true_of(c, g) == pytest.approx(before[0])
     adapter.sync(
         [JobInput(1, s, 0.0, assignment=a, steps_done=10, measured_iter_s=2 * a.estimate_iter_s)], 2.0
     )

@@ -240,6 +240,7 @@ class Controller:
                 JobInput(
                     j.id, spec, j.submitted_at, assignment=g.assignment if g else None,
                     steps_done=j.steps_done, measured_iter_s=j.measured_iter_s, measured_step_s=j.measured_step_s,
+                    measured_own=g is None or not self._profiled_beside(g),
                     not_before=self._not_before.get(j.id, 0.0),
                 )
             )  # fmt: skip
@@ -688,9 +689,14 @@ class Controller:
             )
         if self.profiles is not None and not self.profiles.profiled(job.spec):
             return "no profile of this model on this machine (its estimate is the datasheet's)"
-        if self.profiles is not None and self.profiles.busy_during(gang.created_s, time.time()):
+        if self._profiled_beside(gang):
             return "another model was profiled on this machine's CPU meanwhile (its timings are disturbed)"
         return None
+
+    def _profiled_beside(self, gang: Gang) -> bool:
+        """Whether a profiling child loaded this machine's CPU while the allocation ran (its timings are not
+        the devices' own)."""
+        return self.profiles is not None and self.profiles.busy_during(gang.created_s, time.time())
 
     # ------------------------------------------------------------------ views
     def cluster_view(self) -> dict[str, Any]:

@@ -66,6 +66,7 @@ class JobInput:
     steps_done: int = 0
     measured_iter_s: float | None = None  # on the current assignment
     measured_step_s: float | None = None  # its whole loop iteration: the seconds a step of progress costs
+    measured_own: bool = True  # the devices' own timings (no profiling loaded this machine's CPU meanwhile)
     not_before: float = 0.0  # backoff after a failure: not (re)started before this time
 
 
@@ -283,12 +284,13 @@ class SchedulingAdapter:
 
     def _update_factors(self, jobs: Any) -> None:
         """Each configuration's measured seconds per step of progress per GPU types (its median running job's
-        there, on that job's GPUs, once it has done :data:`MEASURED_MIN_STEPS`) and from it the factor against
-        the current estimate; a move of more than 15 % refreshes the rates the policy sees."""
+        there, on that job's GPUs, once it has done :data:`MEASURED_MIN_STEPS`, from the devices' own timings)
+        and from it the factor against the current estimate; a move of more than 15 % refreshes the rates the
+        policy sees."""
         seen: dict[MeasuredKey, list[Measured]] = {}
         for j in jobs:
             a = j.assignment
-            if a is not None and _progress_s(j) and j.steps_done >= MEASURED_MIN_STEPS:
+            if a is not None and _progress_s(j) and j.steps_done >= MEASURED_MIN_STEPS and j.measured_own:
                 m = Measured(gpus_of(a.gpus), _progress_s(j))
                 seen.setdefault((config_of(j.spec), types_of(m.gpus)), []).append(m)
         changed = False
