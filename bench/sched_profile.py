@@ -1,6 +1,6 @@
 """Profile one policy's scheduling rounds at scale (issue 21 item 2): a reproducible harness for the hot spots.
 
-    python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof]
+    python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof] [--lp-columns]
 
 Replays the Philly two-week window as ``--copies`` interleaved copies on ``crius-sim-1280`` with every node group
 × copies (10: ``crius-sim-12800``'s shape), for the first ``--hours`` simulated hours (``--hours 0``: the whole
@@ -40,15 +40,15 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="print avg JCT and finished count (equivalence)")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
+    ap.add_argument("--lp-columns", action="store_true", help="tessera's LP by column generation")
     args = ap.parse_args()
     if args.home:
         os.environ["TESSERA_HOME"] = args.home
 
     import numpy as np
-    from sim_scale import copies, scaled_cluster
+    from sim_scale import copies, make_policy, scaled_cluster
 
     from tessera.hardware import get_cluster
-    from tessera.scheduler.policy import get_policy
     from tessera.sim.metrics import compute_metrics
     from tessera.sim.report import prepare
     from tessera.sim.simulator import SimConfig, Simulator
@@ -73,7 +73,7 @@ def main() -> int:
     gpus = sum(cl.gpu_counts().values())
     print(f"{cl.name}: {gpus} GPUs, {len(jobs)} jobs ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
-    sim = Simulator(cl, jobs, table, get_policy(args.policy), cfg)
+    sim = Simulator(cl, jobs, table, make_policy(args.policy, args.lp_columns), cfg)
     prof = cProfile.Profile() if args.profile else None
     if prof:
         prof.enable()
@@ -86,6 +86,7 @@ def main() -> int:
     dec = np.array(res.decision_s) * 1000.0
     out = {
         "policy": args.policy,
+        "lp_columns": args.lp_columns,
         "gpus": gpus,
         "jobs": len(jobs),
         "hours": args.hours,

@@ -1,6 +1,7 @@
 """Benchmark: the simulator and every policy at ten times the cluster (issue 21 item 2), and a cold table build.
 
     python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300] [--cold-only]
+                              [--lp-columns]
 
 1. **Cold tables** — with an empty table cache (a fresh ``$TESSERA_HOME``), the time from loading the Philly
    two-week window to the first simulated event on ``crius-sim-1280`` (trace, every configuration's rate
@@ -72,10 +73,23 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0 / GIB
 
 
-def _child(conn: Any, shared: Any, cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any) -> None:
+def make_policy(name: str, lp_columns: bool = False) -> Any:
+    """The policy by name; ``lp_columns``: the tessera family solves its LP by column generation (faster at
+    scale, the same optimum; see ``cell_lp.maximize``)."""
+    from tessera.scheduler.policies.tessera import Tessera
+    from tessera.scheduler.policy import get_policy
+
+    p = get_policy(name)
+    if lp_columns and isinstance(p, Tessera):
+        p.lp_columns = True
+    return p
+
+
+def _child(
+    conn: Any, shared: Any, cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, lp_columns: bool
+) -> None:
     import numpy as np
 
-    from tessera.scheduler.policy import get_policy
     from tessera.sim.metrics import compute_metrics
     from tessera.sim.simulator import Simulator
 
@@ -90,7 +104,7 @@ def _child(conn: Any, shared: Any, cluster: Any, jobs: Any, table: Any, policy: 
         shared[4] = float(np.mean(ticks)) * 1000.0 if ticks else float("nan")
         shared[5] = rss_gib()
 
-    sim = Simulator(cluster, jobs, table, get_policy(policy), cfg, progress=progress)
+    sim = Simulator(cluster, jobs, table, make_policy(policy, lp_columns), cfg, progress=progress)
     tick = sim.sched.tick
 
     def timed(now_s: float, **kw: Any) -> Any:
@@ -119,12 +133,14 @@ def _child(conn: Any, shared: Any, cluster: Any, jobs: Any, table: Any, policy: 
     conn.close()
 
 
-def run_capped(cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, cap_s: float) -> dict[str, Any]:
+def run_capped(
+    cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, cap_s: float, lp_columns: bool = False
+) -> dict[str, Any]:
     """One policy in a forked child, stopped after ``cap_s`` seconds (then its peak RSS is read from /proc)."""
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     shared = ctx.Array("d", [float("nan")] * 6)
-    p = ctx.Process(target=_child, args=(send, shared, cluster, jobs, table, policy, cfg))
+    p = ctx.Process(target=_child, args=(send, shared, cluster, jobs, table, policy, cfg, lp_columns))
     t0 = time.perf_counter()
     p.start()
     send.close()
@@ -183,6 +199,8 @@ def main() -> int:
     ap.add_argument("--home", default=None, help="TESSERA_HOME for the table cache (default: a fresh one)")
     ap.add_argument("--models", default=None, help="zoo models only (a smoke test), default: the Philly mix")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--lp-columns", action="store_true",
+                    help="the tessera family solves its LP by column generation (Tessera(lp_columns=True))")  # fmt: skip
     ap.add_argument("--cold-only", action="store_true",
                     help="stop after the cold table build; write its figures to sim_cold.json")  # fmt: skip
     args = ap.parse_args()
@@ -235,6 +253,7 @@ def main() -> int:
                 "load_avg_at_end": os.getloadavg(),
             },
             "window": [args.start, args.end],
+            "lp_columns": args.lp_columns,
         }
 
     def write(payload: dict[str, Any]) -> Path:
@@ -267,7 +286,7 @@ def main() -> int:
     log(f"{big.name}: {len(jobs_k)} jobs ready in {time.perf_counter() - t0:.1f} s")
     policies: dict[str, dict[str, Any]] = {}
     for name in names:
-        policies[name] = r = run_capped(big, jobs_k, table_k, name, cfg, args.cap_s)
+        policies[name] = r = run_capped(big, jobs_k, table_k, name, cfg, args.cap_s, args.lp_columns)
         log(f"{name}: sim_wall_s {r['sim_wall_s']:.1f}{' (capped)' if r['timed_out'] else ''}, "
             f"decision p99 {r.get('decision_ms_p99', float('nan')):.1f} ms, peak RSS {r['peak_rss_gib']:.2f} GiB")  # fmt: skip
 
@@ -283,7 +302,7 @@ def main() -> int:
                 t_k, j_k = table1, jobs1
             else:
                 t_k, j_k, _ = prepare(cl, copies(tr, k), wl, workers=args.workers)
-            r = run_capped(cl, j_k, t_k, "tessera", cfg, args.cap_s)
+            r = run_capped(cl, j_k, t_k, "tessera", cfg, args.cap_s, args.lp_columns)
         curve[str(gpus)] = {
             "copies": k,
             "jobs": len(tr.jobs) * k,

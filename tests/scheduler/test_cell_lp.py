@@ -105,3 +105,47 @@ def _fit_args(groups: list[Group], cap: np.ndarray) -> tuple:
     running = np.array([g.running for g in groups])
     ok = (gpus <= cap).all(axis=1) & ((values > 0) | running[np.repeat(np.arange(len(groups)), sizes)])
     return values, gpus, ok, sizes, np.array([g.count for g in groups], dtype=float), running, cap
+
+
+def _check_optimum(groups: list[Group], cap: np.ndarray, x: np.ndarray, best: float) -> None:
+    """``x`` is feasible (queued groups at most, running ones exactly their count; capacities) and worth ``best``."""
+    values = np.concatenate([g.values for g in groups])
+    gpus = np.vstack([g.gpus for g in groups])
+    bounds = np.cumsum([0] + [len(g.values) for g in groups])
+    for g, grp in enumerate(groups):
+        used = x[bounds[g] : bounds[g + 1]].sum()
+        assert used <= grp.count + 1e-6 and (not grp.running or used >= grp.count - 1e-6)
+    assert (x >= -1e-9).all() and (gpus.T @ x <= cap + 1e-6).all()
+    assert np.isclose(values @ x, best, rtol=1e-9, atol=1e-9)
+
+
+def test_column_generation_finds_an_optimum_of_the_whole_lp(monkeypatch):
+    # columns=True: the LP over a few options per group, grown by reduced cost until none would add — an optimum
+    # of the whole LP (the same objective; where that is unique, the same x and prices up to the last bits)
+    from tessera.scheduler import cell_lp
+
+    models: list[int] = []  # columns HiGHS was given, per model
+    runs: list[int] = []
+    model, run = cell_lp._highs_model, cell_lp._run
+    monkeypatch.setattr(cell_lp, "_highs_model", lambda *a: models.append(a[1].shape[1]) or model(*a))
+    monkeypatch.setattr(cell_lp, "_run", lambda h: runs.append(1) or run(h))
+    rng = np.random.default_rng(11)
+    grew = 0
+    for _ in range(60):
+        groups = _random_groups(rng)
+        cap = rng.integers(4, 60, size=3).astype(float)
+        models.clear()
+        whole = cell_lp.maximize(groups, cap)
+        if not models:
+            continue  # the solver was skipped (every best Cell fits)
+        runs.clear()
+        cols = cell_lp.maximize(groups, cap, columns=True, hint=rng.random(3))
+        assert (whole is None) == (cols is None)
+        if whole is None or cols is None:
+            continue
+        values = np.concatenate([g.values for g in groups])
+        _check_optimum(groups, cap, cols[0], float(values @ whole[0]))
+        assert (cols[1] >= 0).all()
+        assert models[1] < models[0]  # column generation started from fewer columns than the whole LP
+        grew += len(runs) > 1  # and priced more in, HiGHS going on from its basis
+    assert grew >= 5
