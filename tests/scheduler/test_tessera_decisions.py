@@ -1,4 +1,4 @@
-"""The tessera policy's decisions on a small contended trace, pinned: a speed-up of the policy, its LP or
+"""The tessera policies' decisions on a small contended trace, pinned: a speed-up of the policy, its LP or
 placement (issue 21 item 2) must leave every start, rescale, migration and preemption exactly as it was.
 
 The figures were recorded from the code before the 12,800-GPU speed-ups (commit e16d4d7); the trace, cluster and
@@ -69,6 +69,7 @@ def _run(policy: str) -> tuple[str, float, int, int]:
 PINNED = {
     "tessera": ("a0d5398f461d4b62", 18491.564079, 240, 401),
     "tessera-nh": ("80260916ff9d9ed6", 22280.331383, 240, 217),
+    "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
 }
 
 
@@ -81,7 +82,8 @@ def test_decisions_are_the_recorded_ones(policy, monkeypatch):
     highs = cell_lp._highs
     monkeypatch.setattr(cell_lp, "_highs", lambda *a, **k: solves.append(1) or highs(*a, **k))
     assert _run(policy) == PINNED[policy]
-    assert len(solves) > 100  # the trace is contended: the LP is solved, not skipped
+    if policy != "tessera-crius":  # Crius's own search has no LP
+        assert len(solves) > 100  # the trace is contended: the LP is solved, not skipped
 
 
 @pytest.mark.timeout(300)
@@ -110,5 +112,5 @@ def test_lp_by_column_generation_finds_the_whole_lps_optimum(monkeypatch):
 
 
 if __name__ == "__main__":  # print the figures to pin
-    for p in ("tessera", "tessera-nh"):
+    for p in PINNED:
         print(p, _run(p))
