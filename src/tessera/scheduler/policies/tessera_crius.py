@@ -85,9 +85,9 @@ class _MoveIndex:
         self._most: dict[str, dict[int, int]] = {}
         self._reach: dict[str, int] = {}
         self._seq = 0
-        self._entries: dict[
-            int, list[tuple[str, tuple[float, int, int, Move]]]
-        ] = {}  # job → its by_type entries
+        # job → its by_type entries, and its moves that raise throughput
+        self._entries: dict[int, list[tuple[str, tuple[float, int, int, Move]]]] = {}
+        self._gaining: dict[int, list[Move]] = {}
 
     def sync(self, pol: TesseraCrius, ctx: SchedulingContext, jids: Iterable[int]) -> None:
         allocs = ctx.allocations
@@ -104,6 +104,7 @@ class _MoveIndex:
 
     def _add(self, jid: int, gpus: GPUs, moves: list[Move]) -> None:
         self.jobs[jid] = (gpus, moves)
+        self._gaining[jid] = [m for m in moves if m.delta_norm > 0]
         mine = self._entries[jid] = []
         for m in moves:
             for t, k in m.freed:
@@ -119,6 +120,7 @@ class _MoveIndex:
         """Forget a job's moves: each of its entries found by bisection (its (gain, job, seq) is unique) rather
         than by filtering lists that hold every running job's moves (at 12,800 GPUs most of a round's time)."""
         del self.jobs[jid]
+        del self._gaining[jid]
         for t, e in self._entries.pop(jid):
             lst = self.by_type[t]
             i = bisect.bisect_left(lst, e[:3])
@@ -141,6 +143,11 @@ class _MoveIndex:
     def all(self) -> Iterator[Move]:
         for _, ms in self.jobs.values():
             yield from ms
+
+    def gaining(self) -> Iterator[Move]:
+        """The moves that raise throughput (``delta_norm`` > 0), in :meth:`all`'s order."""
+        for jid in self.jobs:
+            yield from self._gaining[jid]
 
 
 @dataclass(frozen=True)
@@ -278,9 +285,7 @@ class TesseraCrius(Policy):
         found: list[Choice] = []
         if js is None:
             mv = self.moves(ctx)
-            cands = [
-                m for m in mv.all() if m.delta_norm > 0 and all(free.get(t, 0) + k >= 0 for t, k in m.freed)
-            ]
+            cands = [m for m in mv.gaining() if all(free.get(t, 0) + k >= 0 for t, k in m.freed)]
             cands.sort(key=lambda m: (-m.delta_norm, m.job_id))
             self._dfs(cands[: self.branch], 0, (), free, 0.0, None, found)
         else:
