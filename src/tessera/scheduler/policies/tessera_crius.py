@@ -43,6 +43,7 @@ import bisect
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 
 from tessera.scheduler.knowledge import CellOption
 from tessera.scheduler.policy import Policy, SchedulingContext, fmt_gpus, register
@@ -157,6 +158,13 @@ class Choice:
     moves: tuple[Move, ...]
     cell: CriusCell | None
     gain_norm: float  # total change of the cluster's normalized throughput
+
+
+@cache
+def _freed(old: GPUs, new: GPUs) -> tuple[tuple[str, int], ...]:
+    """GPUs given back per type when a job on ``old`` moves to ``new`` (negative: taken), sorted by type — asked
+    for every move of every running job, of a few hundred distinct pairs."""
+    return tuple(sorted(_sub(dict(old), new, -1).items()))
 
 
 def _sub(a: dict[str, int], gpus: Iterable[tuple[str, int]], sign: int = 1) -> dict[str, int]:
@@ -275,8 +283,7 @@ class TesseraCrius(Policy):
         out = []
         for c in self.cells(ctx, js.job)[0]:
             if c.gpus != a.gpus:
-                freed = _sub(dict(a.gpus), c.gpus, -1)
-                out.append(Move(jid, a.gpus, c, c.norm - cur, tuple(sorted(freed.items()))))
+                out.append(Move(jid, a.gpus, c, c.norm - cur, _freed(a.gpus, c.gpus)))
         return out
 
     def scale_resource(self, ctx: SchedulingContext, js: JobState | None) -> list[Choice]:
