@@ -368,8 +368,9 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         b.plot(
             x, [curve[k][key] if curve[k][key] is not None else float("nan") for k in g], "o-", label=label
         )
-    b.set_xscale("log")
-    b.set_yscale("log")
+    if g:  # an empty --curve: nothing to scale
+        b.set_xscale("log")
+        b.set_yscale("log")
     b.set_xlabel("GPUs (load per GPU constant)")
     b.legend()
     fig.tight_layout()
