@@ -33,6 +33,7 @@ the deadline) per arriving job and allocation O(GPUs · log jobs) per round.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -256,24 +257,28 @@ class ElasticFlow(Policy):
         """Give the remaining pool GPUs away one doubling at a time by marginal return (§4.2)."""
         heap: list[tuple[float, int, int]] = []
         ref: dict[int, float] = {}
+        # each job's curve as Python lists, searched by bisection (the numpy calls on a few levels cost more than
+        # the search, and this runs for every live job and every doubling a round)
+        curves: dict[int, tuple[list[int], list[float]]] = {}
 
         def push(js: JobState) -> None:
-            levels, rates = self.curve(ctx, js.job)
+            levels, rates = curves[js.job_id]
             n = target.get(js.job_id, 0)
-            i = int(np.searchsorted(levels, n, side="right"))
+            i = bisect.bisect_right(levels, n)
             if i >= len(levels):
                 return
-            r0 = 0.0 if n == 0 else float(rates[i - 1])
-            gain = (float(rates[i]) - r0) / ref[js.job_id] / (int(levels[i]) - n)
+            r0 = 0.0 if n == 0 else rates[i - 1]
+            gain = (rates[i] - r0) / ref[js.job_id] / (levels[i] - n)
             if gain > 0:
-                heapq.heappush(heap, (-gain, js.job_id, int(levels[i])))
+                heapq.heappush(heap, (-gain, js.job_id, levels[i]))
 
         by_id = {}
         for js in live:
-            levels, rates = self.curve(ctx, js.job)
-            want = js.job.requested_gpus or int(levels[0])
-            k = min(int(np.searchsorted(levels, want)), len(levels) - 1)
-            ref[js.job_id] = float(rates[k])
+            lv, rt = self.curve(ctx, js.job)
+            levels, rates = curves[js.job_id] = ([int(x) for x in lv], [float(x) for x in rt])
+            want = js.job.requested_gpus or levels[0]
+            k = min(bisect.bisect_left(levels, want), len(levels) - 1)
+            ref[js.job_id] = rates[k]
             by_id[js.job_id] = js
             push(js)
         while heap and left > 0:
