@@ -75,7 +75,7 @@ PINNED = {
         58992.430685,
         240,
         79,
-    ),  # recorded at 0e1aaca (its code as at e16d4d7)
+    ),  # its code as at e16d4d7
 }
 
 
