@@ -70,12 +70,7 @@ PINNED = {
     "tessera": ("a0d5398f461d4b62", 18491.564079, 240, 401),
     "tessera-nh": ("80260916ff9d9ed6", 22280.331383, 240, 217),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
-    "elasticflow-ls": (
-        "fd096dbf95d06b41",
-        58992.430685,
-        240,
-        79,
-    ),  # its code as at e16d4d7
+    "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),
 }
 
 
