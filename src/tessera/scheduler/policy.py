@@ -334,6 +334,12 @@ class Policy(ABC):
     def reset(self) -> None:  # noqa: B027 - optional hook
         """Forget per-run state (a new simulation is starting)."""
 
+    def knowledge_changed(self) -> None:
+        """The rates it may know changed (the service measured a job's speed): forget every copy of them. By
+        default everything is forgotten; a policy that keeps accounting beside its copies (time received,
+        ages) keeps that, as the simulator, whose rates never change mid-run, keeps it too."""
+        self.reset()
+
     @abstractmethod
     def schedule(self, ctx: SchedulingContext) -> Decision | None:
         """Decide this round: change ``ctx`` virtually (and return None) or return a Decision."""

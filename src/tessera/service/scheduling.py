@@ -165,7 +165,7 @@ class SchedulingAdapter:
         """New rates (speed factors changed): a fresh memo, and the policy forgets its copies."""
         self.knowledge = PerfTable(self.speed, self.cluster.gpu_counts())
         self.core.knowledge = self.knowledge.view()
-        self.policy.reset()
+        self.policy.knowledge_changed()
 
     @property
     def active_policy(self) -> str:

@@ -55,11 +55,14 @@ def test_round_priority_serves_the_least_served_first():
     assert out[0] == 1  # the V100 is left, and Gavel fills it (priority 0 still runs when there is room)
 
 
-def _rounds(policy, kn, cluster, jobs, n_rounds, round_s=300.0):
-    """Run the policy round after round (no progress model: jobs never finish); returns time per job and type."""
+def _rounds(policy, kn, cluster, jobs, n_rounds, round_s=300.0, remeasured=False):
+    """Run the policy round after round (no progress model: jobs never finish); returns time per job and type.
+    ``remeasured``: the rates change before every round, as the service's measured speeds make them."""
     time_on: dict[tuple[int, str], float] = {}
     running = {}
     for r in range(n_rounds):
+        if remeasured:
+            policy.knowledge_changed()
         ctx = make_context(cluster, kn, pending=[j for j in jobs if j not in running], running=running,
                            now_s=r * round_s)  # fmt: skip
         policy.schedule(ctx)
@@ -77,6 +80,17 @@ def test_policy_time_shares_follow_the_lp():
     kn = table_knowledge({("m", 8): {(A100, 1): 2.0, (V100, 1): 1.0}})
     jobs = [job(i) for i in range(3)]
     time_on = _rounds(get_policy("gavel"), kn, [(A100, 1), (V100, 1)], jobs, 30)
+    for j in range(3):
+        for t in (A100, V100):
+            assert time_on.get((j, t), 0.0) / 300 == pytest.approx(10, abs=1)
+
+
+def test_time_shares_survive_new_rates():
+    """The service refreshes the rates whenever a measured speed moves: Gavel keeps the time each job received,
+    so the shares still follow the LP (forgetting it made every job look starved every round: job 2 never ran)."""
+    kn = table_knowledge({("m", 8): {(A100, 1): 2.0, (V100, 1): 1.0}})
+    jobs = [job(i) for i in range(3)]
+    time_on = _rounds(get_policy("gavel"), kn, [(A100, 1), (V100, 1)], jobs, 30, remeasured=True)
     for j in range(3):
         for t in (A100, V100):
             assert time_on.get((j, t), 0.0) / 300 == pytest.approx(10, abs=1)

@@ -202,6 +202,13 @@ class Gavel(Policy):
         self._prof: DPProfile | None = None
         self.lp_solves = 0
 
+    def knowledge_changed(self) -> None:
+        """New rates: the throughput rows are rebuilt from them; the allocation stands until the active set
+        changes (as the simulator's does), and so does the time each job received since it was computed —
+        zeroing that live on every measured speed made every job look starved, and the rounds swapped jobs
+        that had just started."""
+        self._prof, self._rows = None, {}
+
     def _row(self, prof: DPProfile, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
         key = (job.config, scale, types)
         row = self._rows.get(key)
