@@ -186,6 +186,11 @@ class ElasticFlow(Policy):
         return float((r * ctx.round_s).sum()) < js.remaining_at(ctx.now_s) * (1 - 1e-6)
 
     # ------------------------------------------------------------------ the round
+    def knowledge_changed(self) -> None:
+        """New rates: the DP profile and its curves are rebuilt from them (on the next round, which sees the new
+        knowledge); the admitted jobs' reserved slots are kept."""
+        self._prof, self._curves = None, {}
+
     def schedule(self, ctx: SchedulingContext) -> None:
         self._in_round, self._round_cap = True, None
         try:

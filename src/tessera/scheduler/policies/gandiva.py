@@ -54,6 +54,10 @@ class Gandiva(Policy):
         self.grown: dict[int, tuple[int, float]] = {}  # job → (size before growing, measured rate before)
         self.no_grow: set[int] = set()
 
+    def knowledge_changed(self) -> None:
+        """New rates: the DP profile is rebuilt from them; which jobs grew (and their speed before) is kept."""
+        self._prof = None
+
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def size(ctx: SchedulingContext, job: Job) -> int | None:

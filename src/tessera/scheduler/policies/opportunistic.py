@@ -54,6 +54,9 @@ class Opportunistic(Policy):
     def reset(self) -> None:
         self.opportunistic: set[int] = set()  # running jobs started while an older job waited
 
+    def knowledge_changed(self) -> None:
+        """New rates: nothing to forget (it keeps no copy); which jobs run opportunistically is kept."""
+
     def schedule(self, ctx: SchedulingContext) -> None:
         self.opportunistic &= {js.job_id for js in ctx.running}
         types = speed_order(ctx.cluster.types)
