@@ -40,7 +40,6 @@ def test_another_type_carries_the_configuration_and_the_type_parts():
 
 def test_nothing_measured_is_one():
     assert SpeedFactors().of(A, CORE) == 1.0
-    assert not SpeedFactors()
 
 
 def test_the_speed_source_prices_each_type_by_its_own_factor():

@@ -32,9 +32,6 @@ class SpeedFactors:
 
     measured: Mapping[tuple[JobConfig, TypesKey], float] = field(default_factory=dict)
 
-    def __bool__(self) -> bool:
-        return bool(self.measured)
-
     @cached_property
     def _by_types(self) -> dict[TypesKey, float]:
         """Each GPU-types key's part: the median factor of the configurations measured on it."""

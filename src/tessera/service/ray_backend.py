@@ -144,8 +144,8 @@ class RayCluster:
                 os.environ.setdefault("RAY_preload_python_modules", PRELOAD_MODULES)
             # Ray starts its workers at niceness 15; the devices are priced from profiles taken at the default
             # priority, so at 15 any other process on this machine (even a `nice -n 19` one) takes their CPU
-            # and the measured steps part from the estimate (gpt-a: 400 steps in 40 s beside one
-            # `nice -n 19` process, 15 s on a quiet box)
+            # and the measured steps part from the estimate (gpt-a: 400 steps in 40 s beside a helper
+            # session's `nice -n 19` processes, 15 s on a quiet box)
             os.environ.setdefault("RAY_worker_niceness", "0")
             kill_leftovers(tmp)
             shutil.rmtree(tmp, ignore_errors=True)

@@ -127,12 +127,11 @@ class SchedulingAdapter:
         self._specs: dict[int, JobSpec] = {}
         self._assignments: dict[int, Assignment] = {}
         # per configuration and GPU types: the measured seconds per step of progress and on which GPUs (kept
-        # in ``measured_path``, so a restarted service prices with what it learnt), and from them the factors
-        # — estimated iteration ÷ measured, always against the current cost model (a calibration that moved
-        # the estimates towards the measured times is not counted twice)
+        # in ``measured_path``, so a restarted service prices with what it learnt), and from them the speed
+        # source's factors — estimated iteration ÷ measured, always against the current cost model (a
+        # calibration that moved the estimates towards the measured times is not counted twice)
         self.measured_path = measured_path
         self._measured: dict[MeasuredKey, Measured] = load_measured(measured_path) if measured_path else {}
-        self._factors: dict[MeasuredKey, float] = {}
         self._unplannable: dict[int, str] = {}  # job → why the GPUs it was given could not hold a plan
         self._infeasible: dict[tuple[JobConfig, int], str | None] = {}
         self._build_speed()
@@ -146,8 +145,7 @@ class SchedulingAdapter:
         """The speed source of the whole cluster (every node: a Cell's feasibility does not depend on which
         nodes are up), with the factors of what was measured."""
         self.speed = SpeedSource(self.cluster.spec, self.cost, models=self.models)
-        self._factors = factors_of(self.speed, self._measured)
-        self.speed.factors = SpeedFactors(dict(self._factors))
+        self.speed.factors = SpeedFactors(factors_of(self.speed, self._measured))
         self._infeasible.clear()
 
     def _build_core(self) -> None:
@@ -293,6 +291,7 @@ class SchedulingAdapter:
             if a is not None and _progress_s(j) and j.steps_done >= MEASURED_MIN_STEPS and j.measured_own:
                 m = Measured(gpus_of(a.gpus), _progress_s(j))
                 seen.setdefault((config_of(j.spec), types_of(m.gpus)), []).append(m)
+        factors = dict(self.speed.factors.measured)
         changed = False
         for key, vals in seen.items():
             m = sorted(vals, key=lambda m: m.step_s)[len(vals) // 2]
@@ -304,15 +303,15 @@ class SchedulingAdapter:
             ):
                 continue  # on the same GPUs the factor moves as the measurement does: not enough to refresh
             f = factors_of(self.speed, {key: m}).get(key)
-            old = self._factors.get(key)
+            old = factors.get(key)
             if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
                 self._measured[key] = m
-                self._factors[key] = f
+                factors[key] = f
                 changed = True
         if changed:
             if self.measured_path is not None:
                 save_measured(self.measured_path, self._measured)
-            self.speed.factors = SpeedFactors(dict(self._factors))
+            self.speed.factors = SpeedFactors(factors)
             self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
@@ -507,7 +506,7 @@ def _progress_s(job: JobInput) -> float | None:
 
 _log = logging.getLogger(__name__)
 MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors refine it with
-# a job's first steps carry first-call costs (a 3-step job's measurement read 2.8x its steady step): a
+# a job's first steps carry first-call costs (a 3-step warm-up job's measurement read 2.8x its estimate): a
 # configuration's factor on a GPU type is kept only from jobs that did at least this many
 MEASURED_MIN_STEPS = 10
 
