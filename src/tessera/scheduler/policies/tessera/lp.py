@@ -17,7 +17,7 @@ import numpy as np
 
 from tessera.scheduler import cell_lp
 from tessera.scheduler.policies.tessera.cells import Cell
-from tessera.scheduler.policies.tessera.order import set_priority_weights, weight, weight_bucket
+from tessera.scheduler.policies.tessera.order import remaining_on, set_priority_weights, weight, weight_bucket
 from tessera.scheduler.policies.tessera.round import RoundState
 from tessera.scheduler.state import JobState
 
@@ -87,7 +87,7 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     info = r.pol.catalog.info
     alloc = ctx.allocations
     memo = r.remaining
-    window = max(r.pol.settle_rounds * ctx.round_s, r.pol.settle_s)  # :meth:`RoundState.settling`
+    window = r.settle_window_s  # :meth:`RoundState.settling`, read once for the loop
     log2 = math.log2
     for js in ctx.running:
         jid = js.job_id
@@ -101,13 +101,8 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
         inf = info(ctx, js.job)
         rate = js.rate_iters_per_s or r.held_cell(js, a).rate
         rem = left_of[jid] = js.remaining_at(now)
-        if jid not in memo:  # what order.remaining computes, from the work just read
-            if not inf.min_cells:
-                memo[jid] = (math.inf, math.inf)
-            else:
-                c = inf.min_cells[0]
-                t_left = rem / c.rate if c.rate > 0 else math.inf
-                memo[jid] = (t_left, t_left * c.n_gpus)
+        if jid not in memo:  # order.remaining's memo, from the work just read
+            memo[jid] = remaining_on(inf, rem)
         left = int(log2(max(rem / max(rate, 1e-12), 1.0)))
         key = (inf.key, js.job.priority, a.gpus, left, weight_bucket(r, js), now - js.last_change_s < window)
         group = running.get(key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from tessera.scheduler.policies.tessera.cells import JobCells
 from tessera.scheduler.policies.tessera.round import RoundState
 from tessera.scheduler.state import JobState
 
@@ -25,15 +26,17 @@ def remaining(r: RoundState, js: JobState) -> tuple[float, float]:
     estimate (memoized for the round)."""
     out = r.remaining.get(js.job_id)
     if out is None:
-        inf = r.info(js.job)
-        if not inf.min_cells:
-            out = (math.inf, math.inf)
-        else:
-            c = inf.min_cells[0]
-            t = js.remaining_at(r.ctx.now_s) / c.rate if c.rate > 0 else math.inf
-            out = (t, t * c.n_gpus)
-        r.remaining[js.job_id] = out
+        out = r.remaining[js.job_id] = remaining_on(r.info(js.job), js.remaining_at(r.ctx.now_s))
     return out
+
+
+def remaining_on(inf: JobCells, work: float) -> tuple[float, float]:
+    """(seconds, GPU-seconds) ``work`` iterations take on the job's smallest Cell (infinite without one)."""
+    if not inf.min_cells:
+        return (math.inf, math.inf)
+    c = inf.min_cells[0]
+    t = work / c.rate if c.rate > 0 else math.inf
+    return (t, t * c.n_gpus)
 
 
 def priority(r: RoundState, js: JobState) -> float:

@@ -58,8 +58,12 @@ class RoundState:
     def settling(self, js: JobState) -> bool:
         """Hysteresis: the job's allocation changed (start, resume, rescale, migration) less than
         max(``settle_rounds`` rounds, ``settle_s``) ago — it has just moved."""
-        window = max(self.pol.settle_rounds * self.ctx.round_s, self.pol.settle_s)
-        return self.ctx.now_s - js.last_change_s < window
+        return self.ctx.now_s - js.last_change_s < self.settle_window_s
+
+    @property
+    def settle_window_s(self) -> float:
+        """How long a job settles after its allocation changed: max(``settle_rounds`` rounds, ``settle_s``)."""
+        return max(self.pol.settle_rounds * self.ctx.round_s, self.pol.settle_s)
 
     def restart_weight(self, js: JobState) -> float:
         """How many times its restart cost a move must save: ``settle_factor`` while the job settles, else 1."""
