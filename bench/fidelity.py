@@ -329,6 +329,11 @@ def checkpoint_costs(
     return out
 
 
+def config_label(config: JobConfig) -> str:
+    """A configuration as the JSON names it: model|global batch|sequence length."""
+    return f"{config.model}|{config.global_batch}|{config.seq_len}"
+
+
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
            cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any],
            job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
@@ -453,7 +458,7 @@ def main() -> None:
                 SpeedSource(get_cluster(CLUSTER), cost, models=ServiceModels()),
                 load_measured(snap / MEASURED_FILE),
             )
-            prior = {f"{k.model}|{k.global_batch}|{k.seq_len}|{'+'.join(t)}": round(f, 4)
+            prior = {f"{config_label(k)}|{'+'.join(t)}": round(f, 4)
                      for (k, t), f in sorted(factors.items(), key=lambda kv: str(kv[0]))}  # fmt: skip
             print(
                 f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): {prior}",
@@ -478,9 +483,7 @@ def main() -> None:
             fig = compare(policy, args.round_s, live, sim, specs)
             fig["restart_costs"] = used
             fig["prior_speed_factors"] = prior
-            fig["checkpoint_s_by_config"] = {
-                f"{k.model}|{k.global_batch}|{k.seq_len}": v for k, v in per_ckpt.items()
-            }
+            fig["checkpoint_s_by_config"] = {config_label(k): v for k, v in per_ckpt.items()}
             if earlier is not None:
                 alt = compare(policy, args.round_s, live, replay(policy, args.round_s, live, specs, cost, factors,
                               costs, extra), specs)  # fmt: skip
