@@ -1,7 +1,9 @@
-"""The tessera policies' decisions on a small contended trace, pinned: a speed-up of the policy, its LP or
-placement (issue 21 item 2) must leave every start, rescale, migration and preemption exactly as it was.
+"""The tessera policies' (and gandiva's and gavel's) decisions on a small contended trace, pinned: a speed-up of
+the policy, its LP or placement (issue 21 item 2) must leave every start, rescale, migration and preemption exactly
+as it was.
 
-The figures were recorded from the code before the 12,800-GPU speed-ups (commit e16d4d7); the trace, cluster and
+The figures were recorded from the code before the 12,800-GPU speed-ups (commit e16d4d7; gandiva's, gavel's and
+tessera-na's at 3975290, before theirs); the trace, cluster and
 rates are synthetic (``synthetic_table``), so they do not move with the cost model or the speed source. A change
 meant to alter decisions updates them in the same commit and says why."""
 
@@ -65,12 +67,16 @@ def _run(policy: str) -> tuple[str, float, int, int]:
     )
 
 
-# (allocation log digest, avg JCT s, finished, restarts) recorded at e16d4d7
+# (allocation log digest, avg JCT s, finished, restarts) recorded at e16d4d7 unless noted
 PINNED = {
     "tessera": ("a0d5398f461d4b62", 18491.564079, 240, 401),
     "tessera-nh": ("80260916ff9d9ed6", 22280.331383, 240, 217),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
     "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),
+    # recorded at 3975290, before their 12,800-GPU speed-ups
+    "tessera-na": ("dd2f4267acb374e2", 18226.132824, 240, 220),
+    "gandiva": ("da71cb7d4c72f4a6", 32354.87963, 240, 2),
+    "gavel": ("7f0e2c1b7edee8a7", 26297.994035, 240, 2032),
 }
 
 
