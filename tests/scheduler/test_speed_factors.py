@@ -3,6 +3,8 @@ another type as if its estimate were off in the same way."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.hardware import get_cluster
@@ -36,6 +38,20 @@ def test_another_type_carries_the_configuration_and_the_type_parts():
     assert f.of(C, CORE) == 1.0
     assert f.of(C, HALF) == pytest.approx(0.55)
     assert f.of(C, (("A100-40GB", 1),)) == 0.6
+
+
+def test_limits_on_where_a_job_runs_share_its_measurements():
+    """A job capped at one GPU, or kept off a type, steps as fast where it runs as the same training free of
+    limits: one measurement prices both (and two factors for one speed_key are refused)."""
+    capped = replace(A, max_gpus=1, exclude_gpu_types=("cpu-half",))
+    assert capped.speed_key == A and A.speed_key is A
+    f = SpeedFactors(
+        {(capped, ("cpu-core",)): 0.9, (replace(A, gpu_types=("cpu-half",)), ("cpu-half",)): 0.6}
+    )
+    assert f.of(A, CORE) == 0.9 and f.of(capped, CORE) == 0.9
+    assert f.of(replace(A, max_gpus=2), HALF) == 0.6
+    with pytest.raises(ValueError, match="speed_key"):
+        SpeedFactors({(capped, ("cpu-core",)): 0.9, (A, ("cpu-core",)): 0.8})
 
 
 def test_nothing_measured_is_one():

@@ -6,7 +6,8 @@ on another carries the first type's error there: on the embedded cluster a job m
 estimates ran about 1.4x low) was then priced 40 % slow on ``cpu-core``. So a factor is kept per
 (configuration, GPU types); where an allocation's types were never measured for a configuration, the rule
 (:meth:`SpeedFactors.of`) treats the two parts as multiplicative, each type's part read from the other
-configurations measured on it.
+configurations measured on it. Configurations are keyed by their ``speed_key``: a job's limits on where it may
+run do not change how fast a step runs where it does.
 """
 
 from __future__ import annotations
@@ -28,9 +29,15 @@ def types_of(gpus: GPUs) -> TypesKey:
 
 @dataclass(frozen=True)
 class SpeedFactors:
-    """Measured factors by (configuration, GPU types); :meth:`of` answers for any allocation."""
+    """Measured factors by (configuration's ``speed_key``, GPU types); :meth:`of` answers for any
+    allocation of any configuration."""
 
     measured: Mapping[tuple[JobConfig, TypesKey], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        keys = [(c.speed_key, t) for c, t in self.measured]
+        if len(set(keys)) != len(keys):
+            raise ValueError("measured: two factors for one configuration's speed_key and GPU types")
 
     @cached_property
     def _by_types(self) -> dict[TypesKey, float]:
@@ -44,7 +51,7 @@ class SpeedFactors:
     def _by_config(self) -> dict[JobConfig, dict[TypesKey, float]]:
         out: dict[JobConfig, dict[TypesKey, float]] = {}
         for (config, types), f in self.measured.items():
-            out.setdefault(config, {})[types] = f
+            out.setdefault(config.speed_key, {})[types] = f
         return out
 
     @cached_property
@@ -60,7 +67,7 @@ class SpeedFactors:
         3. never measured: these types' part, else the median of every factor, else 1.0.
         """
         types = types_of(gpus)
-        mine = self._by_config.get(config)
+        mine = self._by_config.get(config.speed_key)
         if mine:
             f = mine.get(types)
             if f is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -77,6 +77,15 @@ class JobConfig:
 
     def __hash__(self) -> int:
         return self._hash
+
+    @property
+    def speed_key(self) -> JobConfig:
+        """This configuration without the limits on where it may run (``gpu_types``, ``exclude_gpu_types``,
+        ``max_gpus``): what a measured speed on given GPUs depends on. A job capped at one GPU runs a step on
+        that GPU exactly as fast as the same training uncapped, so measurements are shared between them."""
+        if not (self.gpu_types or self.exclude_gpu_types or self.max_gpus is not None):
+            return self
+        return replace(self, gpu_types=(), exclude_gpu_types=(), max_gpus=None)
 
     def _order(self) -> tuple:
         """Sort key (None as the smallest value): configurations sort by model, then global batch, …"""

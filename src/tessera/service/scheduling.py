@@ -290,7 +290,7 @@ class SchedulingAdapter:
             a = j.assignment
             if a is not None and _progress_s(j) and j.steps_done >= MEASURED_MIN_STEPS and j.measured_own:
                 m = Measured(gpus_of(a.gpus), _progress_s(j))
-                seen.setdefault((config_of(j.spec), types_of(m.gpus)), []).append(m)
+                seen.setdefault((config_of(j.spec).speed_key, types_of(m.gpus)), []).append(m)
         factors = dict(self.speed.factors.measured)
         changed = False
         for key, vals in seen.items():
@@ -519,7 +519,7 @@ class Measured:
     step_s: float
 
 
-MeasuredKey = tuple[JobConfig, TypesKey]  # a configuration and the GPU types it was measured on
+MeasuredKey = tuple[JobConfig, TypesKey]  # a configuration's speed_key and the GPU types it ran on
 
 
 def factors_of(speed: SpeedSource, measured: Mapping[MeasuredKey, Measured]) -> dict[MeasuredKey, float]:
@@ -562,7 +562,9 @@ def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
             for k in ("gpu_types", "exclude_gpu_types"):
                 row[k] = tuple(row.get(k) or ())
             if m.step_s > 0 and math.isfinite(m.step_s) and m.gpus:
-                out[(JobConfig(**row), types_of(m.gpus))] = m
+                out.setdefault(
+                    (JobConfig(**row).speed_key, types_of(m.gpus)), m
+                )  # rows saved before speed_key: first kept
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         _log.warning(
