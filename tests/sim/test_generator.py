@@ -80,3 +80,19 @@ def test_families_are_distinct_and_run(tmp_path):
     assert st_.trace == "gen:deadline-mixed" and st_.n_jobs > 10
     for m in st_.metrics.values():
         assert m["finished_total"] > 0 and m["deadline_ratio"] is not None
+
+
+def test_the_long_trace_is_another_shape_at_philly_size():
+    """months-16k (the cold-start target's other trace): 16,000 jobs over months, far more multi-GPU jobs than
+    the Philly window; named like a family, never run by the study families."""
+    from tessera.sim.generator import LONG_TRACES
+    from tessera.sim.trace import load_philly
+
+    assert "months-16k" in LONG_TRACES and "months-16k" not in FAMILIES
+    trace = generate(family("months-16k", seed=3))
+    arrivals = np.array([r.submit_s for r in trace.jobs])
+    gpus = np.array([r.num_gpus for r in trace.jobs])
+    assert len(trace) == 16000
+    assert arrivals.max() - arrivals.min() > 60 * 86400  # months, not the two-week window
+    philly = np.array([r.num_gpus for r in load_philly().jobs])
+    assert (gpus > 1).mean() > (philly > 1).mean() + 0.2 and gpus.max() >= 32

@@ -40,7 +40,7 @@ def simulate(
     trace: str = typer.Option(
         "philly",
         "--trace",
-        help="philly | csv (with --trace-file) | gen:FAMILY (bursty-short, large-long, deadline-mixed)",
+        help="philly | csv (with --trace-file) | gen:FAMILY (bursty-short, large-long, deadline-mixed; months-16k: 16,000 jobs)",
     ),
     trace_file: str | None = typer.Option(None, "--trace-file", help="trace CSV (default: the Philly trace)"),
     start: str | None = typer.Option(None, "--start", help="window start: YYYY-MM-DD[ HH:MM:SS] or seconds"),

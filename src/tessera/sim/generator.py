@@ -124,12 +124,24 @@ FAMILIES: Mapping[str, GeneratorSpec] = {
 }  # fmt: skip
 
 
+#: Traces of another shape than Philly at its size, for the cold-start target (a study from a cold cache in a
+#: minute on any trace): not study families, so ``bench/sim_philly.py`` does not run them unless asked.
+LONG_TRACES: Mapping[str, GeneratorSpec] = {
+    # 16,000 jobs over about three months (a 500 s mean gap), half of them multi-GPU up to 32 (Philly's window:
+    # mostly single-GPU jobs over two weeks)
+    "months-16k": GeneratorSpec(
+        "months-16k", jobs=16000, mean_interarrival_s=500.0, burstiness=1.5, duration_median_s=2 * 3600.0,
+        duration_sigma=1.4, max_duration_s=14 * 86400.0,
+        gpu_mix=((1, 0.5), (2, 0.15), (4, 0.15), (8, 0.12), (16, 0.05), (32, 0.03)),
+    ),
+}  # fmt: skip
+
+
 def family(name: str, seed: int = 0) -> GeneratorSpec:
-    """A named family with its seed; an unknown name is one clear error listing the known ones."""
+    """A named family (or long trace) with its seed; an unknown name is one clear error listing the known ones."""
+    known = {**FAMILIES, **LONG_TRACES}
     try:
-        spec = FAMILIES[name]
+        spec = known[name]
     except KeyError:
-        raise ValueError(
-            f"--trace gen:FAMILY: unknown family {name!r} (known: {', '.join(FAMILIES)})"
-        ) from None
+        raise ValueError(f"--trace gen:FAMILY: unknown family {name!r} (known: {', '.join(known)})") from None
     return GeneratorSpec(**{**asdict(spec), "seed": seed})
