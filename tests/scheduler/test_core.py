@@ -48,6 +48,31 @@ def test_round_starts_jobs_and_is_event_driven():
     assert not s.tick(900.0).decided  # a completion with nothing left to schedule
 
 
+def test_a_time_sharing_policy_decides_at_round_boundaries_and_on_events_only():
+    """``every_round`` is every round, not every control tick: between the live service's periodic rounds
+    (and a replay's of them) a tick with no event leaves a time-sharing policy alone; an arrival or the
+    periodic boundary asks it."""
+
+    class Counting(Policy):
+        every_round = True
+
+        def __init__(self) -> None:
+            self.calls: list[float] = []
+
+        def schedule(self, ctx: SchedulingContext):
+            self.calls.append(ctx.now_s)
+            return ctx.decision()
+
+    pol = Counting()
+    s = Scheduler(_cluster(), pol, KN)
+    s.submit(job(1, gpus=1, gpu_type=A100), 0.0)
+    assert s.tick(0.25, boundary=False).decided  # the arrival: asked between boundaries too
+    assert not s.tick(0.5, boundary=False).decided  # a tick with nothing new
+    assert s.tick(2.0).decided  # the periodic boundary
+    assert s.tick(2.25, boundary=False, force=True).decided  # forced: asked
+    assert pol.calls == [0.25, 2.0, 2.25]
+
+
 def test_bind_classifies_rescale_migrate_preempt_resume_and_counts_restarts():
     a1 = Allocation(((0, 1),), ((A100, 1),))
     a2 = Allocation(((0, 2),), ((A100, 2),))

@@ -185,11 +185,16 @@ class Scheduler:
             jobs=ActiveJobs(self.running, self.pending),
         )
 
-    def tick(self, now_s: float, *, force: bool = False) -> RoundResult:
+    def tick(self, now_s: float, *, force: bool = False, boundary: bool = True) -> RoundResult:
         """A round boundary: decide (when due), validate, bind. ``force`` asks the policy even when no event
-        happened (the live service's periodic round: a job out of backoff, or measured speeds that moved)."""
+        happened (the live service's periodic round: a job out of backoff, or measured speeds that moved).
+        ``boundary`` False: a control tick between rounds (the live service's on an event, and a replay's of
+        it), where the policy is asked on events only — an ``every_round`` policy time-shares by rounds, so
+        asking it at every tick swapped jobs between rounds, and at other ticks live than replayed."""
         ev = self.events()
-        due = (force or ev.any or self.policy.every_round) and bool(self.pending or self.running)
+        due = (force or ev.any or (self.policy.every_round and boundary)) and bool(
+            self.pending or self.running
+        )
         self._clear_events()
         if not due:
             return RoundResult((), False, 0.0)

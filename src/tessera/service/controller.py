@@ -187,7 +187,11 @@ class Controller:
                 periodic = now >= self._next_round
                 if self._dirty.is_set() or periodic or any(t <= now for t in self._not_before.values()):
                     self._dirty.clear()
-                    self._round(now, force=periodic or any(t <= now for t in self._not_before.values()))
+                    self._round(
+                        now,
+                        force=periodic or any(t <= now for t in self._not_before.values()),
+                        boundary=periodic,
+                    )
                     if periodic:
                         self._next_round = now + self.config.round_s
                 self.error = None
@@ -259,12 +263,13 @@ class Controller:
                     self.gangs[jid].kill()
         self.live = live
 
-    def _round(self, now: float, *, force: bool) -> None:
+    def _round(self, now: float, *, force: bool, boundary: bool) -> None:
+        """``boundary``: the periodic round (time-sharing policies decide only there, as in the replay)."""
         assert self.adapter is not None
         if self.cluster is not None:
             self._refresh_cluster()
         self.adapter.sync(self._inputs(now), now)
-        r = self.adapter.round(now, force=force)
+        r = self.adapter.round(now, force=force, boundary=boundary)
         self.last_round = {
             "at": now, "policy": r.policy, "decided": r.decided, "decision_s": r.decision_s,
             "changes": [{"job": c.job_id, "kind": _kind(c.kind), "note": _note(c)} for c in r.changes],

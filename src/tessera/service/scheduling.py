@@ -333,15 +333,16 @@ class SchedulingAdapter:
             self._assignments.pop(jid, None)
 
     # -------------------------------------------------------------- rounds
-    def round(self, now: float, *, force: bool = False) -> Round:
+    def round(self, now: float, *, force: bool = False, boundary: bool = True) -> Round:
         """One round: the core's tick (``force``: the policy is asked even when no event happened — the
-        periodic round: a job out of backoff, or measured speeds that changed the picture); each changed
+        periodic round: a job out of backoff, or measured speeds that changed the picture; ``boundary``
+        False: a tick on an event between periodic rounds, see ``Scheduler.tick``); each changed
         allocation becomes an Assignment with its Plan; pending jobs get their reasons."""
         with self._lock:
             for spec in self._specs.values():  # build Cells before the policy asks (errors → reasons)
                 with contextlib.suppress(ModelSourceError):
                     self.cells_of(spec)
-            result = self.core.tick(now, force=force)
+            result = self.core.tick(now, force=force, boundary=boundary)
             changes: list[Change] = []
             moved = {ch.job_id for ch in result.changes}
             # GPUs this round leaves where they are; jobs that held GPUs before pick theirs first

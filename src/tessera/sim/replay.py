@@ -114,7 +114,7 @@ class ReplaySimulator(Simulator):
                 periodic = now_s >= next_forced[0] - 1e-9
                 if periodic:
                     next_forced[0] = now_s + service_round_s
-                return tick(now_s, force=force or periodic)
+                return tick(now_s, force=force or periodic, boundary=periodic)
 
             self.sched.tick = service_tick  # type: ignore[method-assign]
 
