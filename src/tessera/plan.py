@@ -62,6 +62,26 @@ class PlanError(ValueError):
         self.reason = reason
 
 
+def kv_heads_reason(tp_degree: int, even: bool, kv_heads: int) -> str | None:
+    """Why ``tp_degree`` ranks cannot split ``kv_heads`` key/value heads, or ``None`` when they can.
+
+    Every TP rank holds whole key/value heads (with grouped-query attention, whole groups of query heads
+    with them): an even split (DTensor's equal chunks of k_proj / v_proj) needs the degree to divide them,
+    else it cuts a head in half; an uneven one (Tessera's own whole-group shards) needs one per rank. The plan
+    checks it against ``model_kv_heads``, the runtime against the model's layers."""
+    if tp_degree > 1 and even and kv_heads % tp_degree:
+        return (
+            f"{tp_degree} does not divide the model's {kv_heads} key/value heads (grouped-query "
+            "attention): an even split would cut a key/value head in half"
+        )
+    if tp_degree > kv_heads:
+        return (
+            f"{tp_degree} ranks for the model's {kv_heads} key/value heads (grouped-query attention): "
+            "every rank must hold whole key/value heads"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Device:
     """One accelerator of the job: global rank, GPU type (catalog name) and the node holding it."""
@@ -124,6 +144,8 @@ class Plan:
     zero: int = 0
     model_layers: int | None = None  # layer count of the model, checked against the stage ranges
     model_heads: int | None = None  # attention heads, checked against even TP degrees
+    # key/value heads (fewer than model_heads under grouped-query attention): TP ranks hold whole ones
+    model_kv_heads: int | None = None
     version: int = PLAN_VERSION
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -190,6 +212,15 @@ class Plan:
                 "micro_batches",
                 f"1F1B needs micro_batches >= stages ({self.micro_batches} < {self.n_stages})",
             )
+        kv = self.model_kv_heads
+        if kv is not None:
+            if kv < 1:
+                raise PlanError("model_kv_heads", f"must be >= 1, got {kv}")
+            if self.model_heads and self.model_heads % kv:
+                raise PlanError(
+                    "model_kv_heads",
+                    f"{kv} key/value heads do not divide the model's {self.model_heads} attention heads",
+                )
         expected_start = 0
         seen: dict[int, int] = {}
         seen_slots: dict[tuple[str, int], int] = {}
@@ -255,6 +286,9 @@ class Plan:
                 )
             if self.model_heads and s.tp_degree > self.model_heads:
                 raise PlanError(f"{where}.tp_degree", f"{s.tp_degree} ranks for {self.model_heads} heads")
+            reason = kv_heads_reason(s.tp_degree, s.even_tp, kv) if kv else None
+            if reason:
+                raise PlanError(f"{where}.tp_degree", reason)
         if self.model_layers is not None and expected_start != self.model_layers:
             raise PlanError(
                 f"stages[{len(self.stages) - 1}].layer_end",

@@ -17,7 +17,7 @@ from hf_models import N_DECODER, tiny_config
 from tessera.dtensor_tp import fake_process_group
 from tessera.models import hf_weights
 from tessera.models.zoo.hf_nn import FAMILIES, HFModel, hf_key
-from tessera.runtime.model import TPSpec, tied_groups
+from tessera.runtime.model import TPSpec, build_layer, tied_groups
 from tessera.runtime.shards import assemble
 from tessera.runtime.stage import build_stage
 from tessera.runtime.torch_parallel import is_dtensor, local
@@ -125,3 +125,81 @@ def test_dtensor_chunks_unlike_the_shard_read_the_layer_whole_once(tmp_path):
         whole = {hf_key(FAMILIES["llama"], N, e.fqn): e.spec.full_shape for e in stage.entries}
         assert stage.entries[0].spec.local_shape != whole["model.layers.0.self_attn.q_proj.weight"]
     assert len(reads) == len(whole) and dict(reads) == whole
+
+
+def _build_fsdp(path, layer_range, rank: int, world: int, zero: int):
+    """One ZeRO-``zero`` (FSDP2) rank's stage, built as the engine builds it (its ``_shard_stage``)."""
+    import functools
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from tessera.runtime.engine import _shard_stage
+
+    factory = HFModel(str(path))
+    ties = tied_groups(factory)
+    with fake_process_group(world, rank), hf_weights.recording_reads() as reads:
+        lay = SimpleNamespace(dp_group=dist.group.WORLD)
+        shard = functools.partial(
+            _shard_stage, lay=lay, device=torch.device("cpu"), reshard_after_forward=zero >= 3
+        )
+        stage = build_stage(
+            factory, layer_range, 0, tp=None, tp_group=None, attention="flash", recompute="none",
+            device=torch.device("cpu"), ties=ties, fully_shard=shard,
+        )  # fmt: skip
+        held = [(e.fqn, e.spec, local(e.param).detach().clone(), is_dtensor(e.param)) for e in stage.entries]
+        buffers = {n: b.clone() for n, b in stage.module.named_buffers()}
+    return held, reads, buffers
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("family", "stages", "world", "zero"),
+    [
+        ("llama", ((0, N),), 2, 3),
+        ("llama", ((0, N),), 3, 3),  # 96-row embedding: 32 each; 4 kv heads * 8: rows of 11, 11, 10
+        ("gpt2", STAGES, 2, 3),  # the tied head on a stage without the embedding is read whole (ignored)
+        ("gpt2", ((0, N),), 2, 2),  # ZeRO-2 on FSDP2 keeps Shard(0) parameters too
+    ],
+    ids=["llama-dp2", "llama-dp3-uneven-rows", "gpt2-pp2-tied", "gpt2-zero2"],
+)
+def test_fsdp_rank_reads_only_its_rows(saved, family, stages, world, zero):
+    """A ZeRO-3 rank (FSDP2) of a pretrained model reads every key of its stage once, at its ``Shard(0)``
+    rows (``torch.chunk``'s chunks: ceil-sized, the last short), never whole; the rows equal the reference's
+    and the ranks' rows cover every tensor; the rotary tables (buffers, not read) are the model's own."""
+    path, ref = saved[family]
+    fam = FAMILIES[family]
+    rotary = build_layer(HFModel(str(path)), 1, 0).rotary  # the tables a layer built whole has
+    pieces = []
+    for layer_range in stages:
+        for rank in range(world):
+            held, reads, buffers = _build_fsdp(path, layer_range, rank, world, zero)
+            expected = {}
+            for fqn, spec, _, _ in held:
+                key = hf_key(fam, N, fqn)
+                if key == "lm_head.weight" and family == "gpt2":
+                    key = "transformer.wte.weight"
+                if spec.local_shape[0] > 0:
+                    expected[key] = spec.local_shape
+            assert len(reads) == len(dict(reads)), f"{family} {layer_range} rank {rank}: a tensor read twice"
+            assert dict(reads) == expected, (family, layer_range, rank)
+            whole = [fqn for fqn, spec, _, is_dt in held if spec.replicated]
+            if family == "gpt2" and len(stages) > 1:  # the tie spans both stages: FSDP leaves it whole
+                assert whole == ["layers.0.wte.weight"]  # under the canonical member's name
+            else:
+                assert not whole and all(is_dt for *_, is_dt in held)
+            for fqn, spec, value, _ in held:
+                key = hf_key(fam, N, fqn)
+                assert spec.dim in (-1, 0)
+                assert torch.equal(value, spec.slice(ref[key])), (family, rank, fqn)
+                if not spec.replicated:
+                    size = -(-spec.full_shape[0] // world)
+                    n_rows = spec.full_shape[0]
+                    assert spec.ranges == ((min(rank * size, n_rows), min((rank + 1) * size, n_rows)),)
+                pieces.append((key, spec, value))
+            for name, b in buffers.items():
+                assert ".rotary." in name, name
+                assert torch.equal(b, rotary.get_buffer(name.rpartition(".rotary.")[2])), name
+    whole = assemble(pieces)
+    assert whole.keys() == {k for k in ref if not (k == "lm_head.weight" and family == "gpt2")}
+    assert all(torch.equal(whole[k], ref[k]) for k in whole)

@@ -236,6 +236,7 @@ class StageSpace:
             zero=self.rung.zero,
             model_layers=self.spec.n_layers,
             model_heads=self.heads,
+            model_kv_heads=self.kv_heads,
         )
 
     def _carrier(self, s: int, j: int) -> Plan:

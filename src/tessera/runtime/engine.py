@@ -19,6 +19,7 @@ step); ``skip_nonfinite`` costs one 1-element all-reduce per step, so every rank
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -123,6 +124,16 @@ class Trainer:
         lay = self.layout
         st = lay.stage
         tp = TPSpec(st.tp_degree, lay.tp_rank, tuple(st.ratios())) if st.tp_degree > 1 else None
+        self.fsdp = use_fsdp(plan, lay)
+        shard = None
+        if self.fsdp:  # a pretrained model's ZeRO-3 rank reads only its own rows (build_stage)
+            shard = functools.partial(
+                _shard_stage,
+                lay=lay,
+                device=device,
+                gather_bf16=plan.precision == Precision.BF16,
+                reshard_after_forward=plan.zero >= 3,
+            )
         self.stage = build_stage(
             factory,
             (st.layer_start, st.layer_end),
@@ -134,18 +145,11 @@ class Trainer:
             device=device,
             ties=ties,
             dtensor_tp=uses_dtensor(st.tp_degree, st.even_tp),
+            fully_shard=shard,
+            where=f"stages[{lay.stage_index}].tp_degree",
         )
         if self.training.dropout is not None:
             set_dropout(self.stage.module, self.training.dropout)
-        self.fsdp = use_fsdp(plan, lay)
-        if self.fsdp:
-            _shard_stage(
-                self.stage,
-                lay,
-                device,
-                gather_bf16=plan.precision == Precision.BF16,
-                reshard_after_forward=plan.zero >= 3,
-            )
         self.entries: list[ParamEntry] = self.stage.entries
         self.precision = plan.precision
         self.has_masters = self.precision == Precision.BF16_MASTER

@@ -9,7 +9,7 @@ single-process reference built the same way agrees bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,18 @@ class ModelFactory(Protocol):
 
     The returned module has ``.layers`` (an ``nn.ModuleList``), ``.loss(output, targets)`` (mean loss) and
     ``.make_batch(batch_size, seq_len, device=, generator=)``. It must be picklable (it travels to workers).
+
+    Optional, looked up with ``getattr`` (a factory without them has its layers built whole and then cut):
+
+    * ``loads_own_shards`` on the returned module (``bool``, default ``False``): its layers hold their
+      canonical weights as built, read from files — with ``tp`` only this rank's shard of them — so the
+      runtime must never build a layer whole to cut it (a pretrained Hugging Face model; ``False`` from
+      scratch, where the canonical weights are the whole layer's seeded init). ``build_stage`` then builds the
+      whole layer on meta only, for the shapes its shard specs are taken against.
+    * ``without_weights() -> ModelFactory`` and ``read_rows(rows) -> dict[str, Tensor]`` (with
+      ``loads_own_shards``): the same model whose layers keep their parameters on meta, unread (buffers
+      built), and a read of rows ``[start, stop)`` along dim 0 (``None``: whole) of parameters named
+      ``layers.{i}.{name}``. A ZeRO-3 rank (FSDP2) shards the skeleton and reads only its ``Shard(0)`` rows.
     """
 
     def __call__(
@@ -75,6 +87,23 @@ class ZooModel:
             layer_range=layer_range,
             tp=share,
         )
+
+    def without_weights(self) -> ModelFactory:
+        """The Hugging Face model this name holds, its parameters left unread (``ModelFactory``'s option)."""
+        return self._hf().without_weights()
+
+    def read_rows(self, rows: Mapping[str, tuple[int, int] | None]) -> dict[str, torch.Tensor]:
+        """Rows of the Hugging Face model's parameters (``ModelFactory``'s option)."""
+        return self._hf().read_rows(rows)
+
+    def _hf(self) -> Any:
+        from tessera.models.zoo import hf_nn
+
+        if not hf_nn.names_hf_model(self.name):
+            raise TypeError(
+                f"model: {self.name!r} is a zoo model; only a Hugging Face model reads its own rows"
+            )
+        return hf_nn.HFModel(self.name, overrides=self.overrides)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ keys under which checkpoints, gradients and resharding all meet, whatever the pl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,10 +16,11 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
 from tessera.dtensor_tp import block_tp_plan
+from tessera.plan import PlanError, kv_heads_reason
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
-from tessera.runtime.torch_parallel import dtensor_spec, is_dtensor, mesh_of, parallelize_block
+from tessera.runtime.torch_parallel import dtensor_spec, is_dtensor, local, mesh_of, parallelize_block
 from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 
@@ -69,6 +71,8 @@ def build_stage(
     device: torch.device,
     ties: tuple[tuple[str, ...], ...] = (),
     dtensor_tp: bool = False,
+    fully_shard: Callable[[StageModel], None] | None = None,
+    where: str = "tp_degree",
 ) -> StageModel:
     """The stage's layers holding the canonical initial weights (TP-sliced), tied parameters re-tied locally.
 
@@ -87,7 +91,116 @@ def build_stage(
     distributed by DTensor; built from this rank's shard (``loads_own_shards``), the shard's tensors become the
     local tensors of the placements DTensor gives the whole layer on meta (:func:`_dtensor_from_shard`). Layers
     DTensor has no plan for (embedding, vocab head) take Tessera's own vocab-parallel shard in either case.
+
+    ``fully_shard`` (ZeRO-2/3 through FSDP2, no TP) shards the built stage over its DP group in place. A model
+    that ``loads_own_shards`` and can read rows (``without_weights`` / ``read_rows``) is then never read whole
+    on any rank: its skeleton (parameters on meta) is sharded first, and each rank fills its ``Shard(0)``
+    local tensors with the rows it keeps (:func:`_fill_fsdp_shards`), torchtitan's meta-init way.
     """
+    with torch.device("meta"):  # the stage's layers whole, shapes only: what the checks below read
+        probe = factory(layer_range=layer_range, tp=None, attention=attention, recompute=recompute)
+    if tp is not None and tp.degree > 1:
+        for layer in probe.layers:
+            _check_heads(layer, tp, even=dtensor_tp, where=where)
+    if fully_shard is not None and _reads_rows(factory, probe):
+        assert tp is None or tp.degree == 1, "FSDP2 stages are not tensor-parallel"
+        return _build_fsdp_from_rows(
+            factory, layer_range, seed, attention, recompute, device, ties, fully_shard
+        )
+    stage = _build(
+        factory, layer_range, seed, tp=tp, tp_group=tp_group, attention=attention, recompute=recompute,
+        device=device, ties=ties, dtensor_tp=dtensor_tp, where=where,
+    )  # fmt: skip
+    if fully_shard is not None:
+        fully_shard(stage)
+    return stage
+
+
+def _reads_rows(factory: ModelFactory, module: nn.Module) -> bool:
+    """Whether the model (``module``, built by ``factory``) loads its own weights and can read them by rows
+    (``ModelFactory``'s options)."""
+    if not (hasattr(factory, "without_weights") and hasattr(factory, "read_rows")):
+        return False
+    return bool(getattr(module, "loads_own_shards", False))
+
+
+def _build_fsdp_from_rows(
+    factory: ModelFactory,
+    layer_range: tuple[int, int],
+    seed: int,
+    attention: str,
+    recompute: str,
+    device: torch.device,
+    ties: tuple[tuple[str, ...], ...],
+    fully_shard: Callable[[StageModel], None],
+) -> StageModel:
+    """The stage's skeleton (parameters on meta, buffers built), ``fully_shard``-ed, then filled by rows."""
+    start, end = layer_range
+    skeleton: ModelFactory = factory.without_weights()  # type: ignore[attr-defined]
+    kw = {"attention": attention, "recompute": recompute}
+    with torch.device("meta"):
+        module = skeleton(layer_range=layer_range, tp=None, **kw)
+    raw: list[ParamEntry] = []
+    for j, i in enumerate(range(start, end)):
+        layer = module.layers[j] = build_layer(skeleton, i, seed, **kw)
+        for name, p in layer.named_parameters():
+            raw.append(ParamEntry(f"layers.{i}.{name}", p, ShardSpec(tuple(p.shape))))
+    entries, cross = _apply_ties(module, raw, ties, start, end, skeleton, seed, attention, recompute, True)
+    stage = StageModel(module, entries, start, cross)
+    fully_shard(stage)  # FSDP2 keeps meta parameters on meta (deferred init); buffers go to the mesh's device
+    _fill_fsdp_shards(stage, factory, device)
+    return stage
+
+
+def _fill_fsdp_shards(stage: StageModel, factory: ModelFactory, device: torch.device) -> None:
+    """Allocate the sharded skeleton's parameters and read into each only the rows this rank keeps.
+
+    A ``Shard(0)`` DTensor parameter of FSDP2 keeps rows ``dtensor_spec`` names (``torch.chunk``'s ceil-sized
+    chunks, the last ones short or empty; FSDP2 pads its storage up to the chunk size behind the unpadded local
+    view, which is what is filled here). A parameter FSDP leaves whole (tied to another stage: ``ignored``) is
+    read whole. ``FSDPModule._apply`` re-registers the padded local storage after allocation."""
+    module = stage.module
+    paths = {id(p): n for n, p in module.named_parameters()}
+    entry_paths = [paths[id(e.param)] for e in stage.entries]
+    cross_paths = [paths[id(e.param)] for e in stage.cross_stage]
+    module._apply(lambda t: torch.empty_like(t, device=device) if t.is_meta else t)
+    entries = [
+        ParamEntry(e.fqn, module.get_parameter(path), e.spec)
+        for e, path in zip(stage.entries, entry_paths, strict=True)
+    ]
+    rows: dict[str, tuple[int, int] | None] = {}
+    for e in entries:
+        if e.spec.replicated:
+            rows[e.fqn] = None
+        else:
+            assert e.spec.dim == 0 and len(e.spec.ranges) == 1, e.spec
+            rows[e.fqn] = e.spec.ranges[0]
+    values = factory.read_rows(rows)  # type: ignore[attr-defined]
+    with torch.no_grad():
+        for e in entries:
+            local(e.param).copy_(values[e.fqn])
+    stage.entries = entries
+    by_fqn = {e.fqn: e.param for e in entries}
+    stage.cross_stage = [
+        ParamEntry(e.fqn, by_fqn.get(e.fqn, module.get_parameter(path)), e.spec)
+        for e, path in zip(stage.cross_stage, cross_paths, strict=True)
+    ]
+
+
+def _build(
+    factory: ModelFactory,
+    layer_range: tuple[int, int],
+    seed: int,
+    *,
+    tp: TPSpec | None,
+    tp_group: dist.ProcessGroup | None,
+    attention: str,
+    recompute: str,
+    device: torch.device,
+    ties: tuple[tuple[str, ...], ...],
+    dtensor_tp: bool,
+    where: str,
+) -> StageModel:
     start, end = layer_range
     use_tp = tp is not None and tp.degree > 1
     mesh = None
@@ -160,6 +273,18 @@ def build_stage(
     entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute, loads)
     module.to(device)
     return StageModel(module, entries, start, cross, vocab_output=vocab_output)
+
+
+def _check_heads(layer: nn.Module, tp: TPSpec, *, even: bool, where: str) -> None:
+    """An attention layer's key/value heads (its ``tp_units``) split whole over the TP ranks, before anything
+    is cut: a plan written without ``model_kv_heads`` is checked against the model itself (one clear error
+    naming the plan's field, not a wrong result or an error deep in a reshape)."""
+    kv = getattr(layer, "tp_units", None)
+    if getattr(layer, "tp_shard", None) != "heads" or not kv:
+        return
+    reason = kv_heads_reason(tp.degree, even, int(kv))
+    if reason:
+        raise PlanError(where, reason)
 
 
 def _dtensor_from_shard(

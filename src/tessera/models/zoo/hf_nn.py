@@ -13,7 +13,9 @@ cut, at the shard's shapes); a pretrained model then reads only that layer's ten
 or columns, its FFN columns, its vocabulary rows), never the whole model. The layer list says so
 (``HFLayers.loads_own_shards``), so the runtime's ``build_stage`` takes a TP rank's layers as built here
 instead of building them whole to cut them (it builds the whole layer on the meta device only, for shapes):
-a TP rank reads its own stage's slices and nothing more. ``from_scratch`` initializes each (whole) layer with
+a TP rank reads its own stage's slices and nothing more. A ZeRO-3 rank (FSDP2) builds its layers with their
+parameters left on meta (``HFModel.without_weights``), shards them, and reads only the ``Shard(0)`` rows it
+keeps (``HFModel.read_rows``). ``from_scratch`` initializes each (whole) layer with
 the model's own ``_init_weights`` under the runtime's per-layer seed instead (reproducible across plans), then
 cuts it (nothing is read; the runtime slices the canonical whole layer as for the zoo's models).
 
@@ -39,7 +41,9 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +104,11 @@ def _load(source: str, overrides: tuple[tuple[str, Any], ...], attn_impl: str) -
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(config)
     return model_dir, config, meta
+
+
+def _meta_state(source: str, overrides: tuple[tuple[str, Any], ...]) -> dict[str, torch.Tensor]:
+    """The whole model's tensors on meta by checkpoint key (shapes and dtypes, nothing read)."""
+    return _load(source, overrides, "sdpa")[2].state_dict()
 
 
 def names_hf_model(name: str) -> bool:
@@ -357,20 +366,27 @@ def _allocate(layer: nn.Module) -> None:
             sub.to_empty(device="cpu", recurse=False)
 
 
+class Side(Enum):
+    """Which features of a projection a TP cut keeps: its outputs (column-parallel) or inputs (row-parallel)."""
+
+    OUT = "out"
+    IN = "in"
+
+
 @dataclass(frozen=True)
 class Cut:
     """The part of a projection one TP rank holds: output features ``ranges`` (column-parallel; the bias is cut
     alike) or input features (row-parallel; the bias stays whole: the runtime adds it once, after the reduction).
     Several ranges are concatenated (gpt2's fused q|k|v columns of this rank's heads)."""
 
-    side: str  # "out" or "in"
+    side: Side
     ranges: tuple[tuple[int, int], ...]
 
 
-def _weight_dim(mod: nn.Module, side: str) -> int:
+def _weight_dim(mod: nn.Module, side: Side) -> int:
     """The weight dimension of ``side``: nn.Linear is ``[out, in]``, ``Conv1D`` ``[in, out]``."""
     out = weight_out_dim(mod) or 0
-    return out if side == "out" else 1 - out
+    return out if side is Side.OUT else 1 - out
 
 
 def _take(t: torch.Tensor, dim: int, ranges: tuple[tuple[int, int], ...]) -> torch.Tensor:
@@ -396,7 +412,7 @@ def _cut(mod: nn.Module, cut: Cut) -> nn.Module:
         with torch.no_grad():
             new.weight.copy_(_take(w, dim, cut.ranges))
             if has_bias:
-                new.bias.copy_(_take(mod.bias, 0, cut.ranges) if cut.side == "out" else mod.bias)
+                new.bias.copy_(_take(mod.bias, 0, cut.ranges) if cut.side is Side.OUT else mod.bias)
     return new
 
 
@@ -408,7 +424,7 @@ def _apply_cuts(root: nn.Module, cuts: dict[str, Cut], prefix: str) -> dict[str,
         parent = root.get_submodule(owner)
         mod = getattr(parent, attr)
         parts[f"{prefix}{path}.weight"] = (_weight_dim(mod, cut.side), cut.ranges)
-        if mod.bias is not None and cut.side == "out":
+        if mod.bias is not None and cut.side is Side.OUT:
             parts[f"{prefix}{path}.bias"] = (0, cut.ranges)
         setattr(parent, attr, _cut(mod, cut))
     return parts
@@ -438,10 +454,10 @@ def _decoder_cuts(family: Family, block: nn.Module, config: Any, tp: Any) -> dic
         inner = int(getattr(config, "n_inner", None) or 4 * hidden)
         f = _own(shard_sizes(inner, ratios), tp.rank)
         return {
-            "attn.c_attn": Cut("out", tuple((c * hidden + q[0], c * hidden + q[1]) for c in range(3))),
-            "attn.c_proj": Cut("in", (q,)),
-            "mlp.c_fc": Cut("out", (f,)),
-            "mlp.c_proj": Cut("in", (f,)),
+            "attn.c_attn": Cut(Side.OUT, tuple((c * hidden + q[0], c * hidden + q[1]) for c in range(3))),
+            "attn.c_proj": Cut(Side.IN, (q,)),
+            "mlp.c_fc": Cut(Side.OUT, (f,)),
+            "mlp.c_proj": Cut(Side.IN, (f,)),
         }
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
     hd = int(block.self_attn.head_dim)
@@ -450,13 +466,13 @@ def _decoder_cuts(family: Family, block: nn.Module, config: Any, tp: Any) -> dic
     k = _own(shard_sizes(kv, ratios), tp.rank, hd)
     f = _own(shard_sizes(int(config.intermediate_size), ratios), tp.rank)
     return {
-        "self_attn.q_proj": Cut("out", (q,)),
-        "self_attn.k_proj": Cut("out", (k,)),
-        "self_attn.v_proj": Cut("out", (k,)),
-        "self_attn.o_proj": Cut("in", (q,)),
-        "mlp.gate_proj": Cut("out", (f,)),
-        "mlp.up_proj": Cut("out", (f,)),
-        "mlp.down_proj": Cut("in", (f,)),
+        "self_attn.q_proj": Cut(Side.OUT, (q,)),
+        "self_attn.k_proj": Cut(Side.OUT, (k,)),
+        "self_attn.v_proj": Cut(Side.OUT, (k,)),
+        "self_attn.o_proj": Cut(Side.IN, (q,)),
+        "mlp.gate_proj": Cut(Side.OUT, (f,)),
+        "mlp.up_proj": Cut(Side.OUT, (f,)),
+        "mlp.down_proj": Cut(Side.IN, (f,)),
     }
 
 
@@ -486,8 +502,13 @@ def build_hf_layers(
     recompute: str = "none",
     from_scratch: bool = False,
     overrides: tuple[tuple[str, Any], ...] = (),
+    read: bool = True,
 ) -> HFLayers:
-    """Layers ``layer_range`` of the Hugging Face model ``source`` (all by default), with their weights."""
+    """Layers ``layer_range`` of the Hugging Face model ``source`` (all by default), with their weights.
+
+    ``read=False`` (a pretrained model): the parameters stay on the meta device, unread, while the buffers
+    (rotary tables) are built for real — the skeleton whose parameters the runtime shards first and then fills
+    with only the rows it keeps (:meth:`HFModel.read_rows`)."""
     if attention not in ATTN_IMPL:
         raise ValueError(f"attention: {attention!r} is not one of {', '.join(ATTN_IMPL)}")
     model_dir, config, meta = _load(source, tuple(overrides), ATTN_IMPL[attention])
@@ -525,8 +546,8 @@ def build_hf_layers(
                 setattr(layer, name, VocabShardEmbedding(getattr(layer, name), *rows))
                 parts = {f"{name}.weight": (0, (rows,))}
             else:
-                parts = _apply_cuts(layer, {"lm_head": Cut("out", (rows,))}, "")
-        if not from_scratch and not _ambient_meta():
+                parts = _apply_cuts(layer, {"lm_head": Cut(Side.OUT, (rows,))}, "")
+        if read and not from_scratch and not _ambient_meta():
             _allocate(layer)
             _load_layer(layer, i, family, n, model_dir, tied, parts)
         _describe(layer, i, n, config)
@@ -584,12 +605,14 @@ class HFModel:
     ``config.json``, or a repository id in the local cache. Picklable (workers rebuild their own layers).
 
     ``from_scratch`` keeps random initialization (each layer seeded by the runtime) instead of loading the
-    weights; ``overrides`` sets config fields, e.g. ``(("attention_dropout", 0.0),)``.
+    weights; ``overrides`` sets config fields, e.g. ``(("attention_dropout", 0.0),)``. ``unread`` builds the
+    layers of a pretrained model with their parameters left on meta (:meth:`without_weights`).
     """
 
     source: str
     from_scratch: bool = False
     overrides: tuple[tuple[str, Any], ...] = ()
+    unread: bool = False
 
     def __call__(
         self, *, layer_range: tuple[int, int] | None, tp: Any, attention: str, recompute: str
@@ -602,7 +625,42 @@ class HFModel:
             recompute=recompute,
             from_scratch=self.from_scratch,
             overrides=self.overrides,
+            read=not self.unread,
         )
+
+    def without_weights(self) -> HFModel:
+        """This model whose layers keep their parameters on meta, unread (buffers built): a ZeRO-3 rank shards
+        that skeleton first and then reads only the rows it keeps (:meth:`read_rows`)."""
+        return replace(self, unread=True)
+
+    def read_rows(self, rows: Mapping[str, tuple[int, int] | None]) -> dict[str, torch.Tensor]:
+        """Parameters ``layers.{i}.{name}`` read from the safetensors files: rows ``[start, stop)`` along dim 0 of
+        each (``None``: the whole tensor), each key once, nothing else (a ZeRO-3 rank's ``Shard(0)`` chunks). A
+        tied head reads the embedding's tensor, as the layers do; an empty row range reads nothing."""
+        model_dir, config, _ = _load(self.source, tuple(self.overrides), "sdpa")
+        family = FAMILIES[config.model_type]
+        n = n_model_layers(config)
+        tied = bool(getattr(config, "tie_word_embeddings", False))
+        keys = {}
+        for fqn in rows:
+            key = hf_key(family, n, fqn)
+            if tied and key == "lm_head.weight":
+                key = f"{family.base}.{family.embeds[0]}.weight"
+            keys[fqn] = key
+        if len(set(keys.values())) != len(keys):
+            raise ValueError(f"read_rows: {sorted(rows)} name one checkpoint tensor twice")
+        empty = {fqn for fqn, r in rows.items() if r is not None and r[0] >= r[1]}
+        parts: dict[str, Part] = {
+            keys[f]: (0, (r,)) for f, r in rows.items() if r is not None and f not in empty
+        }
+        got = read_tensors(model_dir, [keys[f] for f in rows if f not in empty], parts)
+        out = {fqn: got[keys[fqn]] for fqn in rows if fqn not in empty}
+        if empty:
+            whole = _meta_state(self.source, tuple(self.overrides))
+            for fqn in empty:
+                shape = whole[keys[fqn]].shape
+                out[fqn] = torch.empty((0, *shape[1:]), dtype=whole[keys[fqn]].dtype)
+        return out
 
     def config(self) -> Any:
         return _load(self.source, tuple(self.overrides), "sdpa")[1]
