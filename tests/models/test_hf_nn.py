@@ -233,6 +233,9 @@ def test_planning_description_from_the_module_agrees_with_the_zoo(dirs, family):
         else:  # the zoo adds o_proj, gate, up and down biases (32 + 48 + 48 + 32) the module lacks
             assert b.params - a.params == 32 + 48 + 48 + 32
         assert (a.tp_shard, a.tp_units) == (b.tp_shard, b.tp_units), a.name
+    # what memory, the cost model and Cells plan a model directory with (resolve_spec) is the traced one
+    planned = resolve_spec(str(dirs[family]), 16)
+    assert [(x.name, x.params) for x in planned.layers] == [(x.name, x.params) for x in traced.layers]
 
 
 def test_the_runtime_shards_gpt2_conv1d_column_and_row_wise(dirs):

@@ -35,12 +35,13 @@ def _is_file(path: str) -> bool:
 
 
 def resolve_spec(model: str, seq_len: int | None = None) -> ModelSpec:
-    """The analytic spec of a zoo model, or of a Hugging Face model's config (no weights, no download)."""
+    """The spec of a zoo model; of a Hugging Face model (a directory or cached repository: the one a job
+    trains) traced from its ``transformers`` layers built on the meta device (no weights read), so the
+    planner prices the modules that run; of a bare config.json, the analytic closed form (no download)."""
     if is_hf_model_dir(model):
-        from tessera.models.hf import spec_from_hf_config
-        from tessera.models.hf_weights import locate_model
+        from tessera.models.zoo.hf_nn import hf_model_spec
 
-        return spec_from_hf_config(locate_model(model) / "config.json", seq_len=seq_len)
+        return hf_model_spec(model, seq_len)
     if is_config_path(model):
         from tessera.models.hf import spec_from_hf_config
 
