@@ -1,11 +1,13 @@
 """Profile one policy's scheduling rounds at scale (issue 21 item 2): a reproducible harness for the hot spots.
 
     python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof] [--lp-columns]
+        [--check] [--digest]
 
 Replays the Philly two-week window as ``--copies`` interleaved copies on ``crius-sim-1280`` with every node group
 × copies (10: ``crius-sim-12800``'s shape), for the first ``--hours`` simulated hours (``--hours 0``: the whole
 window), and prints the policy's decision time per round (mean, p50, p99, max), the simulator's wall per round,
-and — with ``--check`` — the run's average JCT and finished count, the figures a speed-up must leave unchanged.
+and — with ``--check`` — the run's average JCT and finished count, the figures a speed-up must leave unchanged (``--digest``: and a digest of every allocation
+change).
 ``--profile FILE`` writes a cProfile of the run (``python -m pstats FILE``) and prints its top functions.
 ``--home`` is the table cache (``$TESSERA_HOME``; reuse a warm one, the tables are built once).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import os
 import pickle
@@ -38,6 +41,7 @@ def main() -> int:
     ap.add_argument("--profile", default=None, help="write a cProfile here and print its top functions")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--check", action="store_true", help="print avg JCT and finished count (equivalence)")
+    ap.add_argument("--digest", action="store_true", help="also a digest of the allocation log (equivalence)")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
     ap.add_argument("--lp-columns", action="store_true", help="tessera's LP by column generation")
@@ -69,7 +73,7 @@ def main() -> int:
         if pk is not None:
             pk.write_bytes(pickle.dumps((table, jobs)))
     horizon = jobs[0].arrival_s + 3600.0 * args.hours if args.hours > 0 else None
-    cfg = SimConfig(seed=args.seed, window_s=w_len, horizon_s=horizon)
+    cfg = SimConfig(seed=args.seed, window_s=w_len, horizon_s=horizon, record_allocations=args.digest)
     gpus = sum(cl.gpu_counts().values())
     print(f"{cl.name}: {gpus} GPUs, {len(jobs)} jobs ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -108,6 +112,11 @@ def main() -> int:
             "restarts": sum(j.restarts for j in res.jobs),
             "gpu_s": sum(j.gpu_s for j in res.jobs),
         }
+    if args.digest:  # as tests/scheduler/test_tessera_decisions.py hashes it
+        h = hashlib.sha256()
+        for ev in res.allocation_log:
+            h.update(repr((round(ev.time_s, 6), ev.job_id, str(ev.kind), ev.placement, ev.gpus)).encode())
+        out |= {"allocation_digest": h.hexdigest()[:16], "allocation_events": len(res.allocation_log)}
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

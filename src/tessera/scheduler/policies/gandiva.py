@@ -51,12 +51,14 @@ class Gandiva(Policy):
 
     def reset(self) -> None:
         self._prof: DPProfile | None = None
+        self._fits: dict[tuple, np.ndarray] = {}  # (configuration, count, types) → fits per type
         self.grown: dict[int, tuple[int, float]] = {}  # job → (size before growing, measured rate before)
         self.no_grow: set[int] = set()
 
     def knowledge_changed(self) -> None:
         """New rates: the DP profile is rebuilt from them; which jobs grew (and their speed before) is kept."""
         self._prof = None
+        self._fits = {}
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -70,16 +72,22 @@ class Gandiva(Policy):
     @staticmethod
     def affinity(ctx: SchedulingContext) -> np.ndarray:
         """Per node: 0 = empty, k > 0 = every job there has k GPUs, −1 = mixed sizes."""
-        aff = np.zeros(len(ctx.cluster.nodes), dtype=np.int64)
+        # a list: numpy element reads cost more than the rest of the loop (every round, every running job)
+        aff = [0] * len(ctx.cluster.nodes)
         for a in ctx.allocations.values():
+            n = a.n_gpus
             for i, _ in a.placement:
-                aff[i] = a.n_gpus if aff[i] in (0, a.n_gpus) else -1
-        return aff
+                x = aff[i]
+                aff[i] = n if x == 0 or x == n else -1
+        return np.array(aff, dtype=np.int64)
 
     def _type_ok(self, ctx: SchedulingContext, job: Job, n: int) -> np.ndarray:
         """Per node: the job fits ``n`` GPUs of the node's type."""
         cl = ctx.cluster
-        ok_type = np.array([ctx.fits(job, ((t, n),)) for t in cl.types])
+        key = (job.config, n, cl.types)
+        ok_type = self._fits.get(key)
+        if ok_type is None:  # the memory fit is the configuration's (asked for every queued job, every round)
+            ok_type = self._fits[key] = np.array([ctx.fits(job, ((t, n),)) for t in cl.types])
         return ok_type[cl.type_index] & cl.up
 
     def place_affinity(self, ctx: SchedulingContext, job: Job, n: int, aff: np.ndarray) -> tuple | None:
@@ -106,7 +114,7 @@ class Gandiva(Policy):
     def schedule(self, ctx: SchedulingContext) -> None:
         kn = ctx.knowledge
         if self._prof is None or self._prof.kn is not kn:
-            self._prof = DPProfile(kn)
+            self._prof, self._fits = DPProfile(kn), {}
         active = set(ctx.jobs)
         self.grown = {j: v for j, v in self.grown.items() if j in active}
         self.no_grow &= active
@@ -141,11 +149,28 @@ class Gandiva(Policy):
         # 3. contention: grown jobs shrink back (latest grown first) until the blocked jobs fit
         if blocked and self.grown:
             still: list[tuple[JobState, int]] = []
+            # (configuration, count) that neither placed nor found a grown job to shrink since the cluster last
+            # changed: the next job of that key would fail the same way (placement and the shrink test read the
+            # job's configuration and count only), so it is not tried again — thousands are blocked at scale
+            dead: set[tuple] = set()
             for js, n in blocked:
-                while not self._try_place(ctx, js, n, aff) and self._shrink_one(ctx, js.job, n):
+                key = (js.job.config, n)
+                if key in dead:
+                    still.append((js, n))
+                    continue
+                changed = False
+                while not self._try_place(ctx, js, n, aff):
+                    if not self._shrink_one(ctx, js.job, n):
+                        break
+                    changed = True
                     aff = self.affinity(ctx)
                 if ctx.allocation(js.job_id) is None:
                     still.append((js, n))
+                    if changed:
+                        dead.clear()
+                    dead.add(key)
+                else:
+                    dead.clear()
             blocked = still
 
         # 4. migration: make room for the oldest blocked job, and restore locality
@@ -198,25 +223,35 @@ class Gandiva(Policy):
 
     def _grow(self, ctx: SchedulingContext) -> None:
         assert self._prof is not None
-        for js in ctx.running:
-            a = ctx.allocation(js.job_id)
-            if (
-                a is None
-                or js.job_id in self.no_grow
-                or js.job_id in self.grown
-                or js.paused_until_s > ctx.now_s
-            ):
-                continue
-            if len(a.gpus) != 1 or js.rate_iters_per_s <= 0:
+        now, alloc, no_grow, grown = ctx.now_s, ctx.allocations, self.no_grow, self.grown
+        # what this loop changes is the job at hand's GPUs: every other job's test reads the same state as in order
+        cands = [
+            js
+            for js in ctx.running
+            if js.paused_until_s <= now
+            and js.rate_iters_per_s > 0
+            and js.job_id not in no_grow
+            and js.job_id not in grown
+        ]
+        free: dict[str, int] = {}  # free GPUs per type, read once until a grow changes that type
+        for js in cands:
+            a = alloc.get(js.job_id)
+            if a is None or len(a.gpus) != 1:
                 continue
             t, n = a.gpus[0]
             m = 2 * n
-            if m > min(self.max_gpus, js.job.global_batch) or ctx.cluster.free_of(t) < n:
+            if m > min(self.max_gpus, js.job.global_batch):
+                continue
+            f = free.get(t)
+            if f is None:
+                f = free[t] = ctx.cluster.free_of(t)
+            if f < n:
                 continue
             r0, r1 = self._prof.rate(js.job, t, n), self._prof.rate(js.job, t, m)
             if r0 <= 0 or r1 < self.grow_gain * r0:
                 continue
             ctx.release(js.job_id)
+            free.pop(t, None)
             if ctx.reserve(js.job_id, ((t, m),)) is None:
                 ctx.reserve(js.job_id, a.gpus, a.n_stages, placement=a.placement)
             else:
@@ -231,7 +266,16 @@ class Gandiva(Policy):
         """Move jobs spread over more nodes than they need onto one node with room (locality)."""
         done = 0
         cl = ctx.cluster
-        for js in ctx.running:
+        if budget <= 0:
+            return 0
+        now, alloc = ctx.now_s, ctx.allocations
+        # spread jobs, in order (a move changes only the moved job's GPUs, so the others' tests read as in order)
+        spread = [
+            js
+            for js in ctx.running
+            if (a := alloc.get(js.job_id)) is not None and len(a.placement) >= 2 and js.paused_until_s <= now
+        ]
+        for js in spread:
             if done >= budget:
                 break
             a = ctx.allocation(js.job_id)
