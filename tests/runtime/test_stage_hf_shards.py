@@ -203,3 +203,26 @@ def test_fsdp_rank_reads_only_its_rows(saved, family, stages, world, zero):
     whole = assemble(pieces)
     assert whole.keys() == {k for k in ref if not (k == "lm_head.weight" and family == "gpt2")}
     assert all(torch.equal(whole[k], ref[k]) for k in whole)
+
+
+def test_zoo_model_naming_a_hf_directory_reads_rows(saved):
+    """A Plan naming the model directory (``ZooModel``) offers the same rows; a zoo model offers none."""
+    from tessera.runtime.model import ZooModel
+
+    path, ref = saved["llama"]
+    zoo = ZooModel(str(path))
+    assert zoo.without_weights() == HFModel(str(path), unread=True)
+    with hf_weights.recording_reads() as reads:
+        got = zoo.read_rows(
+            {"layers.1.block.mlp.up_proj.weight": (5, 9), "layers.0.embed_tokens.weight": None}
+        )
+    assert sorted(reads) == [
+        ("model.embed_tokens.weight", (96, 32)),
+        ("model.layers.0.mlp.up_proj.weight", (4, 32)),
+    ]
+    assert torch.equal(
+        got["layers.1.block.mlp.up_proj.weight"], ref["model.layers.0.mlp.up_proj.weight"][5:9]
+    )
+    assert torch.equal(got["layers.0.embed_tokens.weight"], ref["model.embed_tokens.weight"])
+    with pytest.raises(TypeError, match="zoo model"):
+        ZooModel("gpt-tiny").read_rows({})

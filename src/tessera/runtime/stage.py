@@ -109,7 +109,7 @@ def build_stage(
         )
     stage = _build(
         factory, layer_range, seed, tp=tp, tp_group=tp_group, attention=attention, recompute=recompute,
-        device=device, ties=ties, dtensor_tp=dtensor_tp, where=where,
+        device=device, ties=ties, dtensor_tp=dtensor_tp, probe=probe,
     )  # fmt: skip
     if fully_shard is not None:
         fully_shard(stage)
@@ -199,8 +199,9 @@ def _build(
     device: torch.device,
     ties: tuple[tuple[str, ...], ...],
     dtensor_tp: bool,
-    where: str,
+    probe: nn.Module,
 ) -> StageModel:
+    """``build_stage`` without FSDP's own-rows path; ``probe``: the stage built on meta without TP."""
     start, end = layer_range
     use_tp = tp is not None and tp.degree > 1
     mesh = None
@@ -209,13 +210,10 @@ def _build(
         mesh = mesh_of(tp_group, device, "tp")
     # The container only, on meta: every layer is then built alone with its canonical weights (a pretrained
     # model's tensors are read once per layer, not also for a throw-away copy).
-    with torch.device("meta"):
-        module = factory(
-            layer_range=layer_range,
-            tp=tp if use_tp and mesh is None else None,
-            attention=attention,
-            recompute=recompute,
-        )
+    module = probe  # without Tessera's own TP shards the container is the probe
+    if use_tp and mesh is None:
+        with torch.device("meta"):
+            module = factory(layer_range=layer_range, tp=tp, attention=attention, recompute=recompute)
     loads = bool(getattr(module, "loads_own_shards", False))  # its layers hold their values as built
     own = use_tp and loads
     kw = {"attention": attention, "recompute": recompute}
