@@ -115,12 +115,26 @@ def assign_round(
     order = np.lexsort((np.tile(np.arange(k), m), np.repeat(np.arange(m), k), -X.ravel(), -deficit.ravel(),
                         -prio.ravel()))  # fmt: skip
     out: list[int | None] = [None] * m
-    for flat in order:
-        j, t = divmod(int(flat), k)
-        if out[j] is not None or T[j, t] <= 0 or s[j] > left[t]:
+    if m == 0 or k == 0:
+        return out
+    # the walk below in plain Python lists over the entries that can run at all (thousands of jobs × types a round
+    # at scale); it stops once no type has room for even the smallest scale factor — nothing more could be taken
+    order = order[T.ravel()[order] > 0]
+    jobs, kinds = np.divmod(order, k)
+    room = left.tolist()
+    need = s.tolist()
+    smallest = min(need)
+    open_types = sum(1 for x in room if x >= smallest)
+    for j, t in zip(jobs.tolist(), kinds.tolist(), strict=True):
+        if open_types == 0:
+            break
+        if out[j] is not None or need[j] > room[t]:
             continue
         out[j] = t
-        left[t] -= s[j]
+        before = room[t]
+        room[t] = before - need[j]
+        if before >= smallest > room[t]:
+            open_types -= 1
     return out
 
 
@@ -195,9 +209,17 @@ class Gavel(Policy):
     def reset(self) -> None:
         self._lp_key: tuple | None = None
         self._share: dict[int, np.ndarray] = {}  # job id → X row (time share per type)
-        self._received: dict[int, np.ndarray] = {}  # job id → seconds run per type since the LP
-        self._elapsed: dict[int, float] = {}  # job id → seconds since the LP (while active)
+        # job id → seconds run per type since the LP (made when the job first runs after it: a zero row before)
+        self._received: dict[int, np.ndarray] = {}
+        self._lp_jobs: frozenset[int] = frozenset()  # the jobs of the LP (active since it was computed)
+        self._elapsed_s = 0.0  # seconds since the LP: the same for every one of its jobs
+        self._scale: dict[int, int | None] = {}  # job id → its scale factor (job_scale), read once
+        self._class_of: dict[int, int] = {}  # job id → its LP class (configuration, scale factor) as an index
+        self._class_ids: dict[tuple, int] = {}
         self._rows: dict[tuple, np.ndarray] = {}  # (config, scale, types) → normalized DP throughput row
+        self._job_rows: dict[int, np.ndarray] = {}  # job id → its row (the same arrays; a config hash per job
+        # per round costs more than the round's other work on a long queue)
+        self._job_types: tuple[str, ...] | None = None
         self._last_now: float | None = None
         self._prof: DPProfile | None = None
         self.lp_solves = 0
@@ -207,7 +229,15 @@ class Gavel(Policy):
         changes (as the simulator's does), and so does the time each job received since it was computed —
         zeroing that live on every measured speed made every job look starved, and the rounds swapped jobs
         that had just started."""
-        self._prof, self._rows = None, {}
+        self._prof, self._rows, self._job_rows = None, {}, {}
+        self._scale, self._class_of, self._class_ids = {}, {}, {}
+
+    def _job_row(self, prof: DPProfile, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
+        """:meth:`_row` kept per job (a job's configuration and scale factor never change)."""
+        row = self._job_rows.get(job.job_id)
+        if row is None:
+            row = self._job_rows[job.job_id] = self._row(prof, job, scale, types)
+        return row
 
     def _row(self, prof: DPProfile, job: Job, scale: int, types: tuple[str, ...]) -> np.ndarray:
         key = (job.config, scale, types)
@@ -225,8 +255,9 @@ class Gavel(Policy):
 
     def schedule(self, ctx: SchedulingContext) -> None:
         kn, types = ctx.knowledge, ctx.cluster.types
-        if self._prof is None or self._prof.kn is not kn:
-            self._prof, self._rows = DPProfile(kn), {}
+        if self._prof is None or self._prof.kn is not kn or self._job_types != types:
+            self._prof, self._rows, self._job_rows, self._job_types = DPProfile(kn), {}, {}, types
+            self._scale, self._class_of, self._class_ids = {}, {}, {}
         prof = self._prof
         k = len(types)
         states = [*ctx.running, *ctx.pending]
@@ -236,14 +267,20 @@ class Gavel(Policy):
         dt = 0.0 if self._last_now is None else max(0.0, ctx.now_s - self._last_now)
         self._last_now = ctx.now_s
         if dt > 0:
+            received, lp_jobs = self._received, self._lp_jobs
             for js in ctx.running:
-                rec = self._received.get(js.job_id)
-                if rec is not None and js.allocation is not None:
+                if js.allocation is not None and js.job_id in lp_jobs:
+                    rec = received.get(js.job_id)
+                    if rec is None:
+                        rec = received[js.job_id] = np.zeros(k)
                     rec[types.index(js.allocation.gpu_types[0])] += dt
-            for jid in self._elapsed:
-                self._elapsed[jid] += dt
+            self._elapsed_s += dt
 
-        scales = {js.job_id: job_scale(kn, js.job) for js in states}
+        known = self._scale
+        for js in states:
+            if js.job_id not in known:
+                known[js.job_id] = job_scale(kn, js.job)
+        scales = {js.job_id: known[js.job_id] for js in states}
         live = [js for js in states if scales[js.job_id]]
         cap = ctx.capacity_by_type()
         capacity = np.array([cap.get(t, 0) for t in types], dtype=np.float64)
@@ -252,9 +289,15 @@ class Gavel(Policy):
         key = (frozenset(js.job_id for js in live), tuple(capacity))
         if key != self._lp_key:
             self._lp_key = key
-            classes: dict[tuple, list[int]] = {}
+            classes: dict[int, list[int]] = {}  # in order of first member, as keyed by (config, scale)
+            class_of, class_ids = self._class_of, self._class_ids
             for js in live:
-                classes.setdefault((js.job.config, scales[js.job_id]), []).append(js.job_id)
+                c = class_of.get(js.job_id)
+                if c is None:
+                    c = class_of[js.job_id] = class_ids.setdefault(
+                        (js.job.config, scales[js.job_id]), len(class_ids)
+                    )
+                classes.setdefault(c, []).append(js.job_id)
             members = list(classes.values())
             first = {js.job_id: js for js in live}
             T = np.array([self._row(prof, first[m[0]].job, scales[m[0]], types) for m in members]).reshape(
@@ -263,18 +306,27 @@ class Gavel(Policy):
             X = max_sum_throughput(T, [scales[m[0]] for m in members], capacity, [len(m) for m in members])
             self.lp_solves += 1
             self._share = {jid: X[i] / len(m) for i, m in enumerate(members) for jid in m}
-            self._received = {js.job_id: np.zeros(k) for js in live}
-            self._elapsed = {js.job_id: 0.0 for js in live}
+            self._received, self._lp_jobs, self._elapsed_s = {}, key[0], 0.0
+            if len(self._job_rows) > 2 * len(live) + 1024:  # forget finished jobs' figures now and then
+                keep = [js.job_id for js in live]
+                for d in (self._job_rows, self._scale, self._class_of):
+                    kept = {j: d[j] for j in keep if j in d}
+                    d.clear()
+                    d.update(kept)
 
         # 3. this round's assignment by priority
         ids = [js.job_id for js in live]
+        row = {j: i for i, j in enumerate(ids)}
         X = np.array([self._share[j] for j in ids]).reshape(-1, k)
-        T = np.array([self._row(prof, js.job, scales[js.job_id], types) for js in live]).reshape(-1, k)
+        T = np.array([self._job_row(prof, js.job, scales[js.job_id], types) for js in live]).reshape(-1, k)
         s = np.array([scales[j] for j in ids], dtype=np.int64)
+        received = np.zeros((len(ids), k))
+        for j, rec in self._received.items():  # the jobs that ran since the LP (all of them are live)
+            received[row[j]] = rec
         chosen = assign_round(
             X,
-            np.array([self._received[j] for j in ids]).reshape(-1, k),
-            np.array([self._elapsed[j] for j in ids]),
+            received,
+            np.full(len(ids), self._elapsed_s),  # every live job is one of the LP's (the key says so)
             T,
             s,
             capacity.astype(np.int64),
@@ -282,7 +334,6 @@ class Gavel(Policy):
 
         # 4. bind virtually: jobs keeping their type keep their GPUs (lease extension); the rest move
         target = {j: (types[c] if c is not None else None) for j, c in zip(ids, chosen, strict=True)}
-        row = {j: i for i, j in enumerate(ids)}
         for js in ctx.running:
             a = ctx.allocation(js.job_id)
             if a is not None and (
@@ -302,7 +353,7 @@ class Gavel(Policy):
         i = row.get(jid)
         if i is None:
             return "Gavel round (§5)"
-        el = self._elapsed.get(jid, 0.0)
+        el = self._elapsed_s if jid in self._lp_jobs else 0.0
         rec = self._received.get(jid)
         got = float(rec.sum()) / el if rec is not None and el > 0 else 0.0
         share = ", ".join(f"{t} {X[i, k]:.2f}" for k, t in enumerate(types) if X[i, k] > 1e-3) or "none"
