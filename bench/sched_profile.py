@@ -1,7 +1,7 @@
 """Profile one policy's scheduling rounds at scale (issue 21 item 2): a reproducible harness for the hot spots.
 
-    python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof] [--lp-columns]
-        [--check] [--digest]
+    python bench/sched_profile.py [--copies 10] [--policy tessera] [--hours 24] [--profile out.prof]
+        [--[no-]lp-columns] [--check] [--digest]
 
 Replays the Philly two-week window as ``--copies`` interleaved copies on ``crius-sim-1280`` with every node group
 × copies (10: ``crius-sim-12800``'s shape), for the first ``--hours`` simulated hours (``--hours 0``: the whole
@@ -44,13 +44,14 @@ def main() -> int:
     ap.add_argument("--digest", action="store_true", help="also a digest of the allocation log (equivalence)")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
-    ap.add_argument("--lp-columns", action="store_true", help="tessera's LP by column generation")
+    ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
+                    help="tessera's LP by column generation (--no-lp-columns: whole by HiGHS); default: the policy's")  # fmt: skip
     args = ap.parse_args()
     if args.home:
         os.environ["TESSERA_HOME"] = args.home
 
     import numpy as np
-    from sim_scale import copies, make_policy, scaled_cluster
+    from sim_scale import copies, lp_columns_in_effect, make_policy, scaled_cluster
 
     from tessera.hardware import get_cluster
     from tessera.sim.metrics import compute_metrics
@@ -90,7 +91,7 @@ def main() -> int:
     dec = np.array(res.decision_s) * 1000.0
     out = {
         "policy": args.policy,
-        "lp_columns": args.lp_columns,
+        "lp_columns": lp_columns_in_effect(args.lp_columns),
         "gpus": gpus,
         "jobs": len(jobs),
         "hours": args.hours,

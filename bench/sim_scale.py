@@ -1,7 +1,7 @@
 """Benchmark: the simulator and every policy at ten times the cluster (issue 21 item 2), and a cold table build.
 
     python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300] [--cold-only]
-                              [--lp-columns]
+                              [--[no-]lp-columns]
 
 1. **Cold tables** — with an empty table cache (a fresh ``$TESSERA_HOME``), the time from loading the Philly
    two-week window to the first simulated event on ``crius-sim-1280`` (trace, every configuration's rate
@@ -73,20 +73,34 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0 / GIB
 
 
-def make_policy(name: str, lp_columns: bool = False) -> Any:
-    """The policy by name; ``lp_columns``: the tessera family solves its LP by column generation (faster at
-    scale, the same optimum; see ``cell_lp.maximize``)."""
+def make_policy(name: str, lp_columns: bool | None = None) -> Any:
+    """The policy by name; ``lp_columns``: whether the tessera family solves its LP by column generation (faster at
+    scale, the same optimum; see ``cell_lp.maximize``) or whole by HiGHS; None: the policy's default."""
     from tessera.scheduler.policies.tessera import Tessera
     from tessera.scheduler.policy import get_policy
 
     p = get_policy(name)
-    if lp_columns and isinstance(p, Tessera):
-        p.lp_columns = True
+    if lp_columns is not None and isinstance(p, Tessera):
+        p.lp_columns = lp_columns
     return p
 
 
+def lp_columns_in_effect(lp_columns: bool | None) -> bool:
+    """What the tessera family runs with: the flag, else Tessera's default."""
+    from tessera.scheduler.policies.tessera import Tessera
+
+    return Tessera().lp_columns if lp_columns is None else lp_columns
+
+
 def _child(
-    conn: Any, shared: Any, cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, lp_columns: bool
+    conn: Any,
+    shared: Any,
+    cluster: Any,
+    jobs: Any,
+    table: Any,
+    policy: str,
+    cfg: Any,
+    lp_columns: bool | None,
 ) -> None:
     import numpy as np
 
@@ -134,7 +148,7 @@ def _child(
 
 
 def run_capped(
-    cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, cap_s: float, lp_columns: bool = False
+    cluster: Any, jobs: Any, table: Any, policy: str, cfg: Any, cap_s: float, lp_columns: bool | None = None
 ) -> dict[str, Any]:
     """One policy in a forked child, stopped after ``cap_s`` seconds (then its peak RSS is read from /proc)."""
     ctx = mp.get_context("fork")
@@ -199,11 +213,13 @@ def main() -> int:
     ap.add_argument("--home", default=None, help="TESSERA_HOME for the table cache (default: a fresh one)")
     ap.add_argument("--models", default=None, help="zoo models only (a smoke test), default: the Philly mix")
     ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("--lp-columns", action="store_true",
-                    help="the tessera family solves its LP by column generation (Tessera(lp_columns=True))")  # fmt: skip
+    ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
+                    help="the tessera family solves its LP by column generation (Tessera(lp_columns=True)), or "
+                         "with --no-lp-columns whole by HiGHS; default: the policy's default")  # fmt: skip
     ap.add_argument("--cold-only", action="store_true",
                     help="stop after the cold table build; write its figures to sim_cold.json")  # fmt: skip
     args = ap.parse_args()
+    load_at_start = os.getloadavg()  # the machine is shared: the figures say how busy it was
     home = args.home or tempfile.mkdtemp(prefix="tessera-sim-scale-")
     os.environ["TESSERA_HOME"] = home  # read when the cache is opened: the cold phase starts empty
     t_all = time.perf_counter()
@@ -250,10 +266,11 @@ def main() -> int:
             "machine": {
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
+                "load_avg_at_start": load_at_start,
                 "load_avg_at_end": os.getloadavg(),
             },
             "window": [args.start, args.end],
-            "lp_columns": args.lp_columns,
+            "lp_columns": lp_columns_in_effect(args.lp_columns),
         }
 
     def write(payload: dict[str, Any]) -> Path:
@@ -286,7 +303,9 @@ def main() -> int:
     log(f"{big.name}: {len(jobs_k)} jobs ready in {time.perf_counter() - t0:.1f} s")
     policies: dict[str, dict[str, Any]] = {}
     for name in names:
+        load_before = os.getloadavg()
         policies[name] = r = run_capped(big, jobs_k, table_k, name, cfg, args.cap_s, args.lp_columns)
+        r["load_avg_before"], r["load_avg_after"] = load_before, os.getloadavg()  # 1, 5, 15 min
         log(f"{name}: sim_wall_s {r['sim_wall_s']:.1f}{' (capped)' if r['timed_out'] else ''}, "
             f"decision p99 {r.get('decision_ms_p99', float('nan')):.1f} ms, peak RSS {r['peak_rss_gib']:.2f} GiB")  # fmt: skip
 
