@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tessera.scheduler import ClusterState, Job, get_policy, policy_names
 from tessera.scheduler.knowledge import SyntheticModel, synthetic_table
@@ -29,13 +31,48 @@ def test_a_lone_job_is_bounded_by_its_fastest_allocation_after_the_first_round_a
 
 def test_the_capacity_bound_counts_the_gpu_time_the_cluster_has():
     # two one-GPU jobs of 1,000 s each on a one-GPU cluster over 1,230 s (from 0, start-up 30 s): each alone
-    # could finish (demand bound 2,000 / 1,230), but one GPU gives 1,230 GPU-seconds at most
+    # could finish (demand bound 2,000 / 1,230), but one GPU gives 1,230 GPU-seconds at most — and, time-indexed
+    # (41 intervals of 30 s), none of the first 30 s, when both jobs are still starting
     table = table_knowledge({("m", 8): {(A100, 1): 1.0}}, capacity={A100: 1})
     jobs = [Job(i, "m", 8, 0.0, 1000.0, 1, A100) for i in range(2)]
-    b = throughput_bounds(jobs, table, SimConfig(round_s=300, startup_s=30, window_s=1230))
+    b = throughput_bounds(jobs, table, SimConfig(round_s=300, startup_s=30, window_s=1230), intervals=41)
     assert b is not None
     assert b["demand_bound_throughput"] == pytest.approx(2000 / 1230)
-    assert b["capacity_bound_throughput"] == pytest.approx(1.0)
+    assert b["capacity_bound_untimed_throughput"] == pytest.approx(1.0)
+    assert b["capacity_bound_throughput"] == pytest.approx(1200 / 1230)
+
+
+def test_gpus_idle_before_the_jobs_arrive_are_not_counted_by_the_time_indexed_bound():
+    # two GPUs over [0, 2,000 s); a 1-second job opens the window and four one-GPU jobs of 1,000 s arrive at
+    # 1,000 s (a round boundary, no start-up). Untimed, the window's 4,000 GPU-seconds fit all 4,001 s of work
+    # but one; time-indexed, the second half has 2,000 GPU-seconds for the four late jobs
+    table = table_knowledge({("m", 8): {(A100, 1): 1.0}}, capacity={A100: 2})
+    jobs = [Job(0, "m", 8, 0.0, 1.0, 1, A100)] + [
+        Job(i, "m", 8, 1000.0, 1000.0, 1, A100) for i in range(1, 5)
+    ]
+    for intervals in (2, 20, 7):  # 7: the edge at 1,000 s falls inside an interval, which can only loosen it
+        b = throughput_bounds(
+            jobs, table, SimConfig(round_s=100, startup_s=0, window_s=2000), intervals=intervals
+        )
+        assert b is not None
+        assert b["demand_bound_throughput"] == pytest.approx(4001 / 2000)
+        assert b["capacity_bound_untimed_throughput"] == pytest.approx(4000 / 2000)
+        if intervals == 7:
+            assert 2001 / 2000 - 1e-9 <= b["capacity_bound_throughput"] <= 4000 / 2000
+        else:
+            assert b["capacity_bound_throughput"] == pytest.approx(2001 / 2000)
+
+
+def test_a_job_computes_no_faster_than_its_fastest_allocation_in_each_interval():
+    # one job alone with all the GPUs it could use: its bound is its fastest speed over the time it is there
+    # (1.9 × (600 − 330) of 1,000 s of work), untimed and time-indexed alike
+    table = table_knowledge({("m", 8): {(A100, 1): 1.0, (A100, 2): 1.9}}, capacity={A100: 4})
+    jobs = [Job(9, "m", 8, 0.0, 1.0, 1, A100), Job(0, "m", 8, 100.0, 1000.0, 1, A100)]
+    b = throughput_bounds(jobs, table, SimConfig(round_s=300, startup_s=30, window_s=600), intervals=5)
+    assert b is not None
+    want = (1.0 + 1.9 * 270) / 600
+    assert b["capacity_bound_throughput"] == pytest.approx(want)
+    assert b["capacity_bound_untimed_throughput"] == pytest.approx(want)
 
 
 def test_no_bound_with_noisy_speeds():
@@ -63,6 +100,54 @@ def test_no_policy_beats_the_bounds(policy):
     assert b is not None
     assert (
         m["avg_throughput"]
-        <= b["capacity_bound_throughput"] * (1 + 1e-9)
-        <= b["demand_bound_throughput"] * (1 + 1e-9)
+        <= b["capacity_bound_throughput"] * (1 + 1e-6)
+        <= b["capacity_bound_untimed_throughput"] * (1 + 1e-6)
+        <= b["demand_bound_throughput"] * (1 + 1e-6)
     )
+
+
+TYPES = (A100, A10, "V100-32GB")
+RANDOM_POLICIES = ("tessera", "sia", "gavel", "fcfs", "gandiva")
+
+
+@st.composite
+def small_cases(draw):
+    """A cluster of 1-3 nodes of 1-4 GPUs of 1-2 types, and 2-10 jobs of two models arriving over an hour."""
+    types = draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=2, unique=True))
+    nodes = draw(
+        st.lists(st.tuples(st.sampled_from(types), st.sampled_from((1, 2, 4))), min_size=1, max_size=3)
+    )
+    cs = ClusterState.of(nodes)
+    models = {
+        ("s", 8): SyntheticModel(memory_gib=10, base_rate=2.0, scaling=draw(st.floats(0.6, 1.0))),
+        ("l", 8): SyntheticModel(memory_gib=30, base_rate=0.5, scaling=draw(st.floats(0.6, 1.0))),
+    }
+    table = synthetic_table(models, cs.capacity_by_type())
+    n_jobs = draw(st.integers(2, 10))
+    jobs = []
+    for i in range(n_jobs):
+        model = draw(st.sampled_from(("s", "l")))
+        gpu_type = draw(st.sampled_from(sorted(cs.capacity_by_type())))
+        n = draw(st.sampled_from([k for k in (1, 2, 4) if k <= cs.capacity_by_type()[gpu_type]]))
+        rate = table.true_of((model, 8), ((gpu_type, n),))
+        if rate <= 0:
+            n, rate = 1, 1.0  # a request it does not fit: normalized by its best single-type speed instead
+        arrival = 0.0 if i == 0 else draw(st.floats(0.0, 3600.0))
+        run_s = draw(st.floats(60.0, 7200.0))
+        jobs.append(Job(i, model, 8, arrival, run_s * rate, n, gpu_type))
+    window_s = draw(st.sampled_from((1800.0, 3600.0, 7200.0)))
+    intervals = draw(st.integers(1, 12))
+    return cs, table, jobs, SimConfig(round_s=300, window_s=window_s, horizon_s=window_s + 600), intervals
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases())
+def test_the_time_indexed_bound_is_below_the_untimed_one_and_above_every_policy(case):
+    cs, table, jobs, cfg, intervals = case
+    b = throughput_bounds(jobs, table, cfg, intervals=intervals)
+    assert b is not None
+    assert b["capacity_bound_throughput"] <= b["capacity_bound_untimed_throughput"] * (1 + 1e-9)
+    assert b["capacity_bound_untimed_throughput"] <= b["demand_bound_throughput"] * (1 + 1e-6)
+    for policy in RANDOM_POLICIES:
+        m = compute_metrics(Simulator(cs, jobs, table, get_policy(policy), cfg).run())
+        assert m["avg_throughput"] <= b["capacity_bound_throughput"] * (1 + 1e-6) + 1e-9, policy
