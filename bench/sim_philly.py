@@ -19,11 +19,18 @@ alone), the longest wait to a first start, queueing. ``noise.<sigma>.<policy>`` 
 from every policy's belief by a lognormal σ (``--noise``) under ``--noise-policies``. ``workloads.<family>`` runs
 the generated families (``tessera.sim.generator``, ``--families``) with their knobs.
 
-``demand_bound_throughput`` / ``capacity_bound_throughput`` (top level, and per density): upper bounds on any
-policy's avg_throughput (``tessera.sim.metrics.throughput_bounds``: the jobs' normalized work that can fall inside
-the window, each at its fastest allocation from its first possible start; the second also within the GPU-time
-the cluster has). ``targets.max_reachable_ratio_vs_best_baseline`` = demand bound ÷ best baseline throughput:
-whether the 1.3x throughput target can be met at all.
+``demand_bound_throughput`` / ``capacity_bound_throughput`` / ``capacity_bound_untimed_throughput`` (top level,
+and per density): upper bounds on any policy's avg_throughput (``tessera.sim.metrics.throughput_bounds``: the jobs'
+normalized work that can fall inside the window, each at its fastest allocation from its first possible start; the
+capacity bounds also within the GPU-time the cluster has — the untimed one over the whole window, the
+time-indexed one (``capacity_bound_throughput``, the tighter) interval by interval, so GPUs idle before the jobs
+arrive do not count). ``capacity_fraction`` is over the time-indexed bound, ``capacity_untimed_fraction`` over the
+untimed one. ``targets.max_reachable_ratio_vs_best_baseline`` = demand bound ÷ best baseline throughput: whether
+the 1.3x throughput target can be met at all.
+
+``--bounds-only`` computes just the bounds at each of ``--densities`` (no simulation) and each policy's fractions
+of them from the avg_throughput in ``--from`` (default the committed bench/results/sim_philly.json); it writes
+bench/results/sim_bounds.json.
 """
 
 from __future__ import annotations
@@ -67,7 +74,15 @@ def main() -> int:
     ap.add_argument(
         "--families", default=",".join(FAMILIES), help="generated workload families ('' skips them)"
     )
+    ap.add_argument(
+        "--bounds-only", action="store_true", help="only the bounds per density (sim_bounds.json)"
+    )
+    ap.add_argument(
+        "--from", dest="source", default=str(RESULTS / "sim_philly.json"), help="with --bounds-only"
+    )
     args = ap.parse_args()
+    if args.bounds_only:
+        return _bounds_only(args)
     depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
     out = Path(args.out)
     work = out / "sim_philly_report"
@@ -105,9 +120,11 @@ def main() -> int:
             / best_base_tput,
         }
     print(
-        "throughput bounds: demand {:.1f}, capacity {:.1f} (any policy's avg_throughput is at most these)".format(
+        "throughput bounds: demand {:.1f}, capacity {:.1f} (untimed {:.1f}) (any policy's avg_throughput is at most"
+        " these)".format(
             bounds.get("demand_bound_throughput", float("nan")),
             bounds.get("capacity_bound_throughput", float("nan")),
+            bounds.get("capacity_bound_untimed_throughput", float("nan")),
         )
     )
     saturation = {
@@ -167,13 +184,8 @@ def _saturation_row(window: dict, policies: str, density: float, on_phase: Phase
         on_phase=lambda label, done, total: on_phase(f"density {density:g}: {label}", done, total),
     )
     bounds = st.bounds or {}
-    cap, dem = bounds.get("capacity_bound_throughput"), bounds.get("demand_bound_throughput")
     rows = {
-        n: {k: v[k] for k in SWEEP_KEYS}
-        | {
-            "capacity_fraction": v["avg_throughput"] / cap if cap else None,
-            "demand_fraction": v["avg_throughput"] / dem if dem else None,
-        }  # fmt: skip
+        n: {k: v[k] for k in SWEEP_KEYS} | _fractions(v["avg_throughput"], bounds)
         for n, v in st.metrics.items()
     }
     row = {"jobs": st.n_jobs, **bounds, "policies": rows}
@@ -189,6 +201,79 @@ def _saturation_row(window: dict, policies: str, density: float, on_phase: Phase
         f"p99 slowdown {v['p99_slowdown']:.1f}" for n, v in rows.items()
     ), flush=True)  # fmt: skip
     return row
+
+
+def _fractions(throughput: float, bounds: dict) -> dict:
+    """A policy's avg_throughput over each bound (None where the bound is missing or zero)."""
+    cap, untimed = bounds.get("capacity_bound_throughput"), bounds.get("capacity_bound_untimed_throughput")
+    dem = bounds.get("demand_bound_throughput")
+    return {
+        "capacity_fraction": throughput / cap if cap else None,
+        "capacity_untimed_fraction": throughput / untimed if untimed else None,
+        "demand_fraction": throughput / dem if dem else None,
+    }
+
+
+def _bounds_only(args: argparse.Namespace) -> int:
+    """The bounds at each density without simulating, and the fractions of the policies' avg_throughput in
+    ``args.source`` (a sim_philly.json of the same window) against them."""
+    from tessera.hardware import get_cluster
+    from tessera.sim.metrics import throughput_bounds
+    from tessera.sim.report import load_trace, prepare
+    from tessera.sim.trace import densify, window, window_length
+    from tessera.sim.workload import WorkloadSpec
+
+    t0 = time.perf_counter()
+    source = json.loads(Path(args.source).read_text()) if Path(args.source).exists() else {}
+    spec = get_cluster("crius-sim-1280")
+    full, _ = load_trace("philly", None, None)
+    w_len = window_length(full, args.start, args.end)
+    rows = {}
+    for d in [float(x) for x in args.densities.split(",") if x.strip()]:
+        tr = densify(window(full, args.start, args.end), d)
+        cfg = SimConfig(seed=args.seed, window_s=w_len / d)
+        table, jobs, _ = prepare(spec, tr, WorkloadSpec(seed=args.seed), max_gpus=64, workers=args.workers)
+        t = time.perf_counter()
+        bounds = throughput_bounds(jobs, table, cfg) or {}
+        bound_s = time.perf_counter() - t
+        measured = source.get("saturation", {}).get(f"{d:g}", {}).get("policies", {})
+        policies = {
+            n: {"avg_throughput": v["avg_throughput"]} | _fractions(v["avg_throughput"], bounds)
+            for n, v in measured.items()
+        }
+        rows[f"{d:g}"] = {
+            "jobs": len(jobs),
+            "window_s": cfg.window_s,
+            **bounds,
+            "bound_s": bound_s,
+            "policies": policies,
+        }
+        print(
+            f"density {d:g}: demand {bounds.get('demand_bound_throughput', float('nan')):.1f}, capacity untimed "
+            f"{bounds.get('capacity_bound_untimed_throughput', float('nan')):.1f}, time-indexed "
+            f"{bounds.get('capacity_bound_throughput', float('nan')):.1f} ({bound_s:.1f} s); "
+            + "; ".join(
+                f"{n} {v['avg_throughput']:.1f} = {v['capacity_fraction'] or float('nan'):.3f} "
+                f"(untimed {v['capacity_untimed_fraction'] or float('nan'):.3f})"
+                for n, v in policies.items()
+            ),
+            flush=True,
+        )
+    payload = {
+        "benchmark": "sim_bounds",
+        "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "cluster": spec.name,
+        "window": [args.start, args.end],
+        "throughputs_from": source.get("command"),
+        "saturation": rows,
+        "total_wall_s": time.perf_counter() - t0,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sim_bounds.json").write_text(json.dumps(clean_nan(payload), indent=1))
+    print(f"wrote {out / 'sim_bounds.json'}")
+    return 0
 
 
 def _workload_row(name: str, seed: int, policies: str, on_phase: PhaseFn) -> dict:
