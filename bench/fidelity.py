@@ -1,13 +1,14 @@
 """Fidelity: the live embedded service vs the simulator replaying the same arrivals (issue 17, item 3).
 
-    python bench/fidelity.py [--policies tessera,gavel,fcfs] [--quick] [--round 2]
+    python bench/fidelity.py [--policies tessera,gavel,fcfs] [--quick] [--round 2] [--round-for gavel=20]
 
 For each policy, one live run: ``tessera server --policy NAME --round R`` (embedded Ray emulating the
 ``embedded`` preset — this CPU as a cpu-core and a cpu-half device; ``TESSERA_FIDELITY_CLUSTER=local`` for the
 2×A100-40GB + 2×V100-32GB labels — as its own process on a free loopback port) takes a workload of 8
 jobs of different zoo CPU models and sizes, submitted at staggered times; the bench records each job's
 submission, completion and allocation history (``GET /api/timeline``). Then the simulator replays the same
-arrivals (same job specs via ``job_of``, same policy, same round length) on the same cluster through the
+arrivals (same job specs via ``job_of``, same policy, same round length — 2 s, time-sharing policies 20 s, see
+``TIME_SHARING_ROUNDS``) on the same cluster through the
 same speed source (``SpeedSource(..., models=ServiceModels())``).
 
 What the replay may know is what the service knew BEFORE the run — never the run's own timings:
@@ -137,6 +138,27 @@ SETTLE: list[tuple[float, dict[str, Any]]] = [
            "exclude_gpu_types": [o for o in DEVICE_TYPES if o != t]})
     for _, s in WORKLOAD for t in DEVICE_TYPES
 ]  # fmt: skip
+
+
+# Time-sharing policies re-decide every round and pay a launch for every swap: Gavel's rounds are six minutes
+# against restarts of seconds. At this bench's 2 s round (under a cold launch here, 4-6 s) they swapped jobs
+# before the last swap's gang had started, live and replayed alike, and a launch queued behind a stopping gang
+# on a loaded box timed out; 20 s is about 4x this machine's cold launch.
+TIME_SHARING_ROUNDS = "gavel=20,gandiva=20,sia=20"
+
+
+def policy_rounds(text: str, default_s: float) -> dict[str, float]:
+    """``NAME=SECONDS,...`` as a dict; a malformed entry is one error naming --round-for."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        try:
+            out[name.strip()] = float(value) if eq else default_s
+        except ValueError:
+            raise SystemExit(f"--round-for: {part!r} is not NAME=SECONDS") from None
+        if out[name.strip()] <= 0:
+            raise SystemExit(f"--round-for: {part!r}: the round must be > 0 s")
+    return out
 
 
 def workload(quick: bool) -> list[tuple[float, dict[str, Any]]]:
@@ -427,11 +449,17 @@ def main() -> None:
     ap.add_argument("--policies", default="tessera,gavel,fcfs", help="comma-separated policy names")
     ap.add_argument("--quick", action="store_true", help="half the steps and arrival gaps")
     ap.add_argument("--round", type=float, default=2.0, dest="round_s", help="scheduling round, seconds")
+    ap.add_argument(
+        "--round-for",
+        default=TIME_SHARING_ROUNDS,
+        help="per-policy rounds, e.g. gavel=20 (see TIME_SHARING_ROUNDS)",
+    )
     ap.add_argument("--timeout", type=float, default=900.0, help="per live run, seconds")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--keep-state", action="store_true", help="keep the temp state dir (its path is printed)")
     args = ap.parse_args()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    rounds = policy_rounds(args.round_for, args.round_s)
     for p in policies:
         get_policy(p)  # an unknown name fails now, listing the known ones
     costs = restart_costs()
@@ -470,9 +498,10 @@ def main() -> None:
                 f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): {prior}",
                 flush=True,
             )
-            print(f"[{policy}] live run of {len(jobs)} jobs (round {args.round_s} s)…", flush=True)
+            round_s = rounds.get(policy, args.round_s)
+            print(f"[{policy}] live run of {len(jobs)} jobs (round {round_s} s)…", flush=True)
             t = time.time()
-            live = run_live(state, policy, args.round_s, jobs, args.timeout)
+            live = run_live(state, policy, round_s, jobs, args.timeout)
             specs = {i: s for i, (_, s) in zip(live["ids"], sorted(jobs, key=lambda x: x[0]), strict=True)}
             by_job: dict[int, list[str]] = {}
             for a in live["allocations"]:
@@ -485,13 +514,14 @@ def main() -> None:
             used = earlier or costs
             per_ckpt = checkpoint_seconds(runs, specs_by_id)
             extra = checkpoint_costs(live, specs, per_ckpt)
-            sim = replay(policy, args.round_s, live, specs, cost, factors, used, extra)
-            fig = compare(policy, args.round_s, live, sim, specs)
+            sim = replay(policy, round_s, live, specs, cost, factors, used, extra)
+            fig = compare(policy, round_s, live, sim, specs)
+            fig["round_s"] = round_s
             fig["restart_costs"] = used
             fig["prior_speed_factors"] = prior
             fig["checkpoint_s_by_config"] = {config_label(k): v for k, v in per_ckpt.items()}
             if earlier is not None:
-                alt = compare(policy, args.round_s, live, replay(policy, args.round_s, live, specs, cost, factors,
+                alt = compare(policy, round_s, live, replay(policy, round_s, live, specs, cost, factors,
                               costs, extra), specs)  # fmt: skip
                 keys = ("mean_abs_jct_error", "throughput_error", "decision_match", "makespan_replay_s")
                 fig["with_service_bench_restart_costs"] = {
@@ -521,7 +551,7 @@ def main() -> None:
     result.update({
         "targets": {"mean_abs_jct_error": 0.10, "throughput_error": 0.05, "decision_match": 0.90},
         "crius_reported": {"mean_abs_jct_error": 0.0731, "throughput_error": 0.0316},
-        "quick": args.quick, "round_s": args.round_s, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
+        "quick": args.quick, "round_s": args.round_s, "round_s_by_policy": rounds, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
         "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "settle_jobs": [s for _, s in SETTLE], "workload": jobs,
         "wall_s": time.time() - t_all,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
