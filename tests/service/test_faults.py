@@ -54,6 +54,43 @@ def ended(s: Served, jid: int) -> dict | None:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.timeout(180)
+def test_a_launch_behind_a_stopping_gang_is_not_timed_out(served):
+    """A launch whose GPUs another gang still holds while it stops (a final checkpoint may take minutes) waits
+    for them past the placement timeout; with nothing being handed over, the timeout stands."""
+    import threading
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from tessera.service.ray_backend import wait_placed
+
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    blocker = placement_group([{"GPU": 1}] * gpus, strategy="PACK")  # every GPU: the "stopping gang"
+    ray.get(blocker.ready(), timeout=60)
+    want = placement_group([{"GPU": 1}])
+    released = threading.Event()
+
+    def release() -> None:
+        remove_placement_group(blocker)
+        released.set()
+
+    timer = threading.Timer(12.0, release)
+    try:
+        with pytest.raises(RuntimeError, match="not ready after 2 s"):
+            wait_placed(ray, [want], 2.0)
+        timer.start()
+        t0 = time.time()
+        wait_placed(ray, [want], 8.0, handing_over=lambda: not released.is_set())
+        assert released.is_set() and time.time() - t0 > 8.0  # placed after the hand-over, past the timeout
+    finally:
+        if timer.is_alive():
+            timer.join()
+        if not released.is_set():
+            release()
+        remove_placement_group(want)
+
+
 def test_diverging_job_fails_at_its_step_without_relaunch_and_skip_mode_succeeds(served):
     fail = submit(served, {"name": "diverge", "steps": 40, **DIVERGING})
     skip = submit(served, {"name": "diverge-skip", "steps": 6, "on_nonfinite_loss": "skip", **DIVERGING})

@@ -347,7 +347,19 @@ class Controller:
             placement_timeout_s=max(60.0, self.config.pg_timeout_s),
         )  # fmt: skip
         gang.keep_on_finish = self._warm_workers()
+        gang.handing_over = lambda: self._held_by_others(job.id, a)
         return gang
+
+    def _held_by_others(self, job_id: int, a: Assignment) -> bool:
+        """Whether a gang of another job still holds one of ``a``'s GPUs (stopping for this round's change:
+        the launch on them waits for its checkpoint and teardown, however long)."""
+        mine = {(d.node, d.local_index) for d in a.plan.devices}
+        return any(
+            g.job_id != job_id
+            and g.outcome is None
+            and mine & {(d.node, d.local_index) for d in g.plan.devices}
+            for g in list(self.gangs.values())
+        )
 
     def _warm_workers(self) -> bool:
         """Workers outlive their gang for the next launch (fast rescale and spares): embedded only — on an

@@ -337,6 +337,32 @@ class GangEvents:
     on_checkpoint: Callable[[Gang, int], None] = lambda gang, step: None  # a complete checkpoint at this step
 
 
+def wait_placed(
+    ray: Any,
+    pgs: list[Any],
+    timeout_s: float,
+    *,
+    handing_over: Callable[[], bool] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> None:
+    """Wait until every placement group is ready, at most ``timeout_s`` — counted again from whenever
+    ``handing_over()`` last said the GPUs are still held by a gang this service is stopping (its final
+    checkpoint may take minutes): a launch queued behind a stop is the service's hand-over, not the job's
+    failure."""
+    deadline = time.time() + timeout_s
+    pending = [pg.ready() for pg in pgs]
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        if not pending:
+            return
+        if cancelled is not None and cancelled():
+            raise RuntimeError("cancelled while placing")
+        if handing_over is not None and handing_over():
+            deadline = time.time() + timeout_s
+        elif time.time() > deadline:
+            raise RuntimeError(f"placement group not ready after {timeout_s:.0f} s")
+
+
 class Gang:
     """One allocation of one job: a placement group, one actor per rank, a thread that watches them."""
 
@@ -373,6 +399,8 @@ class Gang:
         self.kept: list[tuple[Any, Any, Any]] | None = None  # (actor, its placement group, its Device)
         self.reuse: list[tuple[Any, Any, Any]] | None = None
         self.reused = 0  # ranks of this gang that are actors kept from the previous gang
+        # whether another gang of this service still holds GPUs this one places on (see ``wait_placed``)
+        self.handing_over: Callable[[], bool] | None = None
         self.created_s = time.time()  # its timings are from here on (what calibration may learn from)
         self.fast_note = ""  # why the fast path was (not) used
         self._stop = threading.Event()
@@ -526,16 +554,9 @@ class Gang:
                 )
             )
         self.pgs.extend(pgs)  # so a failure while placing still removes them
-        deadline = time.time() + self.placement_timeout_s
-        pending = [pg.ready() for pg in pgs]
-        while pending:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-            if not pending:
-                break
-            if self._kill.is_set():
-                raise RuntimeError("cancelled while placing")
-            if time.time() > deadline:
-                raise RuntimeError(f"placement group not ready after {self.placement_timeout_s:.0f} s")
+        wait_placed(
+            ray, pgs, self.placement_timeout_s, handing_over=self.handing_over, cancelled=self._kill.is_set
+        )
         return pgs
 
     def _spawn(self, ray: Any, devices: list[Any], pgs: list[Any]) -> list[Any]:
