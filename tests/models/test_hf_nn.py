@@ -14,8 +14,9 @@ from hf_models import FAMILY_NAMES, N_DECODER, save_tiny  # noqa: E402
 
 from tessera.models import hf_weights  # noqa: E402
 from tessera.models.hf_weights import HFModelNotFound, locate_model  # noqa: E402
-from tessera.models.resolve import is_config_path, resolve_spec  # noqa: E402
+from tessera.models.resolve import is_config_path  # noqa: E402
 from tessera.models.zoo.hf_nn import FAMILIES, HFModel, HFModelError, hf_key, tessera_key  # noqa: E402
+from tessera.models.zoo.resolve_nn import resolve_spec  # noqa: E402
 from tessera.runtime.model import TPSpec, build_layer, initial_state, tied_groups  # noqa: E402
 
 N = N_DECODER + 2

@@ -101,7 +101,7 @@ def _layers(
 
     from tessera import cpu_affinity
     from tessera.hardware import get_gpu
-    from tessera.models.resolve import resolve_spec
+    from tessera.models.zoo.resolve_nn import resolve_spec
     from tessera.perf.costmodel import CostModel
     from tessera.perf.profiler import as_half_core, count_steps, half_core_slowdown, profile_layers
 

@@ -27,7 +27,7 @@ def _plan_for(job, plan: str | Path | None, devices: int | None) -> Plan:
                 f"plan {plan}: global_batch {p.global_batch} differs from the job's {job.global_batch}"
             )
         return p
-    from tessera.models.resolve import resolve_spec
+    from tessera.models.zoo.resolve_nn import resolve_spec
 
     spec = resolve_spec(job.model, job.seq_len)
     n = devices or 1

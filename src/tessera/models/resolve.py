@@ -34,14 +34,15 @@ def _is_file(path: str) -> bool:
         return False
 
 
-def resolve_spec(model: str, seq_len: int | None = None) -> ModelSpec:
-    """The spec of a zoo model; of a Hugging Face model (a directory or cached repository: the one a job
-    trains) traced from its ``transformers`` layers built on the meta device (no weights read), so the
-    planner prices the modules that run; of a bare config.json, the analytic closed form (no download)."""
+def analytic_spec(model: str, seq_len: int | None = None) -> ModelSpec:
+    """The closed-form spec of a zoo model or of a Hugging Face model's config (no weights, no torch, no
+    download). What plans a job is :func:`tessera.models.zoo.resolve_nn.resolve_spec`: it traces a Hugging Face
+    model directory's own modules instead."""
     if is_hf_model_dir(model):
-        from tessera.models.zoo.hf_nn import hf_model_spec
+        from tessera.models.hf import spec_from_hf_config
+        from tessera.models.hf_weights import locate_model
 
-        return hf_model_spec(model, seq_len)
+        return spec_from_hf_config(locate_model(model) / "config.json", seq_len=seq_len)
     if is_config_path(model):
         from tessera.models.hf import spec_from_hf_config
 

@@ -476,7 +476,7 @@ def model_spec(job: JobSpec):
     """The analytic ModelSpec the planner needs (zoo, Hugging Face config, or traced from the entrypoint in
     a child process)."""
     if not job.entrypoint:
-        from tessera.models.resolve import resolve_spec
+        from tessera.models.zoo.resolve_nn import resolve_spec
 
         try:
             return resolve_spec(job.model, job.seq_len)
