@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import max_rel, plan, reference, rel, stage
+from helpers import max_rel, plan, reference, rel, run_on_gloo, stage
 from hf_models import N_DECODER, hf_reference, save_tiny
 from models import factory, n_layers
 
@@ -93,3 +93,23 @@ def test_plan_torch_cannot_run_is_refused_naming_virtual_stages():
     p = plan("gpt-tiny", [stage(0, 3, [0, 1], dp=2), stage(3, n, [2])], micro=4, virtual_stages=2)
     with pytest.raises(PlanError, match="virtual_stages.*DP = TP = 1"):
         Trainer(p, 0, factory("gpt-tiny"), seed=0, learning_rate=1e-3, device=torch.device("cpu"))
+
+
+def _evaluate_worker(rank: int, out: dict) -> None:
+    from tessera.runtime import SyntheticData
+
+    n = n_layers("gpt-tiny")
+    for v in (1, 2):
+        p = _interleaved("gpt-tiny", n, 3, v=v)
+        t = Trainer(p, rank, factory("gpt-tiny"), seed=0, learning_rate=1e-3, device=torch.device("cpu"))
+        inputs, targets = SyntheticData(0).batch(t.stage.module, 0, p.global_batch, p.seq_len)
+        out[(v, rank)] = (t.evaluate(inputs, targets), type(t.runner.schedule).__name__, len(t.chunks))
+        t.close()
+
+
+@pytest.mark.timeout(120)
+def test_interleaved_runs_torch_schedule_and_evaluates_like_plain():
+    got = run_on_gloo(_evaluate_worker)
+    assert got[(2, 0)][1:] == got[(2, 1)][1:] == ("ScheduleInterleaved1F1B", 2)
+    assert got[(1, 1)][1:] == ("Schedule1F1B", 1)
+    assert got[(2, 1)][0] == pytest.approx(got[(1, 1)][0], rel=1e-6) and got[(2, 0)][0] == 0.0

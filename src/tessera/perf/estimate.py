@@ -45,7 +45,7 @@ from typing import Any
 from tessera.dtensor_tp import uses_dtensor
 from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
-from tessera.memory.layout import DeviceView
+from tessera.memory.layout import DeviceView, pipeline_in_flight
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
 from tessera.perf.comm import (
@@ -744,24 +744,25 @@ def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
 
 def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:
     """The memory module's view of one replica of stage ``index`` running ``micro_batch`` samples per
-    micro-batch (uneven TP as the even shard; 1F1B holds ``stages − index`` micro-batches in flight)."""
+    micro-batch (uneven TP as the even shard; in flight as ``memory.layout.pipeline_in_flight`` counts them)."""
     return _view(plan.stages[index], index, micro_batch, _plan_wide(plan))
 
 
 def _plan_wide(plan: Plan) -> tuple:
     """What a stage's memory view takes from its plan: (stages, micro-batches, global batch, schedule,
-    precision, recompute, attention, optimizer, ZeRO stage)."""
+    precision, recompute, attention, optimizer, ZeRO stage, virtual stages)."""
     return (plan.n_stages, plan.micro_batches, plan.global_batch, plan.schedule.value, plan.precision.value,
-            plan.recompute.value, plan.attention.value, plan.optimizer.value, plan.zero)  # fmt: skip
+            plan.recompute.value, plan.attention.value, plan.optimizer.value, plan.zero,
+            plan.virtual_stages)  # fmt: skip
 
 
 def _view(st: Stage, index: int, micro_batch: int, wide: tuple) -> DeviceView:
-    n_stages, B, _, schedule, precision, recompute, attention, optimizer, zero = wide
+    n_stages, B, _, schedule, precision, recompute, attention, optimizer, zero, v = wide
     return DeviceView(
         layer_start=st.layer_start,
         layer_end=st.layer_end,
         micro_batch=micro_batch,
-        in_flight=B if schedule == "gpipe" else min(n_stages - index, B),
+        in_flight=pipeline_in_flight(schedule, n_stages, index, B, v),
         dp=st.dp_degree,
         tp=st.tp_degree,
         precision=precision,

@@ -208,7 +208,9 @@ class StageSpace:
             named = [enum(v).value for enum, v in wide]
         except ValueError:  # not a valid plan: its carriers raise the PlanError when they are built
             named = [v for _, v in wide]
-        self._wide = (self.n_stages, self.micro_batches, settings.global_batch, *named, rung.zero)
+        self._wide = (
+            self.n_stages, self.micro_batches, settings.global_batch, *named, rung.zero, self.virtual_stages
+        )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- options
     def _stage(self, s: int, dp: int, tp: int) -> Stage | None:
