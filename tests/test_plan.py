@@ -61,3 +61,33 @@ def test_simple_plan_even_layers_and_shares():
     assert p.world_size == 6
     with pytest.raises(PlanError, match="pp"):
         simple_plan("m", n_layers=2, global_batch=4, seq_len=8, pp=3)
+
+
+def test_virtual_stages_chunks_round_trip_and_validation():
+    """Interleaving keeps each stage's layer count, cut into chunks placed round-robin (virtual stage c·S + s);
+    old plan JSON without the field loads as the plain schedule; bad values name the field."""
+    plan = simple_plan("m", n_layers=10, global_batch=8, seq_len=16, pp=2, micro_batches=4,
+                       layer_cuts=(4,), virtual_stages=3)  # fmt: skip
+    assert plan.stage_chunks() == (((0, 2), (4, 5), (7, 8)), ((2, 4), (5, 7), (8, 10)))
+    assert [plan.stage_of_layer(i) for i in range(10)] == [0, 0, 1, 1, 0, 1, 1, 0, 1, 1]
+    assert Plan.from_json(plan.to_json()) == plan
+    old = plan.to_dict()
+    del old["virtual_stages"]
+    old["micro_batches"] = 3
+    plain = Plan.from_dict(old)
+    assert plain.virtual_stages == 1 and plain.stage_chunks() == (((0, 4),), ((4, 10),))
+    assert plain.stage_of_layer(4) == 1
+    with pytest.raises(KeyError):
+        plain.stage_of_layer(10)
+    for kw, reason in (
+        ({"virtual_stages": 0}, ">= 1"),
+        ({"virtual_stages": 2, "schedule": "gpipe"}, "1F1B"),
+        ({"virtual_stages": 2, "micro_batches": 5}, "multiple of the stages"),
+        ({"virtual_stages": 5}, "fewer than its 5 chunks"),
+    ):
+        with pytest.raises(PlanError, match=reason) as err:
+            simple_plan("m", n_layers=10, global_batch=8, seq_len=16, pp=2,
+                        **{"micro_batches": 4, "layer_cuts": (4,), **kw})  # fmt: skip
+        assert err.value.field == "virtual_stages"
+    with pytest.raises(PlanError, match="virtual_stages"):
+        simple_plan("m", n_layers=10, global_batch=8, seq_len=16, pp=1, virtual_stages=2)

@@ -146,6 +146,9 @@ class Plan:
     model_heads: int | None = None  # attention heads, checked against even TP degrees
     # key/value heads (fewer than model_heads under grouped-query attention): TP ranks hold whole ones
     model_kv_heads: int | None = None
+    # interleaved 1F1B (Megatron's virtual pipeline): each stage's layers run as this many chunks, placed
+    # round-robin over the stages (see ``stage_chunks``); 1 = the plain schedule
+    virtual_stages: int = 1
     version: int = PLAN_VERSION
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -186,6 +189,37 @@ class Plan:
                 if d.rank == rank:
                     return i, j // s.tp_degree, j % s.tp_degree
         raise KeyError(f"rank {rank} is not in the plan")
+
+    def stage_chunks(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """``[stage][chunk]`` model-layer ranges [start, end) each stage runs, as Megatron interleaves them.
+
+        Stage ``s`` keeps its layer count ``n_s`` (what its ``layer_start``/``layer_end`` say, so memory and
+        time estimates price it by that count), split into ``virtual_stages`` chunks as evenly as possible
+        (the remainder to the first chunks). Chunk ``c`` of stage ``s`` is virtual stage ``k = c·S + s``; the
+        virtual stages take consecutive layers from layer 0 in ``k`` order, so a micro-batch visits every
+        stage ``virtual_stages`` times, the embedding stays on stage 0 and the head on the last. With one
+        virtual stage these are the stages' own ranges."""
+        v, n = self.virtual_stages, self.n_stages
+        if v == 1:
+            return tuple(((s.layer_start, s.layer_end),) for s in self.stages)
+        sizes = []
+        for st in self.stages:
+            base, extra = divmod(st.n_layers, v)
+            sizes.append([base + (1 if c < extra else 0) for c in range(v)])
+        out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        pos = self.stages[0].layer_start
+        for k in range(v * n):
+            c, s = divmod(k, n)
+            out[s].append((pos, pos + sizes[s][c]))
+            pos += sizes[s][c]
+        return tuple(tuple(chunks) for chunks in out)
+
+    def stage_of_layer(self, layer: int) -> int:
+        """The stage whose devices hold model layer ``layer`` (under interleaving, in one of its chunks)."""
+        for s, chunks in enumerate(self.stage_chunks()):
+            if any(a <= layer < b for a, b in chunks):
+                return s
+        raise KeyError(f"layer {layer} is not in the plan's stages")
 
     # ------------------------------------------------------------- validation
     def validate(self) -> None:
@@ -297,6 +331,32 @@ class Plan:
         ranks = sorted(seen)
         if ranks != list(range(len(ranks))):
             raise PlanError("stages", f"ranks must be 0..{len(ranks) - 1}, got {ranks}")
+        self._validate_virtual_stages()
+
+    def _validate_virtual_stages(self) -> None:
+        """Interleaving is 1F1B's (Megatron's schedule, torch's ``ScheduleInterleaved1F1B``), over several
+        stages, with whole rounds of micro-batches (one per stage) and at least one layer in every chunk."""
+        v = self.virtual_stages
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PlanError("virtual_stages", f"must be an integer >= 1, got {v!r}")
+        if v == 1:
+            return
+        if self.schedule != Schedule.ONE_F_ONE_B:
+            raise PlanError("virtual_stages", f"interleaving is a 1F1B schedule, not {self.schedule.value}")
+        if self.n_stages < 2:
+            raise PlanError("virtual_stages", f"{v} virtual stages need a pipeline of >= 2 stages")
+        if self.micro_batches % self.n_stages:
+            raise PlanError(
+                "virtual_stages",
+                f"interleaved 1F1B needs micro_batches ({self.micro_batches}) to be a multiple of the "
+                f"stages ({self.n_stages})",
+            )
+        for i, st in enumerate(self.stages):
+            if st.n_layers < v:
+                raise PlanError(
+                    "virtual_stages",
+                    f"stages[{i}] has {st.n_layers} layers, fewer than its {v} chunks",
+                )
 
     # ------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:

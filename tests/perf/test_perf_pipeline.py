@@ -92,7 +92,7 @@ def test_estimate_and_planner_space_take_virtual_stages():
     plan = simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, global_batch=16, pp=4,
                        gpu_type="A100-40GB", micro_batches=8, precision="bf16")  # fmt: skip
     plain = estimate_plan(plan, spec)
-    inter = estimate_plan(plan, spec, virtual_stages=3)
+    inter = estimate_plan(plan.with_(virtual_stages=3), spec)  # the plan's own interleaving
     assert inter.bubble_s == pytest.approx(plain.bubble_s / 3)
     assert inter.iteration_time_s < plain.iteration_time_s
 
@@ -111,3 +111,43 @@ def test_estimate_and_planner_space_take_virtual_stages():
     choice = [0] * len(bounds)
     one, three = space(1).estimate(choice), space(3).estimate(choice)
     assert three.bubble_s == pytest.approx(one.bubble_s / 3) and one.bubble_s > 0
+    # the space's plans carry the interleaving it prices, so the chosen Plan runs what was priced
+    assert space(3).plan(choice).virtual_stages == 3 and space(1).plan(choice).virtual_stages == 1
+    assert three == estimate_plan(space(3).plan(choice), spec)
+
+
+def test_planner_assembly_prices_interleaving_as_the_estimate():
+    """The space's assembly (enumerated and bottleneck-threshold) gives the interleaved plan's estimate; a
+    setting the stages cannot carry (micro-batches not a multiple of the stages) falls back to plain 1F1B."""
+    import pytest
+
+    from tessera.models.zoo import get_spec
+    from tessera.perf.estimate import Topology, estimate_plan
+    from tessera.plan import Device, simple_plan
+    from tessera.planning import space as space_mod
+    from tessera.planning.space import StageSpace, TrainSettings
+
+    spec = get_spec("gpt2")
+    plan = simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, global_batch=16, pp=2,
+                       gpu_type="A100-40GB", micro_batches=8, precision="bf16")  # fmt: skip
+    bounds = [(st.layer_start, st.layer_end) for st in plan.stages]
+    devices = [[Device(0, "A100-40GB") for _ in range(4)] for _ in bounds]  # 3 (dp, tp) options per stage
+
+    def space(v: int, micro: int = 8) -> StageSpace:
+        settings = TrainSettings("gpt2", 16, spec.seq_len, precision="bf16", virtual_stages=v)
+        return StageSpace(spec, settings, bounds, devices, Topology(), micro_batches=micro)
+
+    inter = space(2)
+    best = inter.assemble()
+    assert best is not None and inter.plan(best.options).virtual_stages == 2
+    priced = estimate_plan(inter.plan(best.options), spec)
+    assert best.iteration_time_s == pytest.approx(priced.iteration_time_s, rel=1e-12)
+    old = space_mod.MAX_ENUMERATED
+    space_mod.MAX_ENUMERATED = 1  # force the threshold search
+    try:
+        searched = space(2).assemble()
+    finally:
+        space_mod.MAX_ENUMERATED = old
+    assert searched is not None and searched.options == best.options
+    assert searched.iteration_time_s == pytest.approx(best.iteration_time_s, rel=1e-9)
+    assert space(2, micro=7).virtual_stages == 1 and space(2, micro=7).plan(best.options).virtual_stages == 1

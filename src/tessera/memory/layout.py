@@ -21,6 +21,34 @@ class LayoutError(ValueError):
         self.field = field_name
 
 
+def interleaved_chunk_passes(n_stages: int, stage: int, micro_batches: int, virtual_stages: int) -> int:
+    """Chunk forwards whose activations stage ``stage`` holds at its peak under interleaved 1F1B.
+
+    torch's ``ScheduleInterleaved1F1B`` (``_get_warmup_ops``) runs ``(v − 1)·R + 2·(S − 1 − stage)`` forward
+    chunk-passes before its first backward (``R``, a round's micro-batches: ``S`` when ``micro_batches`` is a
+    multiple of the stages), then one forward before each backward: one more at the peak, capped by the
+    ``v · micro_batches`` passes of the step."""
+    v, S, B = virtual_stages, n_stages, micro_batches
+    rounds = max(1, B // S)
+    warmup = (v - 1) * (B // rounds) + 2 * (S - 1 - stage)
+    return min(warmup + 1, v * B)
+
+
+def pipeline_in_flight(
+    schedule: str, n_stages: int, stage: int, micro_batches: int, virtual_stages: int = 1
+) -> int:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage micro-batches: GPipe all of
+    them, 1F1B stage i of S holds S − i; interleaved (``virtual_stages`` = v > 1), its
+    :func:`interleaved_chunk_passes` of chunks holding about 1/v of its layers each, rounded up (Megatron's
+    ``1 + (S − 1)/(S·v)`` more than plain 1F1B on the first stage)."""
+    if schedule == "gpipe":
+        return micro_batches
+    if virtual_stages > 1:
+        passes = interleaved_chunk_passes(n_stages, stage, micro_batches, virtual_stages)
+        return min(-(-passes // virtual_stages), micro_batches)
+    return min(n_stages - stage, micro_batches)
+
+
 @dataclass(frozen=True)
 class Layout:
     """A regular layout: every stage has the same dp × tp; blocks split evenly over pp stages."""
@@ -51,9 +79,7 @@ class Layout:
 
     def in_flight(self, stage: int) -> int:
         """Micro-batches whose activations a stage holds at its peak: 1F1B stage i of S holds S − i."""
-        if self.schedule == "gpipe":
-            return self.micro_batches
-        return min(self.pp - stage, self.micro_batches)
+        return pipeline_in_flight(self.schedule, self.pp, stage, self.micro_batches)
 
     def validate(self, spec: ModelSpec) -> None:
         for name, allowed in (

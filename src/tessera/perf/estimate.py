@@ -45,7 +45,7 @@ from typing import Any
 from tessera.dtensor_tp import uses_dtensor
 from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
-from tessera.memory.layout import DeviceView
+from tessera.memory.layout import DeviceView, pipeline_in_flight
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
 from tessera.perf.comm import (
@@ -744,24 +744,25 @@ def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
 
 def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:
     """The memory module's view of one replica of stage ``index`` running ``micro_batch`` samples per
-    micro-batch (uneven TP as the even shard; 1F1B holds ``stages − index`` micro-batches in flight)."""
+    micro-batch (uneven TP as the even shard; in flight as ``memory.layout.pipeline_in_flight`` counts them)."""
     return _view(plan.stages[index], index, micro_batch, _plan_wide(plan))
 
 
 def _plan_wide(plan: Plan) -> tuple:
     """What a stage's memory view takes from its plan: (stages, micro-batches, global batch, schedule,
-    precision, recompute, attention, optimizer, ZeRO stage)."""
+    precision, recompute, attention, optimizer, ZeRO stage, virtual stages)."""
     return (plan.n_stages, plan.micro_batches, plan.global_batch, plan.schedule.value, plan.precision.value,
-            plan.recompute.value, plan.attention.value, plan.optimizer.value, plan.zero)  # fmt: skip
+            plan.recompute.value, plan.attention.value, plan.optimizer.value, plan.zero,
+            plan.virtual_stages)  # fmt: skip
 
 
 def _view(st: Stage, index: int, micro_batch: int, wide: tuple) -> DeviceView:
-    n_stages, B, _, schedule, precision, recompute, attention, optimizer, zero = wide
+    n_stages, B, _, schedule, precision, recompute, attention, optimizer, zero, v = wide
     return DeviceView(
         layer_start=st.layer_start,
         layer_end=st.layer_end,
         micro_batch=micro_batch,
-        in_flight=B if schedule == "gpipe" else min(n_stages - index, B),
+        in_flight=pipeline_in_flight(schedule, n_stages, index, B, v),
         dp=st.dp_degree,
         tp=st.tp_degree,
         precision=precision,
@@ -937,13 +938,12 @@ def compose(
     topo: Topology,
     *,
     overlap_dp: bool = False,
-    virtual_stages: int = 1,
 ) -> Estimate:
     """The plan's estimate from its stages' costs and its boundaries' send/recv times.
 
-    ``virtual_stages``: price the interleaved 1F1B schedule with that many chunks per device
-    (:func:`~tessera.perf.pipeline.pipeline_time`; the last device's hand-back to the first is priced as the
-    mean boundary send: it moves the same hidden-state activation).
+    A plan with ``virtual_stages`` > 1 is priced as the interleaved 1F1B schedule it runs, each stage by its
+    own layer count (:func:`~tessera.perf.pipeline.pipeline_time`; the last device's hand-back to the first is
+    priced as the mean boundary send: it moves the same hidden-state activation).
 
     iteration = pipeline (steady + bubble + first-pass p2p) + the slowest stage's tail (exposed gradient sync
     + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward."""
@@ -955,7 +955,7 @@ def compose(
         plan.micro_batches,
         schedule=plan.schedule.value,
         p2p_s=p2p_s,
-        virtual_stages=virtual_stages,
+        virtual_stages=plan.virtual_stages,
     )
     syncs = [
         max(0.0, c.dp_sync_s - b) if overlap_dp else c.dp_sync_s for c, b in zip(costs, bwd, strict=True)
@@ -1003,14 +1003,13 @@ def estimate_plan(
     cost: CostModel | None = None,
     overlap_dp: bool = False,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
-    virtual_stages: int = 1,
 ) -> Estimate:
     """Estimate one iteration of ``plan`` for model ``spec``.
 
     ``cluster_or_gpu_map``: a ClusterSpec (devices' ``node`` names its nodes, for links), or a map from the
     plan's ``gpu_type`` names to GPUSpecs, or None (catalog lookup, all devices on one node). ``cost``: the
     measured profiles, communication tables and calibration to prefer over datasheets (none by default).
-    ``virtual_stages``: the interleaved 1F1B schedule's chunks per device (1: the plan's own schedule).
+    The plan's ``virtual_stages`` (interleaved 1F1B) is priced as it runs.
     """
     check_plan_fits_spec(plan, spec)
     cost = cost or CostModel()
@@ -1022,4 +1021,4 @@ def estimate_plan(
     p2p = [
         boundary_s(plan, spec, a, b, topo, cost) for a, b in zip(plan.stages, plan.stages[1:], strict=False)
     ]
-    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp, virtual_stages=virtual_stages)
+    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp)

@@ -7,7 +7,9 @@ boundary send/recv couples neighbours, a plan's iteration time is
 
     Σ_s t_s + (B − 1) · max_s t_s + 2 · Σ_s p2p(s, s + 1) + max_s (dp_sync_s + optimizer_s)
 
-so the cost of every combination of per-stage options can be assembled from ``Σ options`` stage costs (Crius
+(interleaved 1F1B with v chunks per device, where the settings ask for it and the plan can carry it:
+``B · max_s t_s + (Σ_s t_s − max_s t_s) / v`` and each boundary weighing :func:`p2p_weight`), so the cost of
+every combination of per-stage options can be assembled from ``Σ options`` stage costs (Crius
 §5.1's 2^S assembly from two profiled variants per stage) instead of pricing every combination from scratch.
 :meth:`StageSpace.assemble` enumerates the combinations with numpy — exactly the figures
 :func:`tessera.perf.estimate.estimate_plan` would give each of them, at a fraction of the cost.
@@ -64,7 +66,30 @@ class TrainSettings:
     optimizer: str = "adamw"
     attention: str = "flash"
     schedule: str = "1f1b"
-    virtual_stages: int = 1  # interleaved 1F1B chunks per device, as the estimate prices it (1: plain)
+    # interleaved 1F1B chunks per device (1: plain); a space's plans carry it where it applies (see
+    # ``StageSpace.virtual_stages``), so the chosen Plan runs the schedule that was priced
+    virtual_stages: int = 1
+
+
+def applicable_virtual_stages(
+    settings: TrainSettings, bounds: Sequence[tuple[int, int]], micro_batches: int
+) -> int:
+    """The settings' interleaving where a plan of these stages can carry it (``Plan.virtual_stages``'s rules:
+    1F1B, >= 2 stages, micro-batches a multiple of the stages, a layer in every chunk), else 1 (plain)."""
+    v = settings.virtual_stages
+    if v <= 1 or settings.schedule != "1f1b" or len(bounds) < 2 or micro_batches % len(bounds):
+        return 1
+    return v if all(b - a >= v for a, b in bounds) else 1
+
+
+def p2p_weight(virtual_stages: int, n_stages: int) -> float:
+    """What one boundary's send/recv time weighs in the iteration: 2 (there and back, first micro-batch);
+    interleaved, every boundary is crossed v times each way and the last device's v − 1 hand-backs to the
+    first, priced as the mean boundary (``perf.pipeline.pipeline_time``), spread over the S − 1 boundaries."""
+    v = virtual_stages
+    if v == 1 or n_stages < 2:
+        return 2.0
+    return 2.0 * v + 2.0 * (v - 1) / (n_stages - 1)
 
 
 @dataclass(frozen=True)
@@ -148,6 +173,7 @@ class StageSpace:
         self.n_stages = len(bounds)
         self.micro_batches = micro_batches or default_micro_batches(self.n_stages, settings.global_batch)
         self.bounds = tuple(bounds)
+        self.virtual_stages = applicable_virtual_stages(settings, self.bounds, self.micro_batches)
         arch = spec.arch
         self.heads = arch.n_heads if isinstance(arch, TransformerArch) else None
         self.kv_heads = arch.n_kv_heads if isinstance(arch, TransformerArch) else None
@@ -182,7 +208,9 @@ class StageSpace:
             named = [enum(v).value for enum, v in wide]
         except ValueError:  # not a valid plan: its carriers raise the PlanError when they are built
             named = [v for _, v in wide]
-        self._wide = (self.n_stages, self.micro_batches, settings.global_batch, *named, rung.zero)
+        self._wide = (
+            self.n_stages, self.micro_batches, settings.global_batch, *named, rung.zero, self.virtual_stages
+        )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- options
     def _stage(self, s: int, dp: int, tp: int) -> Stage | None:
@@ -237,6 +265,7 @@ class StageSpace:
             model_layers=self.spec.n_layers,
             model_heads=self.heads,
             model_kv_heads=self.kv_heads,
+            virtual_stages=self.virtual_stages,
         )
 
     def _carrier(self, s: int, j: int) -> Plan:
@@ -333,8 +362,7 @@ class StageSpace:
         plan = self.plan(choice)
         costs = [self.stage_cost(s, j) for s, j in enumerate(choice)]
         p2p = [self.p2p(s, choice[s], choice[s + 1]) for s in range(self.n_stages - 1)]
-        v = self.settings.virtual_stages if plan.micro_batches % plan.n_stages == 0 else 1
-        return compose(plan, self.spec, costs, p2p, self.topo, virtual_stages=v)
+        return compose(plan, self.spec, costs, p2p, self.topo)
 
     # --------------------------------------------------------------------------------- assembly
     def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Choice | None:
@@ -359,10 +387,15 @@ class StageSpace:
             if idx.ndim == 1:
                 idx = idx.reshape(-1, S)
             T = np.stack([t[s][idx[:, s]] for s in range(S)], axis=1)
-            it = T.sum(axis=1) + (B - 1) * T.max(axis=1)
+            v = self.virtual_stages
+            if v == 1:
+                it = T.sum(axis=1) + (B - 1) * T.max(axis=1)
+            else:  # interleaved: the fill and drain shrink v-fold (perf.pipeline.pipeline_time)
+                it = B * T.max(axis=1) + (T.sum(axis=1) - T.max(axis=1)) / v
             it += np.stack([sync[s][idx[:, s]] for s in range(S)], axis=1).max(axis=1)
+            w = p2p_weight(v, S)
             for s in range(S - 1):
-                it += 2.0 * p2p[s][idx[:, s], idx[:, s + 1]]
+                it += w * p2p[s][idx[:, s], idx[:, s + 1]]
             feas = np.stack([ok[s][idx[:, s]] for s in range(S)], axis=1).all(axis=1)
             pick = np.where(feas, it, np.inf)
             best = int(np.argmin(pick)) if feas.any() else int(np.argmin(it))
@@ -388,7 +421,8 @@ class StageSpace:
         """Too many combinations to list: fix the bottleneck stage time τ (one of the options' times), then
         a Viterbi pass minimizes Σ t + 2 Σ p2p over options with t ≤ τ; the best over τ of the exact total.
         Exact but for the tail (DP sync + optimizer step), which is added after the choice."""
-        B, S = self.micro_batches, self.n_stages
+        B, S, v = self.micro_batches, self.n_stages, self.virtual_stages
+        w = v * p2p_weight(v, S)  # the pass minimizes v × (Σ t / v + weighted Σ p2p)
         taus = np.unique(np.concatenate([x[o] for x, o in zip(t, ok, strict=True)]))
         best: tuple[float, list[int]] | None = None
         evaluations = 0
@@ -396,7 +430,7 @@ class StageSpace:
             cost = np.where((t[0] <= tau) & ok[0], t[0], np.inf)
             back: list[np.ndarray] = []
             for s in range(1, S):
-                trans = cost[:, None] + 2.0 * p2p[s - 1]
+                trans = cost[:, None] + w * p2p[s - 1]
                 arg = np.argmin(trans, axis=0)
                 here = np.where((t[s] <= tau) & ok[s], t[s], np.inf)
                 cost = trans[arg, np.arange(len(arg))] + here
@@ -410,7 +444,11 @@ class StageSpace:
                 path.append(int(arg[path[-1]]))
             path.reverse()
             times = [float(t[s][path[s]]) for s in range(S)]
-            total_s = float(cost[j]) + (B - 1) * max(times) + max(float(sync[s][path[s]]) for s in range(S))
+            if v == 1:
+                total_s = float(cost[j]) + (B - 1) * max(times)
+            else:
+                total_s = float(cost[j]) / v + (B - 1 / v) * max(times)
+            total_s += max(float(sync[s][path[s]]) for s in range(S))
             if best is None or total_s < best[0]:
                 best = (total_s, path)
         if best is None:

@@ -12,6 +12,11 @@ counts the parameters its DP group trusts it with (replica 0, the ZeRO owner, or
 TP-replicated one only on TP rank 0, and a parameter tied across stages only on the stage of its canonical
 layer; one 1-element SUM all-reduce then gives every rank the same norm, whatever the shares and degrees.
 
+Under interleaved 1F1B (``Plan.virtual_stages`` > 1) a rank builds one ``StageModel`` per chunk of its stage
+(``Plan.stage_chunks``), held together as a ``StageChunks``: everything above (masters, optimizer, syncs, norms,
+checkpoint pieces, dropout, casts) runs over the union of the chunks, and torch's ``ScheduleInterleaved1F1B``
+runs each chunk as its own virtual stage. With one virtual stage the rank's stage is the ``StageModel`` itself.
+
 A non-finite loss is otherwise the caller's to handle (the default, ``fail``: the worker ends the job at that
 step); ``skip_nonfinite`` costs one 1-element all-reduce per step, so every rank skips the same steps.
 """
@@ -30,7 +35,7 @@ from torch import nn
 
 from tessera.dtensor_tp import uses_dtensor
 from tessera.nn.optimizers import make_optimizer
-from tessera.plan import Plan, Precision
+from tessera.plan import Plan, PlanError, Precision
 from tessera.runtime.checkpoint import Want
 from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
 from tessera.runtime.groups import Layout, build_layout
@@ -38,7 +43,7 @@ from tessera.runtime.model import ModelFactory, TPSpec, layer_of, tied_groups
 from tessera.runtime.pipeline import PipelineRunner
 from tessera.runtime.schedule import Training, set_dropout
 from tessera.runtime.shards import ShardSpec
-from tessera.runtime.stage import ParamEntry, StageModel, build_stage
+from tessera.runtime.stage import ParamEntry, StageChunks, StageModel, build_stage
 from tessera.runtime.torch_parallel import (
     as_like,
     dtensor_spec,
@@ -47,7 +52,11 @@ from tessera.runtime.torch_parallel import (
     local,
     mesh_of,
 )
-from tessera.runtime.torch_pipeline import TorchPipelineRunner, torch_pipeline_fits
+from tessera.runtime.torch_pipeline import (
+    TorchPipelineRunner,
+    torch_pipeline_fits,
+    torch_pipeline_refusal,
+)
 from tessera.runtime.transport import Transport
 
 
@@ -117,6 +126,14 @@ class Trainer:
         self.rank = rank
         self.device = device
         self.skip_nonfinite = skip_nonfinite
+        if plan.virtual_stages > 1:  # interleaved 1F1B runs on torch's schedule only
+            reason = torch_pipeline_refusal(plan)
+            if reason:
+                raise PlanError(
+                    "virtual_stages",
+                    f"interleaved 1F1B ({plan.virtual_stages} virtual stages) runs on "
+                    f"torch.distributed.pipelining, which cannot run this plan: {reason}",
+                )
         ties = tied_groups(factory, plan.attention.value, plan.recompute.value)
         self.layout: Layout = build_layout(
             plan, rank, ties=tuple(tuple(layer_of(f) for f in g) for g in ties)
@@ -134,19 +151,26 @@ class Trainer:
                 gather_bf16=plan.precision == Precision.BF16,
                 reshard_after_forward=plan.zero >= 3,
             )
-        self.stage = build_stage(
-            factory,
-            (st.layer_start, st.layer_end),
-            seed,
-            tp=tp,
-            tp_group=lay.tp_group,
-            attention=plan.attention.value,
-            recompute=plan.recompute.value,
-            device=device,
-            ties=ties,
-            dtensor_tp=uses_dtensor(st.tp_degree, st.even_tp),
-            fully_shard=shard,
-            where=f"stages[{lay.stage_index}].tp_degree",
+        # the stage's layer ranges: its own, or (interleaved) one per chunk, each built as a stage of its own
+        self.chunks: list[StageModel] = [
+            build_stage(
+                factory,
+                chunk,
+                seed,
+                tp=tp,
+                tp_group=lay.tp_group,
+                attention=plan.attention.value,
+                recompute=plan.recompute.value,
+                device=device,
+                ties=ties,
+                dtensor_tp=uses_dtensor(st.tp_degree, st.even_tp),
+                fully_shard=shard,
+                where=f"stages[{lay.stage_index}].tp_degree",
+            )
+            for chunk in plan.stage_chunks()[lay.stage_index]
+        ]
+        self.stage: StageModel | StageChunks = (
+            self.chunks[0] if len(self.chunks) == 1 else StageChunks.of(self.chunks)
         )
         if self.training.dropout is not None:
             set_dropout(self.stage.module, self.training.dropout)
@@ -193,9 +217,9 @@ class Trainer:
         self.transport = Transport(device)
         self.runner: PipelineRunner | TorchPipelineRunner
         if torch_pipeline_fits(plan):  # a regular pipeline: PyTorch's schedules and p2p
-            self.runner = TorchPipelineRunner(lay, self.stage, device, self._autocast)
+            self.runner = TorchPipelineRunner(lay, self.chunks, device, self._autocast)
         else:
-            self.runner = PipelineRunner(lay, self.stage, self.transport, device, self._autocast)
+            self.runner = PipelineRunner(lay, self.chunks[0], self.transport, device, self._autocast)
 
     def _counts_for_norm(self, e: ParamEntry, m: nn.Parameter) -> bool:
         """Whether this rank's gradient piece of ``e`` enters the global norm (each element exactly once)."""
@@ -204,8 +228,7 @@ class Trainer:
         if e.spec.replicated and self.layout.tp_rank != 0:
             return False
         if any(c.fqn == e.fqn for c in self.stage.cross_stage):
-            st = self.layout.stage
-            return st.layer_start <= layer_of(e.fqn) < st.layer_end
+            return self.plan.stage_of_layer(layer_of(e.fqn)) == self.layout.stage_index
         return True
 
     def _fsdp_param(self, e: ParamEntry) -> bool:

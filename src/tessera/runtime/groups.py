@@ -127,9 +127,7 @@ def build_layout(
             members = tuple(ranks[r * s.tp_degree : (r + 1) * s.tp_degree])
             _maybe_group(layout, members, "tp", make_groups, i == stage_index and r == replica)
     for t, layers in enumerate(ties):
-        stages = sorted(
-            {i for i, s in enumerate(plan.stages) for layer in layers if s.layer_start <= layer < s.layer_end}
-        )
+        stages = sorted({plan.stage_of_layer(layer) for layer in layers})  # interleaved: by its chunks
         if len(stages) < 2 or not make_groups:
             continue
         members = [d.rank for i in stages for d in plan.stages[i].devices]

@@ -59,6 +59,53 @@ class StageModel:
         return vocab_parallel_cross_entropy(output, targets, start, group)
 
 
+class _ChunkModules(nn.Module):
+    """One rank's chunk modules under one root: what dropout, dtype casts, train/eval and the data's
+    ``make_batch`` (a model-level sampler, the same on every chunk) reach."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        super().__init__()
+        self.chunks = nn.ModuleList(modules)
+
+    def make_batch(self, *args: object, **kwargs: object) -> object:
+        return self.chunks[0].make_batch(*args, **kwargs)  # type: ignore[operator]
+
+
+@dataclass
+class StageChunks:
+    """One rank's stage of an interleaved pipeline (``Plan.virtual_stages`` > 1): one ``StageModel`` per chunk,
+    in chunk order. It offers what the trainer reads of a ``StageModel`` (``module``, ``entries``,
+    ``cross_stage``, ``loss``) over the union of the chunks, so the optimizer, gradient sync, norms and
+    checkpoints see every parameter the rank holds; the pipeline runs each chunk as its own virtual stage."""
+
+    chunks: list[StageModel]
+    module: nn.Module
+
+    @classmethod
+    def of(cls, chunks: list[StageModel], where: str = "virtual_stages") -> StageChunks:
+        """The chunks as one stage; a parameter tied across two chunks of this rank is refused (each chunk
+        would hold its own copy of it)."""
+        seen: set[str] = set()
+        for e in (e for c in chunks for e in c.cross_stage):
+            if e.fqn in seen:
+                raise PlanError(
+                    where, f"{e.fqn} is tied across two chunks of one stage, which is not supported"
+                )
+            seen.add(e.fqn)
+        return cls(chunks, _ChunkModules([c.module for c in chunks]))
+
+    @property
+    def entries(self) -> list[ParamEntry]:
+        return [e for c in self.chunks for e in c.entries]
+
+    @property
+    def cross_stage(self) -> list[ParamEntry]:
+        return [e for c in self.chunks for e in c.cross_stage]
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.chunks[-1].loss(output, targets)  # the last chunk holds the head, on the last stage
+
+
 def build_stage(
     factory: ModelFactory,
     layer_range: tuple[int, int],

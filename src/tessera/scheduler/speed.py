@@ -295,8 +295,8 @@ class FastStageSpace(StageSpace):
         total = math.prod(len(a) for a in allowed)
         if any(not a for a in allowed):
             return None
-        if total <= _SMALL_ENUMERATION or total > MAX_ENUMERATED:
-            return super().assemble(allowed)
+        if total <= _SMALL_ENUMERATION or total > MAX_ENUMERATED or self.virtual_stages > 1:
+            return super().assemble(allowed)  # (interleaved: the planner's own assembly prices it)
         self.warm_memory([(s, j) for s, a in enumerate(allowed) for j in a])
         S = self.n_stages
         costs = [[self.stage_cost(s, j) for j in a] for s, a in enumerate(allowed)]
