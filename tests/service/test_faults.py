@@ -57,13 +57,14 @@ def ended(s: Served, jid: int) -> dict | None:
 @pytest.mark.timeout(180)
 def test_a_launch_behind_a_stopping_gang_is_not_timed_out(served):
     """A launch whose GPUs another gang still holds while it stops (a final checkpoint may take minutes) waits
-    for them past the placement timeout; with nothing being handed over, the timeout stands."""
+    for them past the placement timeout; with nothing being handed over, the timeout stands; a stop asked
+    while it waits ends the wait (the job had been moved on: it must not sit behind the jobs given its GPUs)."""
     import threading
 
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    from tessera.service.ray_backend import wait_placed
+    from tessera.service.ray_backend import PlacementCancelled, wait_placed
 
     gpus = int(ray.cluster_resources().get("GPU", 0))
     blocker = placement_group([{"GPU": 1}] * gpus, strategy="PACK")  # every GPU: the "stopping gang"
@@ -79,6 +80,13 @@ def test_a_launch_behind_a_stopping_gang_is_not_timed_out(served):
     try:
         with pytest.raises(RuntimeError, match="not ready after 2 s"):
             wait_placed(ray, [want], 2.0)
+        # a stop asked while placing (the next round moved the job on) ends the wait at once, hand-over or not
+        t0 = time.time()
+        with pytest.raises(PlacementCancelled):
+            wait_placed(
+                ray, [want], 30.0, handing_over=lambda: True, cancelled=lambda: time.time() - t0 > 1.0
+            )
+        assert time.time() - t0 < 10.0
         timer.start()
         t0 = time.time()
         wait_placed(ray, [want], 8.0, handing_over=lambda: not released.is_set())
@@ -238,7 +246,16 @@ def test_device_workers_run_at_this_process_priority(served):
     """Ray starts its workers at niceness 15; the embedded devices are priced from profiles taken at the default
     priority, so their workers run at the server's (else any other process on the machine takes their CPU
     first and the measured steps part from the estimates)."""
+    import ray
+
     own = os.getpriority(os.PRIO_PROCESS, 0)
+
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    # a worker of the pool the devices' actors come from (the earlier tests' workers may have been reaped)
+    assert ray.get(niceness.remote(), timeout=120) == own
     names = {}
     for pid in _descendants(os.getpid()):
         with contextlib.suppress(OSError):

@@ -337,6 +337,10 @@ class GangEvents:
     on_checkpoint: Callable[[Gang, int], None] = lambda gang, step: None  # a complete checkpoint at this step
 
 
+class PlacementCancelled(RuntimeError):
+    """The gang was asked to stop (or killed) before its GPUs were placed: nothing ran, nothing to save."""
+
+
 def wait_placed(
     ray: Any,
     pgs: list[Any],
@@ -356,7 +360,7 @@ def wait_placed(
         if not pending:
             return
         if cancelled is not None and cancelled():
-            raise RuntimeError("cancelled while placing")
+            raise PlacementCancelled("cancelled while placing")
         if handing_over is not None and handing_over():
             deadline = time.time() + timeout_s
         elif time.time() > deadline:
@@ -466,6 +470,8 @@ class Gang:
             else:
                 self._launch()
             outcome, error, ckpt = self._watch()
+        except PlacementCancelled:  # stopped or killed before anything ran: the reason asked decides
+            outcome, error = "killed", None
         except Exception as e:  # noqa: BLE001 - reported as the gang's failure
             outcome, error = "failed", f"{type(e).__name__}: {e}".splitlines()[0][:500]
         finally:
@@ -554,8 +560,14 @@ class Gang:
                 )
             )
         self.pgs.extend(pgs)  # so a failure while placing still removes them
+        # a stop asked while still placing (a round moved the job on before its GPUs were free) ends the
+        # launch here: otherwise the gang waits behind the jobs given those GPUs, holding the job's place
         wait_placed(
-            ray, pgs, self.placement_timeout_s, handing_over=self.handing_over, cancelled=self._kill.is_set
+            ray,
+            pgs,
+            self.placement_timeout_s,
+            handing_over=self.handing_over,
+            cancelled=lambda: self._kill.is_set() or self._stop.is_set(),
         )
         return pgs
 
