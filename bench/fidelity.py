@@ -370,6 +370,8 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
     speed = SpeedSource(cluster, cost, models=ServiceModels())
     speed.factors = SpeedFactors(dict(factors))
     t0 = min(v["submitted_at"] for v in live["views"].values())
+    # the live server's forced rounds fall on the wall clock's multiples of the round: the same instants here
+    phase = (-t0) % round_s
     jobs = [job_of(parse_job(specs[i]), i, live["views"][i]["submitted_at"] - t0) for i in live["ids"]]
     for i in live["ids"]:
         speed.models.register(parse_job(specs[i]))  # type: ignore[attr-defined]
@@ -377,7 +379,8 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
         cluster, jobs, speed_table(speed), get_policy(policy),
         SimConfig(round_s=TICK_S, startup_s=costs["startup_s"]),
         restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
-        service_round_s=round_s, warm_start_s=costs.get("warm_start_s"), spare_s=SPARE_S,
+        service_round_s=round_s, service_round_phase_s=phase, warm_start_s=costs.get("warm_start_s"),
+        spare_s=SPARE_S,
         job_extra_s=job_extra_s,
     )  # fmt: skip
     sim.result = sim.run()  # type: ignore[attr-defined]

@@ -145,6 +145,34 @@ def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -
         )  # fmt: skip
 
 
+def test_forced_rounds_fall_where_the_live_servers_do() -> None:
+    """The live server forces a round at every multiple of its round on the wall clock; the replay places its
+    forced rounds at the same instants (``service_round_phase_s``: where the first falls after the first
+    arrival), so a time-sharing policy decides at the same moments live and replayed."""
+    from tessera.scheduler import Policy, SchedulingContext
+
+    class Recorder(Policy):
+        every_round = True
+
+        def __init__(self) -> None:
+            self.calls: list[float] = []
+
+        def schedule(self, ctx: SchedulingContext):
+            self.calls.append(ctx.now_s)
+            return get_policy("fcfs").schedule(ctx) or ctx.decision()
+
+    cluster = get_cluster("local")
+    spec = {"name": "a", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 3000}
+    pol = Recorder()
+    sim = ReplaySimulator(
+        cluster, [job_of(parse_job(spec), 1, 0.0)], speed_table(SpeedSource(cluster)), pol, SimConfig(round_s=0.25),
+        restart_s=1.0, believed_restart_s=20.0, service_round_s=2.0, service_round_phase_s=0.75,
+    )  # fmt: skip
+    sim.run()
+    forced = [t for t in pol.calls if t > 0.25]  # after the arrival's round
+    assert forced[:4] == pytest.approx([0.75, 2.75, 4.75, 6.75])
+
+
 def test_a_launch_onto_a_finished_jobs_spare_workers_starts_warm() -> None:
     # one GPU: job 2 arrives while job 1 runs and starts on its GPU when it finishes (job 1's worker is kept
     # as a spare: warm, 0.5 s); job 3 arrives long after the spare expired (cold, 6 s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import queue
 import statistics
@@ -192,8 +193,8 @@ class Controller:
                         force=periodic or any(t <= now for t in self._not_before.values()),
                         boundary=periodic,
                     )
-                    if periodic:
-                        self._next_round = now + self.config.round_s
+                    if periodic:  # on the wall clock's multiples of the round: a replay can place them
+                        self._next_round = (math.floor(now / self.config.round_s) + 1) * self.config.round_s
                 self.error = None
             except Exception as e:  # noqa: BLE001 - the loop must survive; the error is shown in /healthz
                 log.exception("control loop")

@@ -15,6 +15,7 @@ with their Cells and scores a replay against a live run:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,7 +78,9 @@ class ReplaySimulator(Simulator):
     about ten whatever its length, so a cost per job, not per step).
 
     The service's controller ticks every ``tick_s`` (asking the policy only when an arrival or completion
-    happened) and forces a round every ``service_round_s``; the simulator's own rounds are fixed boundaries.
+    happened) and forces a round at every multiple of ``service_round_s`` on the wall clock; the replay's
+    forced rounds fall at ``service_round_phase_s`` (the first one after its time 0, i.e. the first arrival)
+    and every ``service_round_s`` after; the simulator's own rounds are fixed boundaries.
     With ``service_round_s`` set, the simulator's round length must be ``tick_s``: every tick is a round the
     core answers only on events, and every ``service_round_s`` one is forced, as live."""
 
@@ -87,6 +90,7 @@ class ReplaySimulator(Simulator):
         restart_s: float,
         believed_restart_s: float,
         service_round_s: float | None = None,
+        service_round_phase_s: float = 0.0,
         warm_start_s: float | None = None,
         spare_s: float = 0.0,
         job_extra_s: Mapping[int, float] | None = None,
@@ -108,12 +112,14 @@ class ReplaySimulator(Simulator):
                 )
             self.sched.round_s = service_round_s  # what policies are told a round lasts
             tick = self.sched.tick
-            next_forced = [-float("inf")]
+            phase = service_round_phase_s % service_round_s
+            next_forced = [phase]
 
             def service_tick(now_s: float, *, force: bool = False):  # type: ignore[no-untyped-def]
                 periodic = now_s >= next_forced[0] - 1e-9
-                if periodic:
-                    next_forced[0] = now_s + service_round_s
+                if periodic:  # the next multiple of the round after now, from the phase (as live: wall clock)
+                    k = math.floor((now_s - phase) / service_round_s + 1e-9) + 1
+                    next_forced[0] = phase + k * service_round_s
                 return tick(now_s, force=force or periodic, boundary=periodic)
 
             self.sched.tick = service_tick  # type: ignore[method-assign]
