@@ -1,13 +1,15 @@
 """Benchmark: the simulator and every policy at ten times the cluster (issue 21 item 2), and a cold table build.
 
     python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300] [--cold-only]
-                              [--[no-]lp-columns]
+                              [--[no-]lp-columns] [--cold-only --trace gen:months-16k]
 
 1. **Cold tables** — with an empty table cache (a fresh ``$TESSERA_HOME``), the time from loading the Philly
    two-week window to the first simulated event on ``crius-sim-1280`` (trace, every configuration's rate
    table, jobs): ``cold_table_s`` (target <= 60 s on the 2-core dev box). The cache it fills is then shared by
    every run below (``crius-sim-12800``'s node shapes are ``crius-sim-1280``'s). ``--cold-only`` stops here
-   and writes bench/results/sim_cold.json (``cold_table_s``, ``cold_cpu_s``, ``cold_jobs``, ``configs``).
+   and writes bench/results/sim_cold.json (``cold_table_s``, ``cold_cpu_s``, ``cold_jobs``, ``configs``); with
+   ``--trace gen:FAMILY`` it times a generated trace of another shape instead, whole (``gen:months-16k``:
+   16,000 jobs over about three months, half multi-GPU), into ``sim_cold_<family>.json``.
 2. **Ten times the cluster** — ``crius-sim-12800`` (each node group of ``crius-sim-1280`` x10) replaying the
    same window as ``--copies`` interleaved copies (every row ``--copies`` times, copy i submitted i seconds
    later: arrivals ten times as dense, the same two weeks). Per policy ``sim_wall_s`` (target <= 120 s),
@@ -216,9 +218,14 @@ def main() -> int:
     ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
                     help="the tessera family solves its LP by column generation (Tessera(lp_columns=True)), or "
                          "with --no-lp-columns whole by HiGHS; default: the policy's default")  # fmt: skip
+    ap.add_argument("--trace", default="philly",
+                    help="philly (the window of --start/--end), or gen:FAMILY — a generated trace of another shape, "
+                         "e.g. gen:months-16k (16,000 jobs over months) — with --cold-only")  # fmt: skip
     ap.add_argument("--cold-only", action="store_true",
                     help="stop after the cold table build; write its figures to sim_cold.json")  # fmt: skip
     args = ap.parse_args()
+    if args.trace != "philly" and not (args.trace.startswith("gen:") and args.cold_only):
+        ap.error(f"--trace: {args.trace!r}: only philly, or gen:FAMILY with --cold-only")
     load_at_start = os.getloadavg()  # the machine is shared: the figures say how busy it was
     home = args.home or tempfile.mkdtemp(prefix="tessera-sim-scale-")
     os.environ["TESSERA_HOME"] = home  # read when the cache is opened: the cold phase starts empty
@@ -240,9 +247,17 @@ def main() -> int:
     # 1. cold tables: trace → tables → jobs on crius-sim-1280, from an empty cache
     t0 = time.perf_counter()
     cpu0 = cpu_s()
-    full = load_philly(None)
-    tr = window(full, args.start, args.end)
-    w_len = window_length(full, args.start, args.end) or (tr.jobs[-1].submit_s - tr.jobs[0].submit_s)
+    if args.trace.startswith("gen:"):  # the whole generated trace, with its family's model mix
+        from tessera.sim.generator import family, generate
+
+        fam = family(args.trace[len("gen:") :], seed=args.seed)
+        tr = generate(fam)
+        w_len = tr.jobs[-1].submit_s - tr.jobs[0].submit_s
+        wl = fam.workload()
+    else:
+        full = load_philly(None)
+        tr = window(full, args.start, args.end)
+        w_len = window_length(full, args.start, args.end) or (tr.jobs[-1].submit_s - tr.jobs[0].submit_s)
     base = get_cluster("crius-sim-1280")
     cached = any(Path(home, "sim").glob("tables-*/*.json"))
 
@@ -282,8 +297,12 @@ def main() -> int:
         return path
 
     if args.cold_only:
+        name = "sim_cold" if args.trace == "philly" else f"sim_cold_{args.trace[len('gen:') :]}"
         cold = {
-            **header("sim_cold"),
+            **header(name),
+            "trace": args.trace,
+            "trace_jobs": len(tr.jobs),
+            "trace_span_days": w_len / 86400.0,
             "cluster": base.name,
             "cold_table_s": cold_table_s,
             "cold_cpu_s": cold_cpu_s,
