@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -362,6 +363,14 @@ def config_label(config: JobConfig) -> str:
     return f"{config.model}|{config.global_batch}|{config.seq_len}"
 
 
+def replay_origin(views: dict[int, dict[str, Any]]) -> float:
+    """The replay's time 0 on the wall clock: the live control loop's tick at or before the first arrival.
+    The live loop decides on the wall clock's multiples of its tick and the replay on multiples of the same
+    tick from its 0, so with this origin both see the same arrivals in each tick."""
+    first = min(v["submitted_at"] for v in views.values())
+    return math.floor(first / TICK_S) * TICK_S
+
+
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
            cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any],
            job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
@@ -369,7 +378,7 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
     cluster = get_cluster(CLUSTER)
     speed = SpeedSource(cluster, cost, models=ServiceModels())
     speed.factors = SpeedFactors(dict(factors))
-    t0 = min(v["submitted_at"] for v in live["views"].values())
+    t0 = replay_origin(live["views"])
     # the live server's forced rounds fall on the wall clock's multiples of the round: the same instants here
     phase = (-t0) % round_s
     jobs = [job_of(parse_job(specs[i]), i, live["views"][i]["submitted_at"] - t0) for i in live["ids"]]
@@ -402,7 +411,7 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
             specs: dict[int, dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     res = sim.result  # type: ignore[attr-defined]
     views = live["views"]
-    t0 = min(v["submitted_at"] for v in views.values())
+    t0 = replay_origin(views)
     rec = {r.job_id: r for r in res.jobs}
     jobs = []
     for i in live["ids"]:
@@ -420,11 +429,11 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
     live_end = max(v["finished_at"] for v in views.values()) - t0
     rep_end = max(
         r.finish_s for r in res.jobs if r.finish_s is not None
-    )  # the replay's clock: 0 = first arrival
+    )  # the replay's clock: 0 = the live tick at or before the first arrival
     samples = sum(specs[i]["steps"] * specs[i]["global_batch"] for i in live["ids"])
     live_tp, rep_tp = throughput(samples, live_end), throughput(samples, rep_end)
     live_dec = live_decisions(live["allocations"], move_window_s=round_s)
-    # shift live times to the replay's clock (0 = first arrival); one round window groups a round's launches
+    # shift live times to the replay's clock (replay_origin); one round window groups a round's launches
     live_dec = [type(d)(d.time_s - t0, d.job_id, d.kind, d.cell) for d in live_dec]
     match = decision_match(live_dec, sim.decisions, window_s=round_s)
     errs = [abs(j["jct_error"]) for j in jobs]

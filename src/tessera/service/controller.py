@@ -69,6 +69,7 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_round = 0.0
+        self._next_tick = 0.0
         self.last_round: dict[str, Any] = {}
         self.started_at = time.time()
         self.error: str | None = None
@@ -186,7 +187,11 @@ class Controller:
                 now = time.time()
                 self._expire_spares(now)
                 periodic = now >= self._next_round
-                if self._dirty.is_set() or periodic or any(t <= now for t in self._not_before.values()):
+                on_tick = now >= self._next_tick  # rounds on the wall clock's ticks: what one tick sees, one
+                if on_tick:  # decision sees (as the replay's ticks do), not one round per submission
+                    self._next_tick = self._grid_after(now, self.config.tick_s)
+                due = self._dirty.is_set() or periodic or any(t <= now for t in self._not_before.values())
+                if on_tick and due:
                     self._dirty.clear()
                     self._round(
                         now,
@@ -194,15 +199,20 @@ class Controller:
                         boundary=periodic,
                     )
                     if periodic:  # on the wall clock's multiples of the round: a replay can place them
-                        self._next_round = (math.floor(now / self.config.round_s) + 1) * self.config.round_s
+                        self._next_round = self._grid_after(now, self.config.round_s)
                 self.error = None
             except Exception as e:  # noqa: BLE001 - the loop must survive; the error is shown in /healthz
                 log.exception("control loop")
                 self.error = f"{type(e).__name__}: {e}"
                 time.sleep(1.0)
             with contextlib.suppress(queue.Empty):
-                item = self._events.get(timeout=self.config.tick_s)
+                item = self._events.get(timeout=max(0.0, self._next_tick - time.time()))
                 self._handle_safely(item)
+
+    @staticmethod
+    def _grid_after(now: float, step_s: float) -> float:
+        """The first multiple of ``step_s`` on the wall clock after ``now``."""
+        return (math.floor(now / step_s) + 1) * step_s
 
     def _drain(self) -> None:
         while True:

@@ -79,7 +79,7 @@ class ReplaySimulator(Simulator):
 
     The service's controller ticks every ``tick_s`` (asking the policy only when an arrival or completion
     happened) and forces a round at every multiple of ``service_round_s`` on the wall clock; the replay's
-    forced rounds fall at ``service_round_phase_s`` (the first one after its time 0, i.e. the first arrival)
+    forced rounds fall at ``service_round_phase_s`` (the first one after its time 0, a live tick on the wall clock)
     and every ``service_round_s`` after; the simulator's own rounds are fixed boundaries.
     With ``service_round_s`` set, the simulator's round length must be ``tick_s``: every tick is a round the
     core answers only on events, and every ``service_round_s`` one is forced, as live."""
