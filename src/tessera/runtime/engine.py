@@ -16,6 +16,9 @@ Under interleaved 1F1B (``Plan.virtual_stages`` > 1) a rank builds one ``StageMo
 (``Plan.stage_chunks``), held together as a ``StageChunks``: everything above (masters, optimizer, syncs, norms,
 checkpoint pieces, dropout, casts) runs over the union of the chunks, and torch's ``ScheduleInterleaved1F1B``
 runs each chunk as its own virtual stage. With one virtual stage the rank's stage is the ``StageModel`` itself.
+When every stage has the same DP degree d > 1 (TP = 1), torch's schedule runs d pipeline replicas, each on its
+own process group (``torch_pipeline``), and the DP sync above sums the replicas' gradients after it as for any
+other plan; ZeRO-2/3 on such a pipeline take Tessera's reduce-to-owner ZeRO-2, not FSDP2.
 
 A non-finite loss is otherwise the caller's to handle (the default, ``fail``: the worker ends the job at that
 step); ``skip_nonfinite`` costs one 1-element all-reduce per step, so every rank skips the same steps.
@@ -54,7 +57,6 @@ from tessera.runtime.torch_parallel import (
 )
 from tessera.runtime.torch_pipeline import (
     TorchPipelineRunner,
-    torch_pipeline_fits,
     torch_pipeline_refusal,
 )
 from tessera.runtime.transport import Transport
@@ -126,14 +128,15 @@ class Trainer:
         self.rank = rank
         self.device = device
         self.skip_nonfinite = skip_nonfinite
-        if plan.virtual_stages > 1:  # interleaved 1F1B runs on torch's schedule only
-            reason = torch_pipeline_refusal(plan)
-            if reason:
-                raise PlanError(
-                    "virtual_stages",
-                    f"interleaved 1F1B ({plan.virtual_stages} virtual stages) runs on "
-                    f"torch.distributed.pipelining, which cannot run this plan: {reason}",
-                )
+        refusal = torch_pipeline_refusal(plan)
+        if plan.virtual_stages > 1 and refusal:  # interleaved 1F1B runs on torch's schedule only
+            raise PlanError(
+                refusal.field,
+                f"interleaved 1F1B ({plan.virtual_stages} virtual stages) runs on "
+                f"torch.distributed.pipelining, which cannot run this plan: {refusal.reason}",
+            )
+        # a regular pipeline (TP = 1, the same DP degree in every stage): PyTorch's schedules and p2p
+        self.torch_pipeline = refusal is None
         ties = tied_groups(factory, plan.attention.value, plan.recompute.value)
         self.layout: Layout = build_layout(
             plan, rank, ties=tuple(tuple(layer_of(f) for f in g) for g in ties)
@@ -141,7 +144,8 @@ class Trainer:
         lay = self.layout
         st = lay.stage
         tp = TPSpec(st.tp_degree, lay.tp_rank, tuple(st.ratios())) if st.tp_degree > 1 else None
-        self.fsdp = use_fsdp(plan, lay)
+        # FSDP2 under torch's pipeline schedule is untested: those plans take Tessera's ZeRO-2 (exact)
+        self.fsdp = use_fsdp(plan, lay) and not self.torch_pipeline
         shard = None
         if self.fsdp:  # a pretrained model's ZeRO-3 rank reads only its own rows (build_stage)
             shard = functools.partial(
@@ -216,7 +220,7 @@ class Trainer:
         self.scaler = _LossScaler() if self.precision == Precision.FP16 else None
         self.transport = Transport(device)
         self.runner: PipelineRunner | TorchPipelineRunner
-        if torch_pipeline_fits(plan):  # a regular pipeline: PyTorch's schedules and p2p
+        if self.torch_pipeline:
             self.runner = TorchPipelineRunner(lay, self.chunks, device, self._autocast)
         else:
             self.runner = PipelineRunner(lay, self.chunks[0], self.transport, device, self._autocast)
@@ -447,6 +451,8 @@ class Trainer:
 
     def close(self) -> None:
         self.sync.close()
+        if isinstance(self.runner, TorchPipelineRunner):
+            self.runner.close()
         self.layout.destroy()
 
 

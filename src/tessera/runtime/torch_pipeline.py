@@ -1,19 +1,32 @@
-"""Regular pipelines through ``torch.distributed.pipelining`` (GPipe / 1F1B on ``PipelineStage``s).
+"""Regular pipelines through ``torch.distributed.pipelining`` (GPipe / 1F1B / interleaved 1F1B on ``PipelineStage``s).
 
-Used when the plan is a plain pipeline: one device per stage (DP = TP = 1 everywhere), stage ``s`` on global
-rank ``s`` of a world made of exactly the plan's devices, equal micro-batches (the stage's receive buffers
-have one shape), and (1F1B) at least as many micro-batches as stages (pitfall 4). Every other plan keeps Tessera's own transport (``pipeline.PipelineRunner``), as does
-``TESSERA_PIPELINE_IMPL=own``; ``torch`` asks for this path where it applies, ``auto`` (default) too.
+Used when the plan is a regular pipeline: TP = 1 and the same ``dp_degree`` d in every stage, i.e. d identical
+pipeline replicas, replica ``r`` made of the r-th device of every stage; a world made of exactly the plan's
+devices, each replica's ranks increasing along the pipeline (a sorted ``new_group`` then puts stage ``s`` at
+group rank ``s``); every stage splitting the batch the same way, each replica's share falling into equal,
+non-empty micro-batch pieces (the stage's receive buffers have one shape); and (1F1B) at least as many
+micro-batches as stages (pitfall 4). Every other plan keeps Tessera's own transport
+(``pipeline.PipelineRunner``), as does ``TESSERA_PIPELINE_IMPL=own``. ``auto`` (default) takes this path for
+pure pipelines (d = 1) and interleaved ones; a data-parallel plain pipeline (d > 1, one virtual stage) keeps
+Tessera's transport (its gradient-sync overlap and the calibration of its timings were measured there) unless
+``TESSERA_PIPELINE_IMPL=torch`` asks for this path.
+
+With d > 1 every rank creates one process group per replica (``dist.new_group`` on every rank, replicas in
+order), and each replica's ``PipelineStage``s are built on its own group (stage index and count relative to it).
+Replica ``r`` is fed its rows of every micro-batch (``Layout.rows``, the same ranges Tessera's own transport
+uses), concatenated in micro-batch order, so torch's ``tensor_split`` into ``micro_batches`` chunks gives back
+exactly those rows. The DP gradient sync across replicas of a stage stays Tessera's, after the schedule
+(``data_parallel.GradSync``); never DDP (pitfall 3).
 
 A plan with ``virtual_stages`` = v > 1 (interleaved 1F1B) runs only here, through
 ``ScheduleInterleaved1F1B``: each rank holds one ``PipelineStage`` per chunk of its stage (``Plan.stage_chunks``),
 chunk ``c`` of stage ``s`` as virtual stage ``c·S + s`` of ``S·v`` (torch's round-robin placement); a plan this
-path cannot run is refused naming ``virtual_stages`` (:func:`torch_pipeline_refusal`).
+path cannot run is refused, the ``PlanError`` naming the field at fault (:func:`torch_pipeline_refusal`).
 
 Micro-batches are ``torch.tensor_split`` chunks, the same ranges as ``groups.micro_ranges``; each chunk's loss
-is weighted by its share of the global batch (``weighted_loss``) and ``scale_grads=False``, so gradients and
-the reported loss are those of the full batch. The stage is never DDP-wrapped; gradient sync stays after
-the step (tied parameters across stages: ``sync_tied``).
+is weighted by its share of the global batch (``weighted_loss``) and ``scale_grads=False``, so the gradients
+summed over replicas and the losses summed over the last stage's ranks are those of the full batch. The stage
+is never DDP-wrapped; gradient sync stays after the step (tied parameters across stages: ``sync_tied``).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -29,7 +43,7 @@ from torch import nn
 
 from tessera.plan import Plan, Schedule
 from tessera.runtime.data_parallel import weighted_loss
-from tessera.runtime.groups import Layout
+from tessera.runtime.groups import Layout, micro_ranges, replica_rows
 from tessera.runtime.pipeline import StepTimes
 from tessera.runtime.stage import StageModel
 
@@ -41,27 +55,97 @@ def pipeline_impl() -> str:
     return value
 
 
-def torch_pipeline_refusal(plan: Plan) -> str | None:
+@dataclass(frozen=True)
+class Refusal:
+    """Why torch's pipelining cannot run a plan: the plan field at fault and the reason."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def replica_pipeline_ranks(plan: Plan, replica: int) -> tuple[int, ...]:
+    """Global ranks of pipeline replica ``replica``: the ``replica``-th device of every stage, in stage order
+    (TP = 1 in every stage)."""
+    return tuple(st.devices[replica].rank for st in plan.stages)
+
+
+def torch_pipeline_refusal(plan: Plan) -> Refusal | None:
     """Why ``torch.distributed.pipelining`` cannot run ``plan`` in this process group (None: it can)."""
+    v = "virtual_stages"
     if plan.n_stages < 2:
-        return "a single stage is no pipeline"
-    if pipeline_impl() == "own":
-        return "TESSERA_PIPELINE_IMPL=own asks for Tessera's own transport"
-    if any(s.dp_degree != 1 or s.tp_degree != 1 for s in plan.stages):
-        return "torch's pipeline stages hold one device each (DP = TP = 1 in every stage)"
-    if [s.devices[0].rank for s in plan.stages] != list(range(plan.n_stages)):
-        return "stage s must be on global rank s"
-    if not dist.is_initialized() or dist.get_world_size() != plan.n_stages:
-        return "the process group must hold exactly the plan's devices"
-    if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
-        return f"no torch schedule for {plan.schedule.value}"
-    if plan.global_batch % plan.micro_batches:  # PipelineStage's p2p buffers have one micro-batch shape
-        return (
-            f"micro-batches must be equal (global_batch {plan.global_batch} is not a multiple of "
-            f"micro_batches {plan.micro_batches})"
+        return Refusal(v, "a single stage is no pipeline")
+    impl = pipeline_impl()
+    if impl == "own":
+        return Refusal(v, "TESSERA_PIPELINE_IMPL=own asks for Tessera's own transport")
+    dps = [s.dp_degree for s in plan.stages]
+    tps = [s.tp_degree for s in plan.stages]
+    if any(t != 1 for t in tps) or len(set(dps)) != 1:
+        return Refusal(
+            v,
+            "torch's pipeline stages hold one device each per pipeline replica (DP = TP = 1 within a "
+            f"replica): every stage needs the same dp_degree and tp_degree 1, got dp_degree {dps}, "
+            f"tp_degree {tps}",
         )
+    d = dps[0]
+    if d > 1 and plan.virtual_stages == 1 and impl != "torch":
+        return Refusal(
+            v,
+            "a data-parallel plain pipeline keeps Tessera's transport unless TESSERA_PIPELINE_IMPL=torch",
+        )
+    for r in range(d):
+        ranks = replica_pipeline_ranks(plan, r)
+        if list(ranks) != sorted(set(ranks)):  # strictly increasing
+            if d == 1:
+                return Refusal(v, "stage s must be on global rank s")
+            return Refusal(
+                v,
+                f"replica {r}'s stages must be on increasing ranks (stage s at rank s of the replica's "
+                f"group), got {list(ranks)}",
+            )
+    if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        return Refusal("schedule", f"no torch schedule for {plan.schedule.value}")
     if plan.schedule == Schedule.ONE_F_ONE_B and plan.micro_batches < plan.n_stages:
-        return "1F1B needs micro_batches >= stages"
+        return Refusal("micro_batches", "1F1B needs micro_batches >= stages")
+    refusal = _share_refusal(plan, d)
+    if refusal is None and (not dist.is_initialized() or dist.get_world_size() != plan.world_size):
+        return Refusal(v, "the process group must hold exactly the plan's devices")
+    return refusal
+
+
+def _share_refusal(plan: Plan, d: int) -> Refusal | None:
+    """Every replica's micro-batch pieces must have one shape (PipelineStage's p2p buffers), and a replica is
+    one pipeline, so every stage must give it the same share."""
+    b, m = plan.global_batch, plan.micro_batches
+    shares = plan.stages[0].shares(b)
+    for i, st in enumerate(plan.stages[1:], start=1):
+        if st.shares(b) != shares:
+            return Refusal(
+                f"stages[{i}].batch_shares",
+                f"every stage must split the batch the same way (each pipeline replica is one pipeline): "
+                f"stages[{i}] gives {list(st.shares(b))}, stages[0] {list(shares)}",
+            )
+    if d == 1:
+        if b % m:
+            return Refusal(
+                "micro_batches",
+                f"micro-batches must be equal (global_batch {b} is not a multiple of micro_batches {m})",
+            )
+        return None
+    rows = replica_rows(shares, micro_ranges(b, m))
+    for r, ranges in enumerate(rows):
+        sizes = [hi - lo for lo, hi in ranges]
+        if len(set(sizes)) != 1 or sizes[0] == 0:
+            explicit = next((i for i, st in enumerate(plan.stages) if st.batch_shares), None)
+            field = "global_batch" if explicit is None else f"stages[{explicit}].batch_shares"
+            return Refusal(
+                field,
+                f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
+                f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
+                "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
+            )
     return None
 
 
@@ -107,8 +191,19 @@ class TorchPipelineRunner:
         self.stage = chunks[-1]  # the head's chunk on the last stage: the loss
         self.loss_scale = 1.0
         self._losses: list[torch.Tensor] = []
+        # d > 1: one group per pipeline replica, created by every rank in replica order (new_group is
+        # collective over the world); this rank's stages talk over its own replica's group
+        self.dp_degree = plan.stages[0].dp_degree
+        self.group: dist.ProcessGroup | None = None
+        self._groups: list[dist.ProcessGroup] = []
+        if self.dp_degree > 1:
+            for r in range(self.dp_degree):
+                group = dist.new_group(list(replica_pipeline_ranks(plan, r)))
+                if r == layout.replica:
+                    self.group = group
+                    self._groups.append(group)
         self.pipe_stages = [
-            PipelineStage(_Forward(c, autocast), k * n + layout.stage_index, n * v, device)
+            PipelineStage(_Forward(c, autocast), k * n + layout.stage_index, n * v, device, group=self.group)
             for k, c in enumerate(chunks)
         ]
         self.pipe_stage = self.pipe_stages[0]
@@ -121,6 +216,22 @@ class TorchPipelineRunner:
             cls = ScheduleGPipe if plan.schedule == Schedule.GPIPE else Schedule1F1B
             self.schedule = cls(self.pipe_stage, plan.micro_batches, loss_fn=self._loss, scale_grads=False)
         self.batch = plan.global_batch
+
+    def _mine(self, batch: torch.Tensor) -> torch.Tensor:
+        """This replica's rows of every micro-batch, in micro-batch order (the whole batch when d = 1)."""
+        if self.dp_degree == 1:
+            return batch
+        lay = self.layout
+        pieces = []
+        for m, (base, _) in enumerate(lay.micro):
+            lo, hi = lay.my_rows(m)
+            pieces.append(batch[base + lo : base + hi])
+        return torch.cat(pieces)
+
+    def close(self) -> None:
+        for g in self._groups:
+            dist.destroy_process_group(g)
+        self._groups.clear()
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         loss = weighted_loss(self.stage.loss(output, target), target.shape[0], self.batch)
@@ -145,10 +256,10 @@ class TorchPipelineRunner:
         with torch.no_grad() if evaluating else contextlib.nullcontext():
             if lay.first:
                 assert inputs is not None
-                go(inputs.to(self.pipe_stage.device))
+                go(self._mine(inputs).to(self.pipe_stage.device))
             elif lay.last:
                 assert targets is not None
-                go(target=targets.to(self.pipe_stage.device), losses=losses)
+                go(target=self._mine(targets).to(self.pipe_stage.device), losses=losses)
             else:
                 go()
         loss = sum(float(x.detach()) for x in losses) / loss_scale if losses else 0.0
