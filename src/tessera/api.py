@@ -18,6 +18,7 @@ from tessera.jobs import JobSpec
 from tessera.models.zoo.resolve_nn import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
+from tessera.perf.extras import StepExtras
 from tessera.plan import Device, Plan, simple_plan
 from tessera.planning.partition import block_range
 from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
@@ -83,6 +84,7 @@ def estimate(
     gpus_per_node: int = GPUS_PER_NODE,
     cost: CostModel | None = None,
     cluster: ClusterSpec | str | None = None,
+    extras: StepExtras | None = None,
 ) -> Estimate:
     """Iteration time, throughput, MFU and memory of one regular layout (``tessera estimate``).
 
@@ -90,7 +92,8 @@ def estimate(
     ``cost``: measured profiles/tables/calibration (default: whatever is saved in ``$TESSERA_HOME/perf``).
     ``cluster``: the machine whose links price the collectives (a preset name, a YAML path or a spec, e.g.
     :func:`tessera.hardware.cluster.network_cluster`); the ranks fill its ``gpu`` nodes in order, at their
-    own GPUs per node. Without one, ``gpus_per_node`` ranks to a node on a 12.5 GB/s network.
+    own GPUs per node. Without one, ``gpus_per_node`` ranks to a node on a 12.5 GB/s network. ``extras``:
+    gradient clipping and validation to price with the step (:class:`~tessera.perf.extras.StepExtras`).
     """
     if num_gpus is not None and num_gpus != dp * tp * pp:
         raise ValueError(f"--num-gpus: {num_gpus} != dp × tp × pp = {dp * tp * pp}")
@@ -108,7 +111,8 @@ def estimate(
     )  # fmt: skip
     if nodes:
         plan = _place(plan, nodes)
-    return estimate_plan(plan, spec, machine, cost=cost if cost is not None else CostModel.load())
+    cost = cost if cost is not None else CostModel.load()
+    return estimate_plan(plan, spec, machine, cost=cost, extras=extras)
 
 
 def _gpu_nodes(machine: ClusterSpec, gpu: str, n_gpus: int) -> tuple[Node, ...]:

@@ -275,6 +275,15 @@ def estimate(
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
     ),
+    grad_clip_norm: float | None = typer.Option(
+        None, "--grad-clip-norm", help="price clipping to this global gradient norm (the job spec's field)"
+    ),
+    val_every_steps: int | None = typer.Option(
+        None, "--val-every-steps", help="price a validation every N steps (with --val-samples)"
+    ),
+    val_samples: int | None = typer.Option(
+        None, "--val-samples", help="held-out sequences each validation runs forward (data.val_samples)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Estimated iteration time, throughput, MFU and peak memory of one dp × tp × pp layout."""
@@ -286,7 +295,8 @@ def estimate(
         recompute=recompute, zero=zero, schedule=schedule, gpus_per_node=gpus_per_node, cluster=cluster,
         intra_node_link=intra_node_link, intra_node_bandwidth_Bps=intra_node_bandwidth_Bps,
         nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
-        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps,
+        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps, grad_clip_norm=grad_clip_norm,
+        val_every_steps=val_every_steps, val_samples=val_samples,
     )  # fmt: skip
 
 

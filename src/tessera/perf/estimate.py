@@ -30,6 +30,10 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
   alpha-beta where nothing was measured.
 * **memory** — the memory module's fast formula per (stage, replica); feasible when every device's peak plus
   its CUDA context fits the GPU with the memory module's headroom.
+* **training extras** (``extras``: :class:`~tessera.perf.extras.StepExtras`, none by default) — gradient
+  clipping between the optimizer's gradient sync and its step (:func:`clip_s`), and validation's forward-only
+  passes amortized per step (:func:`forward_pass_s`); weight decay, the learning-rate schedule and dropout
+  cost nothing apart (the extras module says why).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from tessera.perf.compute import (
     HALF_PRECISIONS,
     BlockShape,
     block_shape,
+    curve_for,
     layer_signature,
     layer_time,
     optimizer_time,
@@ -71,6 +76,7 @@ from tessera.perf.compute import (
     shard_fraction,
 )
 from tessera.perf.costmodel import CostModel
+from tessera.perf.extras import StepExtras
 from tessera.perf.pipeline import pipeline_time
 from tessera.plan import Device, Plan, Precision, Stage
 
@@ -82,7 +88,11 @@ GRAD_BUCKET_BYTES = (
 
 @dataclass(frozen=True)
 class Estimate:
-    """What one iteration of a plan costs. iteration_time_s = compute_s + comm_s + bubble_s."""
+    """What one iteration of a plan costs.
+
+    iteration_time_s = compute_s + comm_s + bubble_s + clip_s + validation_s: the training extras are kept
+    apart so the plan's own breakdown is the same with or without them. ``step_time_s`` leaves validation out:
+    it is what the runtime's per-step time (``iter_s``) measures, validation running between steps."""
 
     iteration_time_s: float
     compute_s: float  # bottleneck stage's compute, all micro-batches, + the optimizer step (optimizer_s)
@@ -96,6 +106,13 @@ class Estimate:
     stage_times_s: tuple[float, ...] = ()  # per micro-batch fwd + bwd (incl. TP comm) of each stage
     device_bytes_per_device: tuple[float, ...] = ()  # peak × fragmentation + CUDA context, per rank
     optimizer_s: float = 0.0  # the optimizer step on the critical path (part of compute_s)
+    clip_s: float = 0.0  # gradient clipping by global norm: norm pass + 1-element all-reduce + scaling pass
+    validation_s: float = 0.0  # validation's forward-only passes, amortized per training step
+
+    @property
+    def step_time_s(self) -> float:
+        """One training step as the runtime times it: the iteration without the amortized validation."""
+        return self.iteration_time_s - self.validation_s
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -930,6 +947,89 @@ def _stage_times(
     return fwd, bwd, tp_comm
 
 
+# The runtime's norm pass reads each counted fp32 gradient once and, per element, writes and reads an fp64 copy
+# (``grad.double()``: 4 read + 8 written), squares it (``pow(2)``: 8 read + 8 written) and sums it (8 read).
+CLIP_NORM_BYTES_PER_ELEM = 36.0
+# The scaling pass (``grad.mul_(coef)``): each local fp32 gradient read and written once.
+CLIP_SCALE_BYTES_PER_ELEM = 8.0
+CLIP_NORM_ALLREDUCE_BYTES = 8.0  # the fp64 sum of squares, all-reduced over every rank
+
+
+def _counted_params(spec: ModelSpec, stage: Stage, k: int) -> float:
+    """Gradient elements TP rank ``k`` of a stage's first replica counts in the global norm: its shard of the
+    split layers, and the layers a TP group replicates only on TP rank 0 (each element counted once)."""
+    every, split = _param_sums(spec)
+    a, b = stage.layer_start, stage.layer_end
+    total, sharded = every[b] - every[a], split[b] - split[a]
+    if stage.tp_degree <= 1:
+        return total
+    return sharded * stage.ratios()[k] + (total - sharded if k == 0 else 0.0)
+
+
+def clip_s(plan: Plan, spec: ModelSpec, topo: Topology, cost: CostModel | None = None) -> float:
+    """Gradient clipping by global norm (``runtime.engine.Trainer.clip_grads``), once per step.
+
+    Every rank sums the squares of the gradients it counts (:func:`_counted_params`: a DP group's first replica
+    counts them all, or under ZeRO / FSDP each replica its owned ~1/dp), the ranks all-reduce that one value
+    over the whole world (it waits for the slowest rank's pass), then each rank scales its local gradients
+    (all of them; FSDP's shard). Both passes are memory-bound, at the device's achievable memory bandwidth
+    and calibration factor, as the optimizer step's roofline; stages' passes run concurrently, so the
+    slowest rank's pass of each kind is on the critical path. Per-tensor kernel launches are not priced
+    (a few microseconds each; they matter only for models of a few million parameters). A tied embedding
+    split over two stages is counted on both (the runtime counts it once: a small overestimate)."""
+    cost = cost or CostModel()
+    norm = scale = 0.0
+    for st in plan.stages:
+        tp = st.tp_degree
+        sharded = plan.zero >= 1 and st.dp_degree > 1
+        fsdp = _uses_fsdp(plan, st)
+        for j, d in enumerate(st.devices):
+            k, replica = j % tp, j // tp
+            gpu = topo.gpu(d)
+            bw = gpu.memory_bandwidth_Bps * curve_for(gpu, cost.curves).memory_fraction
+            f = cost.compute_factor(gpu.name)
+            if sharded:
+                counted = _counted_params(spec, st, k) / st.dp_degree
+            else:
+                counted = _counted_params(spec, st, k) if replica == 0 else 0.0
+            local = _rank_params(spec, st, k) / (st.dp_degree if fsdp else 1)
+            norm = max(norm, CLIP_NORM_BYTES_PER_ELEM * counted / bw * f)
+            scale = max(scale, CLIP_SCALE_BYTES_PER_ELEM * local / bw * f)
+    reduce = _comm(cost, Collective.ALL_REDUCE, CLIP_NORM_ALLREDUCE_BYTES, plan.world_size,
+                   topo.link(plan.devices))  # fmt: skip
+    return norm + reduce + scale
+
+
+def forward_pass_s(plan: Plan, costs: list[StageCost], p2p_s: list[float]) -> float:
+    """One forward-only pass of a global batch through the pipeline (``PipelineRunner.run(forward_only=True)``:
+    every micro-batch's forward in micro-batch order, without autograd): the slowest stage's forward for each
+    micro-batch, the others' once to fill, and each boundary's send once. A stage's forward is its compute
+    plus half its TP (and FSDP) communication, as :func:`compose` splits it; interleaved chunks are priced as
+    their stage's whole forward (forward-only passes have no 1F1B interleaving to shorten the fill)."""
+    fwd = [c.fwd_s + c.tp_comm_s / 2 for c in costs]
+    slowest = max(fwd)
+    return plan.micro_batches * slowest + sum(fwd) - slowest + sum(p2p_s)
+
+
+def extras_s(
+    plan: Plan,
+    spec: ModelSpec,
+    costs: list[StageCost],
+    p2p_s: list[float],
+    topo: Topology,
+    cost: CostModel | None,
+    extras: StepExtras | None,
+) -> tuple[float, float]:
+    """(clip_s, validation_s) of a step: :func:`clip_s` when the job clips, and the validation batches'
+    :func:`forward_pass_s` times the validations per step (:attr:`StepExtras.validations_per_step`)."""
+    if not extras:
+        return 0.0, 0.0
+    clip = clip_s(plan, spec, topo, cost) if extras.clips else 0.0
+    per_step = extras.validations_per_step
+    val = forward_pass_s(plan, costs, p2p_s) * extras.val_batches * per_step if per_step else 0.0
+    return clip, val
+
+
 def compose(
     plan: Plan,
     spec: ModelSpec,
@@ -938,6 +1038,8 @@ def compose(
     topo: Topology,
     *,
     overlap_dp: bool = False,
+    extras: StepExtras | None = None,
+    cost: CostModel | None = None,
 ) -> Estimate:
     """The plan's estimate from its stages' costs and its boundaries' send/recv times.
 
@@ -946,7 +1048,8 @@ def compose(
     priced as the mean boundary send: it moves the same hidden-state activation).
 
     iteration = pipeline (steady + bubble + first-pass p2p) + the slowest stage's tail (exposed gradient sync
-    + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward."""
+    + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward;
+    ``extras`` (priced with ``cost``) add gradient clipping and amortized validation (:func:`extras_s`)."""
     fwd = [c.fwd_s + c.tp_comm_s / 2 for c in costs]
     bwd = [c.bwd_s + c.tp_comm_s / 2 for c in costs]
     pt = pipeline_time(
@@ -964,7 +1067,8 @@ def compose(
     last = max(range(len(costs)), key=lambda i: tails[i])
     sync_s, opt_s = syncs[last], costs[last].optimizer_s
     tp_in_steady = plan.micro_batches * costs[pt.bottleneck_stage].tp_comm_s
-    it = pt.iteration_time_s + sync_s + opt_s
+    clip, val = extras_s(plan, spec, costs, p2p_s, topo, cost, extras)
+    it = pt.iteration_time_s + sync_s + opt_s + clip + val
     peak_flops = sum(topo.gpu(d).peak_flops(plan.precision.value) for d in plan.devices)
     model_flops = 3.0 * spec.fwd_flops_per_sample * plan.global_batch
     by_rank: dict[int, tuple[float, float]] = {}
@@ -985,6 +1089,8 @@ def compose(
         stage_times_s=tuple(f + b for f, b in zip(fwd, bwd, strict=True)),
         device_bytes_per_device=tuple(by_rank[k][1] for k in ranks),
         optimizer_s=opt_s,
+        clip_s=clip,
+        validation_s=val,
     )
 
 
@@ -1003,13 +1109,16 @@ def estimate_plan(
     cost: CostModel | None = None,
     overlap_dp: bool = False,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    extras: StepExtras | None = None,
 ) -> Estimate:
     """Estimate one iteration of ``plan`` for model ``spec``.
 
     ``cluster_or_gpu_map``: a ClusterSpec (devices' ``node`` names its nodes, for links), or a map from the
     plan's ``gpu_type`` names to GPUSpecs, or None (catalog lookup, all devices on one node). ``cost``: the
     measured profiles, communication tables and calibration to prefer over datasheets (none by default).
-    The plan's ``virtual_stages`` (interleaved 1F1B) is priced as it runs.
+    The plan's ``virtual_stages`` (interleaved 1F1B) is priced as it runs. ``extras``: the job's gradient
+    clipping and validation (:meth:`StepExtras.of_job`), reported as ``clip_s`` / ``validation_s`` and added
+    to the iteration time; None (the default) prices the plan alone.
     """
     check_plan_fits_spec(plan, spec)
     cost = cost or CostModel()
@@ -1021,4 +1130,4 @@ def estimate_plan(
     p2p = [
         boundary_s(plan, spec, a, b, topo, cost) for a, b in zip(plan.stages, plan.stages[1:], strict=False)
     ]
-    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp)
+    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp, extras=extras, cost=cost)

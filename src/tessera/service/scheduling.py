@@ -382,6 +382,7 @@ class SchedulingAdapter:
         """Concrete GPUs for the core's (node, count) placement — the job's own GPUs first, then the lowest
         indices not in ``held`` — and the Cell's Plan pinned to them. Raises ValueError when none fits."""
         from tessera.perf.estimate import estimate_plan
+        from tessera.perf.extras import StepExtras
 
         spec = self._specs[jid]
         cells = self.cells_of(spec)
@@ -408,7 +409,10 @@ class SchedulingAdapter:
         if tuned is None:
             raise ValueError(f"job {jid}: no plan of {spec.model} fits {dict(gpus)}")
         plan = tuned.plan if devices is not None else pin_plan(tuned.plan, slots)
-        est = estimate_plan(plan, cells.spec, self.cluster.spec, cost=self.cost)
+        # the job's clipping and validation cost time on top of the plan (perf.extras): priced into the estimate
+        est = estimate_plan(
+            plan, cells.spec, self.cluster.spec, cost=self.cost, extras=StepExtras.of_job(spec)
+        )
         label = tuned.label
         plan = plan.with_(meta={**plan.meta, "cell": label})
         return Assignment(tuple(slots), label, plan, est.iteration_time_s, est.to_dict())
