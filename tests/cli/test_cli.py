@@ -275,3 +275,68 @@ def test_tensorboard_export_reads_back(tmp_path):
         assert r.exit_code == 1 and "nope" in r.output and "Traceback" not in r.output
     finally:
         srv.close()
+
+
+def _plan_json(job: Path, gpus: str, v: int, out: Path) -> dict:
+    """``tessera plan JOB --gpus GPUS --json --virtual-stages V`` through its command function."""
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    from tessera.commands.plan import plan_command
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        plan_command(console=Console(), job=str(job), cluster=None, gpus=gpus, out=str(out), top=5,
+                     exhaustive=False, cost_dir=None, as_json=True, virtual_stages=v)  # fmt: skip
+    return json.loads(buf.getvalue())
+
+
+def test_plan_virtual_stages_reach_the_priced_cells_and_the_written_plan(tmp_path):
+    """`tessera plan --virtual-stages N` (the job spec has no such field): the Cells' plans are priced as
+    interleaved 1F1B where they can carry it, and the chosen pipeline's Plan file carries N."""
+    from rich.console import Console
+
+    from tessera.commands.plan import plan_command
+    from tessera.plan import Plan
+
+    job = tmp_path / "llama.yaml"
+    job.write_text(
+        "version: 1\nname: llama-pp\nmodel: llama2-7b\nglobal_batch: 64\nseq_len: 4096\nsteps: 10\n"
+        "optimizer: adamw\nprecision: bf16\nrecompute: full\n"
+    )
+    plain = _plan_json(job, "16xV100-32GB", 1, tmp_path / "plain.json")
+    inter = _plan_json(job, "16xV100-32GB", 2, tmp_path / "inter.json")
+    assert plain["chosen"]["plan"]["virtual_stages"] == 1
+    chosen = inter["chosen"]["plan"]
+    assert len(chosen["stages"]) >= 2 and chosen["virtual_stages"] == 2
+    assert Plan.load(tmp_path / "inter.json").virtual_stages == 2
+    times = {
+        name: {(c["n_stages"], tuple(c["stages"])): c["iteration_time_s"] for c in d["cells"]}
+        for name, d in (("plain", plain), ("inter", inter))
+    }
+    both = [k for k in times["plain"] if k in times["inter"]]
+    assert any(k[0] >= 2 and times["plain"][k] != times["inter"][k] for k in both)  # interleaving priced
+    assert all(times["plain"][k] == times["inter"][k] for k in both if k[0] == 1)  # one stage: nothing to cut
+    console = Console(record=True, width=400)
+    plan_command(console=console, job=str(job), cluster=None, gpus="16xV100-32GB", out=str(tmp_path / "t.json"),
+                 top=3, exhaustive=False, cost_dir=None, as_json=False, virtual_stages=2)  # fmt: skip
+    text = console.export_text()
+    assert "interleaved 1F1B, 2 virtual stages per device" in text
+    if any(s["tp_degree"] > 1 for s in chosen["stages"]):
+        assert "the runtime runs interleaving only with TP = 1" in text
+
+
+def test_plan_virtual_stages_are_validated(tmp_path):
+    tiny = ROOT / "examples" / "tiny-gpt.yaml"
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match=r"--virtual-stages: must be an integer >= 1"):
+            _plan_json(tiny, "4xA100-40GB", bad, tmp_path / "p.json")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"--virtual-stages: 4 chunks per stage need at least 8 layers.*has 6"
+    ):
+        _plan_json(tiny, "4xA100-40GB", 4, tmp_path / "p.json")
+    # a job whose plans cannot carry it (one stage wins) still plans, plainly
+    data = _plan_json(tiny, "4xA100-40GB", 2, tmp_path / "p.json")
+    assert data["chosen"]["plan"]["virtual_stages"] == 1

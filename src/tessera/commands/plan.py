@@ -1,8 +1,16 @@
-"""`tessera plan JOB.yaml --cluster NAME [--gpus 4xA100-40GB,…]`: ranked Cells and the chosen, tuned Plan."""
+"""`tessera plan JOB.yaml --cluster NAME [--gpus 4xA100-40GB,…] [--virtual-stages N]`: ranked Cells and the
+chosen, tuned Plan.
+
+``--virtual-stages N`` asks for interleaved 1F1B (Megatron's virtual pipeline, ``Plan.virtual_stages``): the
+planner prices and writes N chunks per device wherever a plan can carry them (1F1B, >= 2 stages, micro-batches a
+multiple of the stages, >= N layers per stage; ``planning.space.applicable_virtual_stages``), plain 1F1B
+elsewhere. The job spec has no such field, so the option is the only way to ask for it when planning.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -10,8 +18,12 @@ from rich.table import Table
 
 from tessera.commands.common import GiB
 from tessera.hardware.cluster import ClusterSpec, cluster_of_gpus, get_cluster, with_network
+from tessera.jobs import load_job
+from tessera.models.zoo.resolve_nn import resolve_spec
 from tessera.perf.costmodel import CostModel
-from tessera.planning.planner import PlanningResult, parse_gpus, plan_job
+from tessera.plan import Plan
+from tessera.planning.cells import CellEstimator
+from tessera.planning.planner import PlanningResult, parse_gpus, plan_job, settings_for
 
 DEFAULT_CLUSTER = "local"
 
@@ -53,10 +65,14 @@ def plan_command(
     nics_per_node: int | None = None,
     nic_bandwidth_Bps: float | None = None,
     inter_node_bandwidth_Bps: float | None = None,
+    virtual_stages: int = 1,
 ) -> None:
-    """The link options restate the chosen cluster's network (:func:`~tessera.hardware.cluster.with_network`)."""
+    """The link options restate the chosen cluster's network (:func:`~tessera.hardware.cluster.with_network`);
+    ``virtual_stages`` > 1 plans interleaved 1F1B with that many chunks per device where it applies."""
     if top < 1:
         raise ValueError(f"--top: must be >= 1, got {top}")
+    if isinstance(virtual_stages, bool) or not isinstance(virtual_stages, int) or virtual_stages < 1:
+        raise ValueError(f"--virtual-stages: must be an integer >= 1, got {virtual_stages!r}")
     target: ClusterSpec | str = cluster or DEFAULT_CLUSTER
     if gpus is not None and cluster is None:
         target = cluster_of_gpus(parse_gpus(gpus))
@@ -65,8 +81,10 @@ def plan_command(
     if any(v is not None for v in network.values()):
         target = with_network(get_cluster(target) if isinstance(target, str) else target, **network)
     where = target if isinstance(target, str) else f"the cluster of {target.name}"
+    cost = CostModel.load(cost_dir)
+    estimator = _interleaved_estimator(job, target, cost, virtual_stages) if virtual_stages > 1 else None
     with console.status("estimating Cells…") if not as_json else _Null():
-        result = plan_job(job, target, gpus, cost=CostModel.load(cost_dir), guided=not exhaustive)
+        result = plan_job(job, target, gpus, cost=cost, guided=not exhaustive, estimator=estimator)
     path = Path(out) if out else Path("runs") / result.job.name / "plan.json"
     if result.chosen is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,9 +105,44 @@ def plan_command(
     console.print(
         f"chosen: [bold]{ch.cell.label}[/] tuned over {ch.evaluations} plans → "
         f"{ch.iteration_time_s:.3g} s/iteration, {ch.estimate.samples_per_s:.3g} samples/s, "
-        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\nplan written to {path}",
+        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\n{_interleaving(ch.plan, virtual_stages)}"
+        f"plan written to {path}",
         highlight=False,
     )
+
+
+def _interleaved_estimator(
+    job: str, target: ClusterSpec | str, cost: CostModel, virtual_stages: int
+) -> CellEstimator:
+    """``plan_job``'s own estimator, its settings asking for ``virtual_stages`` chunks per device (the Cells'
+    spaces carry them into the plans where they apply, priced as the interleaved schedule)."""
+    spec_job = load_job(job)
+    spec = resolve_spec(spec_job.model, spec_job.seq_len)
+    if spec.n_layers < 2 * virtual_stages:
+        raise ValueError(
+            f"--virtual-stages: {virtual_stages} chunks per stage need at least {2 * virtual_stages} layers "
+            f"(two stages of {virtual_stages}); {spec_job.model} has {spec.n_layers}"
+        )
+    settings = replace(settings_for(spec_job, spec), virtual_stages=virtual_stages)
+    cluster = target if isinstance(target, ClusterSpec) else get_cluster(target)
+    return CellEstimator(spec, settings, cluster, cost, recompute=spec_job.recompute)
+
+
+def _interleaving(plan: Plan, asked: int) -> str:
+    """A line on the chosen plan's interleaving (and whether the runtime can run it) when it was asked for."""
+    v = plan.virtual_stages
+    if v > 1:
+        regular = len({s.dp_degree for s in plan.stages}) == 1 and all(s.tp_degree == 1 for s in plan.stages)
+        runs = (
+            "" if regular else " (the runtime runs interleaving only with TP = 1 and one DP degree per stage)"
+        )
+        return f"  schedule: interleaved 1F1B, {v} virtual stages per device{runs}\n"
+    if asked > 1:
+        return (
+            f"  schedule: {plan.schedule.value} (--virtual-stages {asked} does not apply to this plan: interleaving "
+            f"needs 1F1B, >= 2 stages, micro-batches a multiple of the stages and >= {asked} layers per stage)\n"
+        )
+    return ""
 
 
 class _Null:
