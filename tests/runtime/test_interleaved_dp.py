@@ -5,8 +5,9 @@ Four gloo ranks, two stages of two ranks each (DP = 2), two chunks per stage (fo
 micro-batches: loss and every gradient within 1e-5 relative (fp32) of the single-process full-batch reference,
 for the zoo's tiny GPT (its embedding/head tie crosses stages and replicas), tiny LLaMA, uneven batch shares
 12:4 (each replica's micro-batch pieces still one shape), ZeRO-2 (Tessera's reduce-to-owner: FSDP2 is not used
-under torch's schedule) and a plain (v = 1) DP pipeline asked onto torch's schedule. Plans torch cannot run are
-refused before any process group is touched, the PlanError naming the field at fault.
+under torch's schedule) and a plain (v = 1) DP pipeline asked onto torch's schedule; a checkpoint crosses from
+interleaved to plain and back. Plans torch cannot run are refused before any process group is touched, the
+PlanError naming the field at fault.
 """
 
 from __future__ import annotations
@@ -49,11 +50,22 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def runs():
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("interleaved_dp")
     opts = dict(pg_timeout_s=60, watchdog_s=150)
     jobs = [
         (p, RunOptions(steps=STEPS, model=factory(name), capture_grads=True, **opts))
         for name, p in CASES.values()
+    ]
+    # checkpoints: interleaved DP -> plain DP -> interleaved DP against an uninterrupted plain DP run
+    inter, flat = _dp_pipeline("gpt-tiny", 3), _dp_pipeline("gpt-tiny", 3, v=1)
+    a, b = str(root / "a"), str(root / "b")
+    ck = dict(model=factory("gpt-tiny"), learning_rate=3e-3, **opts)
+    jobs += [
+        (flat, RunOptions(steps=5, **ck)),
+        (inter, RunOptions(steps=2, checkpoint_dir=a, **ck)),
+        (flat, RunOptions(steps=4, resume_from=a, checkpoint_dir=b, **ck)),
+        (inter, RunOptions(steps=5, resume_from=b, **ck)),
     ]
     old = os.environ.get("TESSERA_PIPELINE_IMPL")
     os.environ["TESSERA_PIPELINE_IMPL"] = "torch"  # the plain DP pipeline onto torch's 1F1B (workers inherit)
@@ -78,6 +90,15 @@ def test_dp_pipeline_on_torch_schedule_matches_single_process_reference(runs, ke
     assert len(result.losses) == STEPS
     assert loss_err < TOL, (result.losses, losses)
     assert grad_err < TOL
+
+
+@pytest.mark.timeout(400)
+def test_checkpoints_cross_between_interleaved_and_plain_dp_pipelines(runs):
+    full, first, second, third = runs[len(CASES) :]
+    assert [r.step for r in second.records] == [2, 3] and [r.step for r in third.records] == [4]
+    resumed = first.losses + second.losses + third.losses
+    worst = max(rel(x, y) for x, y in zip(resumed, full.losses, strict=True))
+    assert len(resumed) == 5 and worst < 1e-5, (resumed, full.losses)
 
 
 def _schedule_worker(rank: int, out: dict) -> None:
