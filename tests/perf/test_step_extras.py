@@ -28,7 +28,7 @@ from tessera.perf.estimate import (
 from tessera.perf.extras import StepExtras
 from tessera.plan import Device, Plan, Stage, simple_plan
 
-CLIP = StepExtras(grad_clip_norm=1.0)
+CLIP = StepExtras(grad_clip=True)
 GPU = "A100-80GB"
 
 
@@ -62,7 +62,7 @@ def test_no_extras_is_the_plain_estimate(gpt2, kw):
 def test_extras_add_into_the_iteration_and_keep_the_plan_breakdown(gpt2):
     plan = _plan(gpt2, dp=2, micro_batches=2)
     plain = estimate_plan(plan, gpt2)
-    e = estimate_plan(plan, gpt2, extras=StepExtras(grad_clip_norm=1.0, val_every_steps=5, val_batches=2))
+    e = estimate_plan(plan, gpt2, extras=StepExtras(grad_clip=True, val_every_steps=5, val_batches=2))
     assert e.clip_s > 0 and e.validation_s > 0
     assert (e.compute_s, e.comm_s, e.bubble_s) == (plain.compute_s, plain.comm_s, plain.bubble_s)
     assert e.iteration_time_s == pytest.approx(plain.iteration_time_s + e.clip_s + e.validation_s)
@@ -156,7 +156,7 @@ def _job(**kw) -> JobSpec:
 
 def test_extras_of_a_job_spec_count_the_runtimes_validation_batches():
     assert not StepExtras.of_job(_job())  # synthetic data, no clipping: nothing
-    assert StepExtras.of_job(_job(grad_clip_norm=1.0)).clips
+    assert StepExtras.of_job(_job(grad_clip_norm=1.0)).grad_clip
     data = {"path": "x.txt", "val_samples": 40}
     e = StepExtras.of_job(_job(data=data))
     assert (e.val_batches, e.val_every_steps, e.total_steps) == (5, 10, 100)  # 40 // 8; ~10 per run
@@ -221,8 +221,39 @@ def test_a_real_run_spends_what_the_estimate_says_clipping_costs():
         return statistics.median(r.stages[0].comm_s for r in result.records[2:])
 
     measured = comm(clipped) - comm(plain)
-    predicted = estimate_plan(plan, spec, extras=StepExtras(grad_clip_norm=0.05)).clip_s
+    predicted = estimate_plan(plan, spec, extras=StepExtras(grad_clip=True)).clip_s
     print(f"clip: measured {measured * 1e3:.3f} ms, estimated {predicted * 1e3:.3f} ms")
     assert all(r.grad_norm is not None and r.grad_norm > 0.05 for r in clipped.records)
     assert predicted > 0 and measured > 0
     assert 0.05 < predicted / measured < 20
+
+
+# ------------------------------------------------------------------------------------------- the speed source
+def test_the_speed_source_prices_a_jobs_extras_under_its_own_configuration():
+    """A job that clips and validates is its own configuration, slower on every Cell, DP-only figure and tuned
+    plan than the same training without them; a job without them keeps the configuration (and figures) it
+    had."""
+    from tessera.hardware import get_cluster
+    from tessera.scheduler.speed import SpeedSource, config_of
+    from tessera.scheduler.state import JobConfig
+
+    tiny = {"model": "gpt-tiny", "seq_len": 64, "precision": "fp32", "global_batch": 8, "steps": 400}
+    plain = config_of(JobSpec(**tiny))
+    assert plain == JobConfig("gpt-tiny", 8, seq_len=64, precision="fp32")  # as before the extras
+    extra = config_of(
+        JobSpec(**tiny, grad_clip_norm=1.0, data={"path": "x.txt", "val_samples": 32, "val_every_steps": 20})
+    )
+    assert (extra.grad_clip, extra.val_every_steps, extra.val_batches) == (True, 20, 4)
+    assert extra != plain and extra.slug() != plain.slug()
+    src = SpeedSource(get_cluster("local"))
+    gpus = (("A100-40GB", 2),)
+    assert 0 < src.cell(extra, gpus, 1) < src.cell(plain, gpus, 1)
+    assert 0 < src.dp(extra, "A100-40GB", 2) < src.dp(plain, "A100-40GB", 2)
+    assert 0 < src.true(extra, gpus) < src.true(plain, gpus)
+    tuned = src.job(extra).tuned(gpus, 1)
+    assert tuned is not None and tuned.estimate.clip_s > 0 and tuned.estimate.validation_s > 0
+    # the Cell's rate is its plan's iteration with the extras (validation as one every 20 steps)
+    cell = src.job(extra).cell(gpus, 1)
+    with_extras = estimate_plan(cell.plan, src.job(extra).spec, get_cluster("local"), cost=src.job(extra).cost,
+                                extras=StepExtras(grad_clip=True, val_every_steps=20, val_batches=4))  # fmt: skip
+    assert src.cell(extra, gpus, 1) == pytest.approx(1.0 / with_extras.iteration_time_s, rel=1e-9)

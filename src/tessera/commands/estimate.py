@@ -98,4 +98,4 @@ def _extras(kw: dict[str, Any]) -> StepExtras | None:
             raise ValueError("--val-every-steps and --val-samples: must be >= 1")
         batch = kw.get("global_batch") or kw["dp"] * kw.get("micro_batch", 1) * kw["pp"]
         batches = max(1, samples // batch)
-    return StepExtras(grad_clip_norm=clip, val_every_steps=every, val_batches=batches)
+    return StepExtras(grad_clip=clip is not None, val_every_steps=every, val_batches=batches)

@@ -1024,7 +1024,7 @@ def extras_s(
     :func:`forward_pass_s` times the validations per step (:attr:`StepExtras.validations_per_step`)."""
     if not extras:
         return 0.0, 0.0
-    clip = clip_s(plan, spec, topo, cost) if extras.clips else 0.0
+    clip = clip_s(plan, spec, topo, cost) if extras.grad_clip else 0.0
     per_step = extras.validations_per_step
     val = forward_pass_s(plan, costs, p2p_s) * extras.val_batches * per_step if per_step else 0.0
     return clip, val

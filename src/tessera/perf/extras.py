@@ -42,31 +42,26 @@ from tessera.jobs.spec import DataSpec
 class StepExtras:
     """The time-costing training extras of a job, as the estimator needs them.
 
-    ``grad_clip_norm``: the clipping threshold (None: no clipping); the threshold does not change the cost, but
-    the runtime scales the gradients only when their norm exceeds it, so pricing the scaling pass always is an
-    upper bound (early in training, when norms are large, it is what happens). ``val_every_steps``: steps
+    ``grad_clip``: whether the job clips (``grad_clip_norm`` set). Its threshold does not change the cost —
+    except that the runtime scales the gradients only when their norm exceeds it, so pricing the scaling pass
+    always is an upper bound (early in training, when norms are large, it is what happens); leaving the
+    threshold out keeps jobs that differ only in it one speed configuration. ``val_every_steps``: steps
     between validations (the runtime's resolved interval), ``val_batches``: global batches per validation
     (0: the job validates nothing), ``total_steps``: the run's length, for the extra validation after the last
     step (None: amortize as one validation every ``val_every_steps`` steps)."""
 
-    grad_clip_norm: float | None = None
+    grad_clip: bool = False
     val_every_steps: int | None = None
     val_batches: int = 0
     total_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if self.grad_clip_norm is not None and not self.grad_clip_norm > 0:
-            raise ValueError(f"StepExtras.grad_clip_norm must be > 0, got {self.grad_clip_norm}")
         if self.val_batches < 0:
             raise ValueError(f"StepExtras.val_batches must be >= 0, got {self.val_batches}")
         if self.val_batches and (self.val_every_steps is None or self.val_every_steps < 1):
             raise ValueError("StepExtras.val_every_steps must be >= 1 when there are validation batches")
         if self.total_steps is not None and self.total_steps < 1:
             raise ValueError(f"StepExtras.total_steps must be >= 1, got {self.total_steps}")
-
-    @property
-    def clips(self) -> bool:
-        return self.grad_clip_norm is not None
 
     @property
     def validations_per_step(self) -> float:
@@ -79,7 +74,7 @@ class StepExtras:
         return math.ceil(self.total_steps / self.val_every_steps) / self.total_steps
 
     def __bool__(self) -> bool:
-        return self.clips or self.validations_per_step > 0
+        return self.grad_clip or self.validations_per_step > 0
 
     @classmethod
     def of_job(cls, spec: JobSpec, *, dataset_sequences: int | None = None) -> StepExtras:
@@ -97,5 +92,8 @@ class StepExtras:
             batches = 1 if held_out is None else max(1, held_out // spec.global_batch)
             every = data.val_every_steps or max(1, total // 10)
         return cls(
-            grad_clip_norm=spec.grad_clip_norm, val_every_steps=every, val_batches=batches, total_steps=total
+            grad_clip=spec.grad_clip_norm is not None,
+            val_every_steps=every,
+            val_batches=batches,
+            total_steps=total,
         )

@@ -61,6 +61,7 @@ import numpy as np
 
 from tessera.hardware import ClusterSpec, get_gpu
 from tessera.jobs import JobSpec
+from tessera.perf.extras import StepExtras
 from tessera.plan import Device, Plan
 from tessera.planning.cells import CellEstimator
 from tessera.planning.space import StageSpace
@@ -87,7 +88,9 @@ class ConfigError(ValueError):
 
 
 def config_of(spec: JobSpec) -> JobConfig:
-    """The configuration key of a job spec: the fields its speed depends on."""
+    """The configuration key of a job spec: the fields its speed depends on (its clipping and validation too:
+    :class:`~tessera.perf.extras.StepExtras`)."""
+    extras = StepExtras.of_job(spec)
     return JobConfig(
         model=spec.model,
         global_batch=spec.global_batch,
@@ -99,6 +102,19 @@ def config_of(spec: JobSpec) -> JobConfig:
         gpu_types=tuple(spec.gpu_types),
         exclude_gpu_types=tuple(spec.exclude_gpu_types),
         max_gpus=spec.max_gpus,
+        grad_clip=extras.grad_clip,
+        val_every_steps=extras.val_every_steps,
+        val_batches=extras.val_batches,
+    )
+
+
+def extras_of(config: JobConfig) -> StepExtras | None:
+    """The training extras a configuration prices (None: none). Validation is amortized as one every
+    ``val_every_steps`` steps: a configuration is shared by jobs of any length."""
+    if not (config.grad_clip or config.val_batches):
+        return None
+    return StepExtras(
+        grad_clip=config.grad_clip, val_every_steps=config.val_every_steps, val_batches=config.val_batches
     )
 
 
@@ -472,6 +488,8 @@ class JobSpeed:
         self.annotated_stages = models.annotation_stage_count(config) if config.entrypoint else None
         self.failures: list[str] = []
         self._tuned: dict[tuple[Any, tuple | None], Tuned | None] = {}
+        self.extras = extras_of(config)
+        self._extra_s: dict[tuple, float] = {}
         self._usable: dict[GPUs, bool] = {}
         self._ranked: list[CellChoice] | None = None
 
@@ -521,7 +539,25 @@ class JobSpeed:
         except _CELL_ERRORS as e:  # kept for reports: the Cell counts as infeasible
             self.failures.append(f"{self._name()} {dict(gpus)} S{n_stages}: {type(e).__name__} {e}")
             return 0.0
-        return c.samples_per_s / self.config.global_batch if c is not None and c.feasible else 0.0
+        if c is None or not c.feasible:
+            return 0.0
+        if self.extras is None:
+            return c.samples_per_s / self.config.global_batch
+        return 1.0 / (c.iteration_time_s + self.extra_s(("cell", gpus, n_stages), c.plan))
+
+    def extra_s(self, key: tuple, plan: Plan) -> float:
+        """Seconds the configuration's training extras add to an iteration of ``plan`` (clipping and amortized
+        validation, :func:`~tessera.perf.estimate.extras_s`), kept under ``key``; 0 without extras. Priced on
+        the planner's chosen plan, after the choice: the planner ranks plans without them."""
+        if self.extras is None:
+            return 0.0
+        hit = self._extra_s.get(key)
+        if hit is None:
+            from tessera.perf.estimate import estimate_plan
+
+            e = estimate_plan(plan, self.spec, self.cluster, cost=self.cost, extras=self.extras)
+            hit = self._extra_s[key] = e.clip_s + e.validation_s
+        return hit
 
     def best_stages(self, gpus: GPUs) -> int | None:
         best, arg = 0.0, None
@@ -554,7 +590,12 @@ class JobSpeed:
                         return 0.0
                     choice = space.assemble([[j]])
                     if choice is not None and choice.feasible:
-                        best = max(best, gb / choice.iteration_time_s)
+                        extra = (
+                            self.extra_s(("dp", gpus, rung, B), space.plan(choice.options))
+                            if self.extras
+                            else 0.0
+                        )
+                        best = max(best, gb / (choice.iteration_time_s + extra))
                 if best > 0:
                     break  # the cheapest memory setting that fits: more recompute only costs time
         except _CELL_ERRORS as e:
@@ -608,12 +649,20 @@ class JobSpeed:
             plan = self._entry_plan(dict(shape.gpus), n_stages, devices)
             out = None
             if plan is not None:
-                out = Tuned(plan, estimate_plan(plan, self.spec, self.cluster, cost=self.cost), shape.label)
+                est = estimate_plan(plan, self.spec, self.cluster, cost=self.cost, extras=self.extras)
+                out = Tuned(plan, est, shape.label)
         else:
             from tessera.planning.tuner import tune
 
             t = tune(self.estimator, shape)
-            out = Tuned(t.plan, t.estimate, t.cell.label) if t is not None else None
+            out = None
+            if t is not None:
+                est = t.estimate
+                if self.extras is not None:  # the tuned plan with the job's clipping and validation
+                    from tessera.perf.estimate import estimate_plan
+
+                    est = estimate_plan(t.plan, self.spec, self.cluster, cost=self.cost, extras=self.extras)
+                out = Tuned(t.plan, est, t.cell.label)
         self._tuned[key] = out
         return out
 

@@ -46,6 +46,9 @@ class JobConfig:
     name); ``seq_len`` None means the model's own. ``gpu_types`` (preferred, best first),
     ``exclude_gpu_types`` and ``max_gpus`` restrict the Cells a job may be given. The simulator's jobs use
     the defaults beside (model, global batch); the service fills every field from the job spec.
+    ``grad_clip``, ``val_every_steps`` and ``val_batches`` are the job's time-costing training extras
+    (:class:`~tessera.perf.extras.StepExtras`: clipping, and validation batches every so many steps): they
+    change a step's time, so jobs that differ in them are different configurations.
     """
 
     model: str
@@ -58,6 +61,9 @@ class JobConfig:
     gpu_types: tuple[str, ...] = ()
     exclude_gpu_types: tuple[str, ...] = ()
     max_gpus: int | None = None
+    grad_clip: bool = False
+    val_every_steps: int | None = None
+    val_batches: int = 0
     _hash: int = field(default=0, init=False, repr=False, compare=False)
     _sort_key: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -72,7 +78,8 @@ class JobConfig:
     def _fields(self) -> tuple:
         return (
             self.model, self.global_batch, self.seq_len, self.precision, self.optimizer, self.recompute,
-            self.entrypoint, self.gpu_types, self.exclude_gpu_types, self.max_gpus,
+            self.entrypoint, self.gpu_types, self.exclude_gpu_types, self.max_gpus, self.grad_clip,
+            self.val_every_steps, self.val_batches,
         )  # fmt: skip
 
     def __hash__(self) -> int:
@@ -128,7 +135,10 @@ class JobConfig:
         base = f"{name}-b{self.global_batch}"
         if self.is_default and name == self.model:
             return base
-        return f"{base}-{hashlib.sha256(repr(self._fields()).encode()).hexdigest()[:12]}"
+        fields = self._fields()
+        if not (self.grad_clip or self.val_batches):
+            fields = fields[:10]  # without training extras: the digest configurations had before them
+        return f"{base}-{hashlib.sha256(repr(fields).encode()).hexdigest()[:12]}"
 
     def to_dict(self) -> dict:
         return {f: getattr(self, f) for f in self.__dataclass_fields__ if not f.startswith("_")}
