@@ -257,3 +257,53 @@ def test_the_speed_source_prices_a_jobs_extras_under_its_own_configuration():
     with_extras = estimate_plan(cell.plan, src.job(extra).spec, get_cluster("local"), cost=src.job(extra).cost,
                                 extras=StepExtras(grad_clip=True, val_every_steps=20, val_batches=4))  # fmt: skip
     assert src.cell(extra, gpus, 1) == pytest.approx(1.0 / with_extras.iteration_time_s, rel=1e-9)
+
+
+def _time_steps_and_evaluations(rank: int, out: dict) -> None:
+    """In a one-rank gloo group: the runtime's training step and its validation pass (``Trainer.evaluate``,
+    forward-only) on the same gpt-tiny batches, medians after two warm-up rounds."""
+    import time
+
+    import torch
+
+    from tessera.runtime import SyntheticData, Trainer, ZooModel
+
+    plan = simple_plan("gpt-tiny", n_layers=6, global_batch=8, seq_len=64, precision="fp32")
+    trainer = Trainer(
+        plan, rank, ZooModel("gpt-tiny"), seed=0, learning_rate=1e-3, device=torch.device("cpu")
+    )
+    data = SyntheticData(0)
+    steps, evals = [], []
+    for i in range(8):
+        x, y = data.batch(trainer.stage.module, i, plan.global_batch, plan.seq_len)
+        t0 = time.perf_counter()
+        trainer.step(i, x, y)
+        t1 = time.perf_counter()
+        trainer.evaluate(x, y)
+        t2 = time.perf_counter()
+        steps.append(t1 - t0)
+        evals.append(t2 - t1)
+    out["step_s"] = statistics.median(steps[2:])
+    out["eval_s"] = statistics.median(evals[2:])
+
+
+@pytest.mark.timeout(240)
+def test_a_real_validation_pass_costs_what_the_estimate_says_against_a_step():
+    """gpt-tiny on one CPU process: the runtime's forward-only validation pass takes a fraction of a training
+    step, and the estimator's forward pass is that fraction of its iteration, within a loose factor (ratios
+    measured back to back in one process, so the shared host's load cancels; no wall-clock assertion)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from helpers import run_on_gloo
+
+    got = run_on_gloo(_time_steps_and_evaluations, world=1)
+    spec = get_spec("gpt-tiny", seq_len=64)
+    plan = simple_plan("gpt-tiny", n_layers=spec.n_layers, global_batch=8, seq_len=64, precision="fp32")
+    e = estimate_plan(plan, spec, extras=StepExtras(val_every_steps=1, val_batches=1))
+    predicted, measured = e.validation_s / e.step_time_s, got["eval_s"] / got["step_s"]
+    print(f"validation pass / step: measured {measured:.3f} ({got['eval_s'] * 1e3:.2f} ms / "
+          f"{got['step_s'] * 1e3:.2f} ms), estimated {predicted:.3f}")  # fmt: skip
+    assert 0 < measured < 1 and 0 < predicted < 1
+    assert 0.33 < predicted / measured < 3.0
