@@ -216,6 +216,9 @@ def plan(
     cost_dir: str | None = typer.Option(
         None, "--cost-dir", help="measured profiles/calibration (default $TESSERA_HOME/perf)"
     ),
+    virtual_stages: int = typer.Option(
+        1, "--virtual-stages", help="interleaved 1F1B: N chunks per device where a plan can carry them"
+    ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Rank the job's Cells (GPU types × counts × stages) and write the tuned Plan of the best."""
@@ -224,7 +227,7 @@ def plan(
     plan_command(
         console=console, job=job, cluster=cluster, gpus=gpus, out=out, top=top, exhaustive=exhaustive,
         cost_dir=cost_dir, as_json=as_json, nics_per_node=nics_per_node, nic_bandwidth_Bps=nic_bandwidth_Bps,
-        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps,
+        inter_node_bandwidth_Bps=inter_node_bandwidth_Bps, virtual_stages=virtual_stages,
     )  # fmt: skip
 
 

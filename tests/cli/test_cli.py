@@ -340,3 +340,15 @@ def test_plan_virtual_stages_are_validated(tmp_path):
     # a job whose plans cannot carry it (one stage wins) still plans, plainly
     data = _plan_json(tiny, "4xA100-40GB", 2, tmp_path / "p.json")
     assert data["chosen"]["plan"]["virtual_stages"] == 1
+
+
+def test_plan_cli_takes_virtual_stages(tmp_path):
+    """The flag reaches the command: a bad value is one clear error naming it, a good one is planned."""
+    tiny = ROOT / "examples" / "tiny-gpt.yaml"
+    r = runner.invoke(app, ["plan", str(tiny), "--gpus", "4xA100-40GB", "--virtual-stages", "4", "--json",
+                            "--out", str(tmp_path / "p.json")])  # fmt: skip
+    assert r.exit_code != 0 and "--virtual-stages" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["plan", str(tiny), "--gpus", "4xA100-40GB", "--virtual-stages", "2", "--json",
+                            "--out", str(tmp_path / "p.json")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["chosen"]["plan"]["virtual_stages"] == 1  # one stage wins: nothing to cut
