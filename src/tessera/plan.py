@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -471,3 +472,147 @@ def simple_plan(
         model_layers=n_layers,
         **options,
     )
+
+
+# ---------------------------------------------------------------- how a step splits the batch
+def micro_ranges(global_batch: int, micro_batches: int) -> tuple[tuple[int, int], ...]:
+    """Global sample range of each micro-batch: even sizes, the remainder to the first ones."""
+    base, extra = divmod(global_batch, micro_batches)
+    out, pos = [], 0
+    for m in range(micro_batches):
+        n = base + (1 if m < extra else 0)
+        out.append((pos, pos + n))
+        pos += n
+    return tuple(out)
+
+
+def replica_rows(
+    shares: tuple[int, ...], micro: tuple[tuple[int, int], ...]
+) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """rows[r][m] = (lo, hi) offsets inside micro-batch m computed by replica r.
+
+    Samples are dealt one at a time to the replica furthest behind its share (ties to the lower index), which
+    never gives a replica more than its share and ends with exactly ``shares[r]`` samples each.
+    """
+    total = sum(shares)
+    given = [0] * len(shares)
+    owner: list[int] = []
+    for n in range(1, total + 1):
+        r = max(range(len(shares)), key=lambda i: (shares[i] * n / total - given[i], -i))
+        given[r] += 1
+        owner.append(r)
+    rows: list[list[tuple[int, int]]] = [[] for _ in shares]
+    for a, b in micro:
+        counts = [0] * len(shares)
+        for s in range(a, b):
+            counts[owner[s]] += 1
+        pos = 0
+        for r, c in enumerate(counts):
+            rows[r].append((pos, pos + c))
+            pos += c
+    return tuple(tuple(r) for r in rows)
+
+
+# ---------------------------------------------------------------- which plans torch's pipelining runs
+def pipeline_impl() -> str:
+    """``TESSERA_PIPELINE_IMPL`` (own, torch or auto): which transport runs pipelines in this process. The
+    runtime obeys it; the estimate and the calibration read it to price and fit what the runtime runs."""
+    value = os.environ.get("TESSERA_PIPELINE_IMPL", "auto").strip().lower() or "auto"
+    if value not in ("own", "torch", "auto"):
+        raise ValueError(f"TESSERA_PIPELINE_IMPL must be own, torch or auto, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why torch's pipelining cannot run a plan: the plan field at fault and the reason."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def replica_pipeline_ranks(plan: Plan, replica: int) -> tuple[int, ...]:
+    """Global ranks of pipeline replica ``replica``: the ``replica``-th device of every stage, in stage order
+    (TP = 1 in every stage)."""
+    return tuple(st.devices[replica].rank for st in plan.stages)
+
+
+def torch_schedule_refusal(plan: Plan, impl: str | None = None) -> Refusal | None:
+    """Why ``torch.distributed.pipelining`` cannot run ``plan`` (None: it can), from the plan alone.
+
+    ``impl``: own, torch or auto (default: :func:`pipeline_impl`). The runtime adds its process-group check;
+    the calibration and the estimate read the same answer (what the runtime timed as compute, where FSDP2 is
+    not used)."""
+    impl = pipeline_impl() if impl is None else impl
+    v = "virtual_stages"
+    if plan.n_stages < 2:
+        return Refusal(v, "a single stage is no pipeline")
+    if impl == "own":
+        return Refusal(v, "TESSERA_PIPELINE_IMPL=own asks for Tessera's own transport")
+    dps = [s.dp_degree for s in plan.stages]
+    tps = [s.tp_degree for s in plan.stages]
+    if any(t != 1 for t in tps) or len(set(dps)) != 1:
+        return Refusal(
+            v,
+            "torch's pipeline stages hold one device each per pipeline replica (DP = TP = 1 within a "
+            f"replica): every stage needs the same dp_degree and tp_degree 1, got dp_degree {dps}, "
+            f"tp_degree {tps}",
+        )
+    d = dps[0]
+    if d > 1 and plan.virtual_stages == 1 and impl != "torch":
+        return Refusal(
+            v,
+            "a data-parallel plain pipeline keeps Tessera's transport unless TESSERA_PIPELINE_IMPL=torch",
+        )
+    for r in range(d):
+        ranks = replica_pipeline_ranks(plan, r)
+        if list(ranks) != sorted(set(ranks)):  # strictly increasing
+            if d == 1:
+                return Refusal(v, "stage s must be on global rank s")
+            return Refusal(
+                v,
+                f"replica {r}'s stages must be on increasing ranks (stage s at rank s of the replica's "
+                f"group), got {list(ranks)}",
+            )
+    if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        return Refusal("schedule", f"no torch schedule for {plan.schedule.value}")
+    if plan.schedule == Schedule.ONE_F_ONE_B and plan.micro_batches < plan.n_stages:
+        return Refusal("micro_batches", "1F1B needs micro_batches >= stages")
+    return _share_refusal(plan, d)
+
+
+def _share_refusal(plan: Plan, d: int) -> Refusal | None:
+    """Every replica's micro-batch pieces must have one shape (PipelineStage's p2p buffers), and a replica is
+    one pipeline, so every stage must give it the same share."""
+    b, m = plan.global_batch, plan.micro_batches
+    shares = plan.stages[0].shares(b)
+    for i, st in enumerate(plan.stages[1:], start=1):
+        if st.shares(b) != shares:
+            return Refusal(
+                f"stages[{i}].batch_shares",
+                f"every stage must split the batch the same way (each pipeline replica is one pipeline): "
+                f"stages[{i}] gives {list(st.shares(b))}, stages[0] {list(shares)}",
+            )
+    if d == 1:
+        if b % m:
+            return Refusal(
+                "micro_batches",
+                f"micro-batches must be equal (global_batch {b} is not a multiple of micro_batches {m})",
+            )
+        return None
+    rows = replica_rows(shares, micro_ranges(b, m))
+    for r, ranges in enumerate(rows):
+        sizes = [hi - lo for lo, hi in ranges]
+        if len(set(sizes)) != 1 or sizes[0] == 0:
+            explicit = next((i for i, st in enumerate(plan.stages) if st.batch_shares), None)
+            field = "global_batch" if explicit is None else f"stages[{explicit}].batch_shares"
+            return Refusal(
+                field,
+                f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
+                f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
+                "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
+            )
+    return None

@@ -256,3 +256,21 @@ def test_cli_round_trip_saves_into_cost_dir(tmp_path):
         r = runner.invoke(app, bad)
         assert r.exit_code == 2, r.output
         assert "error:" in r.output and "Traceback" not in r.output
+
+
+def test_compute_includes_waits_is_the_runtimes_own_rule(monkeypatch):
+    """The calibration asks the runtime's rule (tessera.plan.torch_schedule_refusal): a data-parallel
+    interleaved pipeline runs on PyTorch's schedule (whole schedule timed as compute), a data-parallel plain
+    one only under TESSERA_PIPELINE_IMPL=torch, and nothing does under =own."""
+    kw = dict(n_layers=SPEC.n_layers, global_batch=8, seq_len=SEQ, pp=2, dp=2, micro_batches=2)
+    monkeypatch.delenv("TESSERA_PIPELINE_IMPL", raising=False)
+    inter = simple_plan("gpt-tiny", **kw, virtual_stages=2)
+    plain = simple_plan("gpt-tiny", **kw)
+    assert compute_includes_waits(inter) and not compute_includes_waits(plain)
+    monkeypatch.setenv("TESSERA_PIPELINE_IMPL", "torch")
+    assert compute_includes_waits(inter) and compute_includes_waits(plain)
+    monkeypatch.setenv("TESSERA_PIPELINE_IMPL", "own")
+    assert not compute_includes_waits(inter) and not compute_includes_waits(plain)
+    monkeypatch.delenv("TESSERA_PIPELINE_IMPL")
+    uneven = simple_plan("gpt-tiny", **{**kw, "global_batch": 6}, virtual_stages=2)  # pieces of 2 and 1
+    assert not compute_includes_waits(uneven)

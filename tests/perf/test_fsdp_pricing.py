@@ -67,3 +67,20 @@ def test_zero2_sync_saturates_with_rank_count():
         plan, topo = _plan(n, 2)
         syncs[n] = stage_cost(plan, SPEC, 0, topo).dp_sync_s
     assert syncs[512] < 1.5 * syncs[64]
+
+
+def test_zero3_on_torchs_pipeline_schedule_is_priced_as_the_runtimes_zero2(monkeypatch):
+    """Under PyTorch's pipeline schedule (a data-parallel interleaved pipeline) the runtime takes its own
+    reduce-to-owner ZeRO-2 for ZeRO-3, not FSDP2: the estimate prices the same (no FSDP gathers), while a
+    plain data-parallel pipeline on Tessera's transport keeps FSDP2's pricing."""
+    from tessera.perf.estimate import estimate_plan
+
+    monkeypatch.delenv("TESSERA_PIPELINE_IMPL", raising=False)
+    kw = dict(n_layers=SPEC.n_layers, global_batch=16, seq_len=2048, dp=2, pp=2, gpu_type="A100-80GB",
+              micro_batches=4, precision="bf16")  # fmt: skip
+    inter = {z: simple_plan(SPEC.name, **kw, zero=z, virtual_stages=2) for z in (2, 3)}
+    plain = {z: simple_plan(SPEC.name, **kw, zero=z) for z in (2, 3)}
+    t = {k: {z: estimate_plan(p, SPEC).iteration_time_s for z, p in d.items()}
+         for k, d in (("inter", inter), ("plain", plain))}  # fmt: skip
+    assert t["inter"][3] == pytest.approx(t["inter"][2])
+    assert t["plain"][3] != pytest.approx(t["plain"][2])  # FSDP2's gathers are priced there

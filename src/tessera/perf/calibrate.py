@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -60,7 +59,7 @@ from tessera.hardware import ClusterSpec, GPUSpec
 from tessera.models.spec import ModelSpec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, StageCost, Topology, estimate_plan, stage_cost
-from tessera.plan import Plan, Schedule
+from tessera.plan import Plan, torch_schedule_refusal
 
 DEFAULT_WARMUP = 2  # steps dropped at the start of each run in a file (allocator, first p2p headers)
 DEFAULT_BOUNDS = (0.01, 100.0)  # a scale outside this says the model is broken, not miscalibrated
@@ -305,23 +304,10 @@ class CalibrationReport:
 
 
 def compute_includes_waits(plan: Plan) -> bool:
-    """Whether the runtime will have timed this plan's whole pipeline schedule as compute.
-
-    Mirrors ``tessera.runtime.torch_pipeline.torch_pipeline_fits`` on the plan alone (perf does not import the
-    runtime): a regular pipeline, one device per stage on ranks 0..S−1, equal micro-batches, run by PyTorch's
-    GPipe/1F1B unless ``TESSERA_PIPELINE_IMPL=own``.
-    """
-    if plan.n_stages < 2:
-        return False
-    if os.environ.get("TESSERA_PIPELINE_IMPL", "auto").strip().lower() == "own":
-        return False
-    if any(s.dp_degree != 1 or s.tp_degree != 1 for s in plan.stages):
-        return False
-    if [s.devices[0].rank for s in plan.stages] != list(range(plan.n_stages)):
-        return False
-    if plan.global_batch % plan.micro_batches:
-        return False
-    return plan.schedule == Schedule.GPIPE or plan.micro_batches >= plan.n_stages
+    """Whether the runtime will have timed this plan's whole pipeline schedule as compute: the plans PyTorch's
+    pipelining runs (:func:`tessera.plan.torch_schedule_refusal`, which the runtime asks too), under the
+    process's ``TESSERA_PIPELINE_IMPL``."""
+    return torch_schedule_refusal(plan) is None
 
 
 def _device_types(plan: Plan, topo: Topology) -> tuple[str, ...]:

@@ -78,7 +78,7 @@ from tessera.perf.compute import (
 from tessera.perf.costmodel import CostModel
 from tessera.perf.extras import StepExtras
 from tessera.perf.pipeline import pipeline_time
-from tessera.plan import Device, Plan, Precision, Stage
+from tessera.plan import Device, Plan, Precision, Stage, torch_schedule_refusal
 
 DEFAULT_INTER_NODE_BPS = 12.5e9  # ClusterSpec's default: 100 Gb/s InfiniBand / RoCE
 GRAD_BUCKET_BYTES = (
@@ -483,13 +483,15 @@ def _block_shape(spec: ModelSpec, attention: str) -> BlockShape | None:
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
     """Whether the runtime runs this stage's ZeRO-3 through FSDP2 (``runtime.engine.use_fsdp``): a DP stage of
-    one GPU type without TP, in fp32 or bf16 autocast; otherwise ZeRO-3 falls back to ZeRO-2."""
+    one GPU type without TP, in fp32 or bf16 autocast, not on PyTorch's pipeline schedule (there ZeRO-2/3
+    take Tessera's reduce-to-owner ZeRO-2); otherwise ZeRO-3 falls back to ZeRO-2."""
     return (
         plan.zero >= 3
         and stage.dp_degree > 1
         and stage.tp_degree == 1
         and len({d.gpu_type for d in stage.devices}) == 1
         and plan.precision.value in ("fp32", "bf16")
+        and torch_schedule_refusal(plan) is not None
     )
 
 

@@ -13,45 +13,7 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from tessera.plan import Plan, Stage
-
-
-def micro_ranges(global_batch: int, micro_batches: int) -> tuple[tuple[int, int], ...]:
-    """Global sample range of each micro-batch: even sizes, the remainder to the first ones."""
-    base, extra = divmod(global_batch, micro_batches)
-    out, pos = [], 0
-    for m in range(micro_batches):
-        n = base + (1 if m < extra else 0)
-        out.append((pos, pos + n))
-        pos += n
-    return tuple(out)
-
-
-def replica_rows(
-    shares: tuple[int, ...], micro: tuple[tuple[int, int], ...]
-) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """rows[r][m] = (lo, hi) offsets inside micro-batch m computed by replica r.
-
-    Samples are dealt one at a time to the replica furthest behind its share (ties to the lower index), which
-    never gives a replica more than its share and ends with exactly ``shares[r]`` samples each.
-    """
-    total = sum(shares)
-    given = [0] * len(shares)
-    owner: list[int] = []
-    for n in range(1, total + 1):
-        r = max(range(len(shares)), key=lambda i: (shares[i] * n / total - given[i], -i))
-        given[r] += 1
-        owner.append(r)
-    rows: list[list[tuple[int, int]]] = [[] for _ in shares]
-    for a, b in micro:
-        counts = [0] * len(shares)
-        for s in range(a, b):
-            counts[owner[s]] += 1
-        pos = 0
-        for r, c in enumerate(counts):
-            rows[r].append((pos, pos + c))
-            pos += c
-    return tuple(tuple(r) for r in rows)
+from tessera.plan import Plan, Stage, micro_ranges, replica_rows
 
 
 def overlaps(mine: tuple[int, int], theirs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:

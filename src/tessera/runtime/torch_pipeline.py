@@ -32,121 +32,32 @@ is never DDP-wrapped; gradient sync stays after the step (tied parameters across
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from tessera.plan import Plan, Schedule
+from tessera.plan import (
+    Plan,
+    Refusal,
+    Schedule,
+    replica_pipeline_ranks,
+    torch_schedule_refusal,
+)
 from tessera.runtime.data_parallel import weighted_loss
-from tessera.runtime.groups import Layout, micro_ranges, replica_rows
+from tessera.runtime.groups import Layout
 from tessera.runtime.pipeline import StepTimes
 from tessera.runtime.stage import StageModel
 
 
-def pipeline_impl() -> str:
-    value = os.environ.get("TESSERA_PIPELINE_IMPL", "auto").strip().lower() or "auto"
-    if value not in ("own", "torch", "auto"):
-        raise ValueError(f"TESSERA_PIPELINE_IMPL must be own, torch or auto, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why torch's pipelining cannot run a plan: the plan field at fault and the reason."""
-
-    field: str
-    reason: str
-
-    def __str__(self) -> str:
-        return self.reason
-
-
-def replica_pipeline_ranks(plan: Plan, replica: int) -> tuple[int, ...]:
-    """Global ranks of pipeline replica ``replica``: the ``replica``-th device of every stage, in stage order
-    (TP = 1 in every stage)."""
-    return tuple(st.devices[replica].rank for st in plan.stages)
-
-
 def torch_pipeline_refusal(plan: Plan) -> Refusal | None:
     """Why ``torch.distributed.pipelining`` cannot run ``plan`` in this process group (None: it can)."""
-    v = "virtual_stages"
-    if plan.n_stages < 2:
-        return Refusal(v, "a single stage is no pipeline")
-    impl = pipeline_impl()
-    if impl == "own":
-        return Refusal(v, "TESSERA_PIPELINE_IMPL=own asks for Tessera's own transport")
-    dps = [s.dp_degree for s in plan.stages]
-    tps = [s.tp_degree for s in plan.stages]
-    if any(t != 1 for t in tps) or len(set(dps)) != 1:
-        return Refusal(
-            v,
-            "torch's pipeline stages hold one device each per pipeline replica (DP = TP = 1 within a "
-            f"replica): every stage needs the same dp_degree and tp_degree 1, got dp_degree {dps}, "
-            f"tp_degree {tps}",
-        )
-    d = dps[0]
-    if d > 1 and plan.virtual_stages == 1 and impl != "torch":
-        return Refusal(
-            v,
-            "a data-parallel plain pipeline keeps Tessera's transport unless TESSERA_PIPELINE_IMPL=torch",
-        )
-    for r in range(d):
-        ranks = replica_pipeline_ranks(plan, r)
-        if list(ranks) != sorted(set(ranks)):  # strictly increasing
-            if d == 1:
-                return Refusal(v, "stage s must be on global rank s")
-            return Refusal(
-                v,
-                f"replica {r}'s stages must be on increasing ranks (stage s at rank s of the replica's "
-                f"group), got {list(ranks)}",
-            )
-    if plan.schedule not in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
-        return Refusal("schedule", f"no torch schedule for {plan.schedule.value}")
-    if plan.schedule == Schedule.ONE_F_ONE_B and plan.micro_batches < plan.n_stages:
-        return Refusal("micro_batches", "1F1B needs micro_batches >= stages")
-    refusal = _share_refusal(plan, d)
+    refusal = torch_schedule_refusal(plan)
     if refusal is None and (not dist.is_initialized() or dist.get_world_size() != plan.world_size):
-        return Refusal(v, "the process group must hold exactly the plan's devices")
+        return Refusal("virtual_stages", "the process group must hold exactly the plan's devices")
     return refusal
-
-
-def _share_refusal(plan: Plan, d: int) -> Refusal | None:
-    """Every replica's micro-batch pieces must have one shape (PipelineStage's p2p buffers), and a replica is
-    one pipeline, so every stage must give it the same share."""
-    b, m = plan.global_batch, plan.micro_batches
-    shares = plan.stages[0].shares(b)
-    for i, st in enumerate(plan.stages[1:], start=1):
-        if st.shares(b) != shares:
-            return Refusal(
-                f"stages[{i}].batch_shares",
-                f"every stage must split the batch the same way (each pipeline replica is one pipeline): "
-                f"stages[{i}] gives {list(st.shares(b))}, stages[0] {list(shares)}",
-            )
-    if d == 1:
-        if b % m:
-            return Refusal(
-                "micro_batches",
-                f"micro-batches must be equal (global_batch {b} is not a multiple of micro_batches {m})",
-            )
-        return None
-    rows = replica_rows(shares, micro_ranges(b, m))
-    for r, ranges in enumerate(rows):
-        sizes = [hi - lo for lo, hi in ranges]
-        if len(set(sizes)) != 1 or sizes[0] == 0:
-            explicit = next((i for i, st in enumerate(plan.stages) if st.batch_shares), None)
-            field = "global_batch" if explicit is None else f"stages[{explicit}].batch_shares"
-            return Refusal(
-                field,
-                f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
-                f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
-                "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
-            )
-    return None
 
 
 def torch_pipeline_fits(plan: Plan) -> bool:
