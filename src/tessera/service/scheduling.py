@@ -415,7 +415,8 @@ class SchedulingAdapter:
         )
         label = tuned.label
         plan = plan.with_(meta={**plan.meta, "cell": label})
-        return Assignment(tuple(slots), label, plan, est.iteration_time_s, est.to_dict())
+        # shown and calibrated against the runtime's measured step, which has no validation passes in it
+        return Assignment(tuple(slots), label, plan, est.step_time_s, est.to_dict())
 
     def _reasons(self) -> dict[int, str]:
         """Why each pending job waits: Backoff, Infeasible (nothing of this cluster can run it), Priority (it
