@@ -514,6 +514,23 @@ def replica_rows(
 
 
 # ---------------------------------------------------------------- which plans torch's pipelining runs
+def fsdp_stage(plan: Plan, stage: Stage) -> bool:
+    """Whether ``zero`` 2 or 3 of this stage runs through FSDP2 (ZeRO-3: ``reshard_after_forward``; ZeRO-2:
+    parameters stay gathered from forward to the end of backward, PyTorch's SHARD_GRAD_OP) rather than
+    Tessera's reduce-to-owner ZeRO-2. FSDP2 needs a DP stage of identical devices, without TP, in fp32 or bf16
+    (its ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose replicas all compute every
+    micro-batch (FSDP's per-micro-batch all-gathers must line up). One rule for the runtime, which obeys it
+    (except under torch's pipeline schedule), and the estimate and memory, which price what it runs."""
+    if plan.zero < 2 or stage.dp_degree < 2 or stage.tp_degree > 1:
+        return False
+    if len({d.gpu_type for d in stage.devices}) != 1:
+        return False
+    if plan.precision not in (Precision.FP32, Precision.BF16):
+        return False
+    rows = replica_rows(stage.shares(plan.global_batch), micro_ranges(plan.global_batch, plan.micro_batches))
+    return all(a < b for replica in rows for a, b in replica)
+
+
 def pipeline_impl() -> str:
     """``TESSERA_PIPELINE_IMPL`` (own, torch or auto): which transport runs pipelines in this process. The
     runtime obeys it; the estimate and the calibration read it to price and fit what the runtime runs."""

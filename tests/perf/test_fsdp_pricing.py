@@ -12,7 +12,7 @@ from tessera.hardware.cluster import network_cluster
 from tessera.models.zoo import gpt
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import FSDP_GATHER_BYTES, Topology, fsdp_comm, stage_cost
-from tessera.plan import simple_plan
+from tessera.plan import fsdp_stage, simple_plan
 
 SPEC = gpt.spec("gpt-1.3b", gpt.gpt_arch(2048, 24, 16, vocab=50257, max_positions=2048), 2048)
 
@@ -60,13 +60,40 @@ def test_zero3_stage_carries_exposed_fsdp_comm_per_micro_batch():
 
 
 def test_zero2_sync_saturates_with_rank_count():
-    """Bandwidth-bound per rank as the group grows: 64 → 512 ranks costs well under 1.5×, with no per-bucket
-    latency term linear in the node count."""
+    """Tessera's reduce-to-owner ZeRO-2 (bf16-master, which FSDP2 does not run) is bandwidth-bound per rank as
+    the group grows: 64 → 512 ranks costs well under 1.5×, with no per-bucket latency term linear in the node
+    count."""
     syncs = {}
     for n in (64, 512):
-        plan, topo = _plan(n, 2)
+        plan, topo = _plan(n, 2, "bf16-master")
+        assert not fsdp_stage(plan, plan.stages[0])
         syncs[n] = stage_cost(plan, SPEC, 0, topo).dp_sync_s
-    assert syncs[512] < 1.5 * syncs[64]
+    assert 0 < syncs[512] < 1.5 * syncs[64]
+
+
+def test_zero2_where_the_runtime_runs_fsdp2_is_priced_as_fsdp2_without_backward_gathers():
+    """The runtime runs ZeRO-2 of a one-type bf16/fp32 DP stage through FSDP2 with parameters kept gathered
+    from forward to the end of backward (``tessera.plan.fsdp_stage``): the estimate prices FSDP2's per
+    micro-batch gathers and reduce-scatters there, not a bucketed sync after the step, and ZeRO-3's backward
+    re-gathers are absent."""
+    plan2, topo = _plan(16, 2)
+    plan3, _ = _plan(16, 3)
+    assert fsdp_stage(plan2, plan2.stages[0]) and fsdp_stage(plan3, plan3.stages[0])
+    z2 = fsdp_comm(plan2, SPEC, plan2.stages[0], topo, CostModel())
+    z3 = fsdp_comm(plan3, SPEC, plan3.stages[0], topo, CostModel())
+    assert z2.gather_bwd_s == 0 and z3.gather_fwd_s > 0 and z2.gather_fwd_s == pytest.approx(z3.gather_fwd_s)
+    assert z2.reduce_s == pytest.approx(z3.reduce_s) and z2.exposed_s < z3.exposed_s
+    assert stage_cost(plan2, SPEC, 0, topo).dp_sync_s == 0
+
+
+def test_fsdp2_needs_every_replica_in_every_micro_batch():
+    """Shares that leave a replica without rows in a micro-batch take Tessera's ZeRO-2 in the runtime, so the
+    estimate prices that bucketed sync instead."""
+    plan, topo = _plan(16, 2)
+    st = replace(plan.stages[0], batch_shares=(17,) + (1,) * 15)
+    uneven = replace(plan, global_batch=32, stages=(st,))
+    assert not fsdp_stage(uneven, st)
+    assert stage_cost(uneven, SPEC, 0, topo).dp_sync_s > 0
 
 
 def test_zero3_on_torchs_pipeline_schedule_is_priced_as_the_runtimes_zero2(monkeypatch):

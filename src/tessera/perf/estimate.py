@@ -78,7 +78,7 @@ from tessera.perf.compute import (
 from tessera.perf.costmodel import CostModel
 from tessera.perf.extras import StepExtras
 from tessera.perf.pipeline import pipeline_time
-from tessera.plan import Device, Plan, Precision, Stage, torch_schedule_refusal
+from tessera.plan import Device, Plan, Precision, Stage, fsdp_stage, torch_schedule_refusal
 
 DEFAULT_INTER_NODE_BPS = 12.5e9  # ClusterSpec's default: 100 Gb/s InfiniBand / RoCE
 GRAD_BUCKET_BYTES = (
@@ -482,17 +482,9 @@ def _block_shape(spec: ModelSpec, attention: str) -> BlockShape | None:
 
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
-    """Whether the runtime runs this stage's ZeRO-3 through FSDP2 (``runtime.engine.use_fsdp``): a DP stage of
-    one GPU type without TP, in fp32 or bf16 autocast, not on PyTorch's pipeline schedule (there ZeRO-2/3
-    take Tessera's reduce-to-owner ZeRO-2); otherwise ZeRO-3 falls back to ZeRO-2."""
-    return (
-        plan.zero >= 3
-        and stage.dp_degree > 1
-        and stage.tp_degree == 1
-        and len({d.gpu_type for d in stage.devices}) == 1
-        and plan.precision.value in ("fp32", "bf16")
-        and torch_schedule_refusal(plan) is not None
-    )
+    """Whether the runtime runs this stage's ZeRO-2/3 through FSDP2 (:func:`tessera.plan.fsdp_stage`, not on
+    PyTorch's pipeline schedule, where ZeRO-2/3 take Tessera's reduce-to-owner ZeRO-2)."""
+    return fsdp_stage(plan, stage) and torch_schedule_refusal(plan) is not None
 
 
 def _tied_split(plan: Plan, spec: ModelSpec) -> tuple[int, int] | None:
@@ -576,7 +568,8 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
 
     fp32 gradients (masters under bf16-master) in 25 MiB buckets: all-reduced (ZeRO-0/1), or reduced to their
     owner (ZeRO-2, ~ a reduce-scatter's volume); ZeRO-1/2 then broadcast the owners' updated parameters (~ an
-    all-gather). FSDP (ZeRO-3) communicates per micro-batch inside the stage instead (:func:`_fsdp_s`). A tied
+    all-gather). FSDP2 (ZeRO-2/3, :func:`tessera.plan.fsdp_stage`) communicates per micro-batch inside the stage instead
+    (:func:`_fsdp_s`). A tied
     embedding split over the first and last stage adds one all-reduce of it over both stages' ranks."""
     index = plan.stages.index(stage)
     worst = 0.0
@@ -625,11 +618,12 @@ def fsdp_comm(
     fwd_s: float = 0.0,
     bwd_s: float = 0.0,
 ) -> FSDPComm:
-    """FSDP2 traffic of a ZeRO-3 stage per micro-batch (``fully_shard`` per layer, reshard after forward,
-    forward and backward prefetch), priced with its overlap.
+    """FSDP2 traffic of a ZeRO-2/3 stage per micro-batch (``fully_shard`` per layer, forward and backward
+    prefetch; ZeRO-3 reshards after forward, ZeRO-2 keeps the parameters gathered until backward ends),
+    priced with its overlap.
 
     Each layer is one FSDP unit: its parameters are all-gathered (``FSDP_GATHER_BYTES``) before its forward
-    and again before its backward, and its gradients reduce-scattered after its backward
+    and, under ZeRO-3 only, again before its backward, and its gradients reduce-scattered after its backward
     (``FSDP_REDUCE_BYTES``). Prefetch issues unit ``i + 1``'s all-gather while unit ``i`` computes, and unit
     ``i``'s reduce-scatter runs under unit ``i − 1``'s backward, so per direction only the first unit's
     collective and whatever communication exceeds the other units' compute is exposed:
@@ -665,8 +659,9 @@ def fsdp_comm(
     ag = sum(gathers)
     fwd_exposed = exposed(gathers[0], ag, fwd_s)
     # backward walks the units in reverse: the last unit's gather comes first, the first unit's reduce last
-    bwd_exposed = exposed(gathers[-1] + reduces[0], ag + sum(reduces), bwd_s)
-    return FSDPComm(ag, ag, sum(reduces), fwd_exposed + bwd_exposed)
+    ag_bwd, first_bwd = (ag, gathers[-1]) if plan.zero >= 3 else (0.0, 0.0)
+    bwd_exposed = exposed(first_bwd + reduces[0], ag_bwd + sum(reduces), bwd_s)
+    return FSDPComm(ag, ag_bwd, sum(reduces), fwd_exposed + bwd_exposed)
 
 
 def _fsdp_s(
@@ -678,7 +673,7 @@ def _fsdp_s(
     fwd_s: float = 0.0,
     bwd_s: float = 0.0,
 ) -> float:
-    """Exposed FSDP2 communication per micro-batch of a ZeRO-3 stage (:func:`fsdp_comm`)."""
+    """Exposed FSDP2 communication per micro-batch of a ZeRO-2/3 stage (:func:`fsdp_comm`)."""
     return fsdp_comm(plan, spec, stage, topo, cost, fwd_s, bwd_s).exposed_s
 
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from tessera.dtensor_tp import uses_dtensor
 from tessera.nn.optimizers import make_optimizer
-from tessera.plan import Plan, PlanError, Precision
+from tessera.plan import Plan, PlanError, Precision, fsdp_stage
 from tessera.runtime.checkpoint import Want
 from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
 from tessera.runtime.groups import Layout, build_layout
@@ -145,7 +145,7 @@ class Trainer:
         st = lay.stage
         tp = TPSpec(st.tp_degree, lay.tp_rank, tuple(st.ratios())) if st.tp_degree > 1 else None
         # FSDP2 under torch's pipeline schedule is untested: those plans take Tessera's ZeRO-2 (exact)
-        self.fsdp = use_fsdp(plan, lay) and not self.torch_pipeline
+        self.fsdp = fsdp_stage(plan, st) and not self.torch_pipeline
         shard = None
         if self.fsdp:  # a pretrained model's ZeRO-3 rank reads only its own rows (build_stage)
             shard = functools.partial(
@@ -454,23 +454,6 @@ class Trainer:
         if isinstance(self.runner, TorchPipelineRunner):
             self.runner.close()
         self.layout.destroy()
-
-
-def use_fsdp(plan: Plan, lay: Layout) -> bool:
-    """ZeRO-2 and ZeRO-3 through FSDP2 (ZeRO-3: ``reshard_after_forward``; ZeRO-2: parameters stay gathered
-    from forward to the end of backward, PyTorch's SHARD_GRAD_OP): a DP stage of identical devices, without
-    TP, in fp32 or bf16 (FSDP2's ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose
-    replicas all compute every micro-batch (FSDP's per-micro-batch all-gathers must line up). Otherwise
-    ``zero`` 2 or 3 falls back to Tessera's ZeRO-2 (reduce-to-owner), which handles every other case exactly."""
-    st = lay.stage
-    if plan.zero < 2 or st.dp_degree < 2 or st.tp_degree > 1:
-        return False
-    if len({d.gpu_type for d in st.devices}) != 1:
-        return False
-    if plan.precision not in (Precision.FP32, Precision.BF16):
-        return False
-    rows = lay.rows[lay.stage_index]
-    return all(a < b for replica in rows for a, b in replica)
 
 
 def _shard_stage(
