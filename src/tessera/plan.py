@@ -601,6 +601,18 @@ def torch_schedule_refusal(plan: Plan, impl: str | None = None) -> Refusal | Non
     return _share_refusal(plan, d)
 
 
+def uneven_pieces(shares: tuple[int, ...], global_batch: int, micro_batches: int) -> tuple[int, list[int]] | None:
+    """The first replica whose rows of the micro-batches (``replica_rows``) differ in size or are empty, with
+    those sizes; None when every replica's pieces are equal and non-empty (what torch's ``PipelineStage``
+    needs: its p2p buffers have one shape)."""
+    rows = replica_rows(shares, micro_ranges(global_batch, micro_batches))
+    for r, ranges in enumerate(rows):
+        sizes = [hi - lo for lo, hi in ranges]
+        if len(set(sizes)) != 1 or sizes[0] == 0:
+            return r, sizes
+    return None
+
+
 def _share_refusal(plan: Plan, d: int) -> Refusal | None:
     """Every replica's micro-batch pieces must have one shape (PipelineStage's p2p buffers), and a replica is
     one pipeline, so every stage must give it the same share."""
@@ -620,16 +632,15 @@ def _share_refusal(plan: Plan, d: int) -> Refusal | None:
                 f"micro-batches must be equal (global_batch {b} is not a multiple of micro_batches {m})",
             )
         return None
-    rows = replica_rows(shares, micro_ranges(b, m))
-    for r, ranges in enumerate(rows):
-        sizes = [hi - lo for lo, hi in ranges]
-        if len(set(sizes)) != 1 or sizes[0] == 0:
-            explicit = next((i for i, st in enumerate(plan.stages) if st.batch_shares), None)
-            field = "global_batch" if explicit is None else f"stages[{explicit}].batch_shares"
-            return Refusal(
-                field,
-                f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
-                f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
-                "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
-            )
-    return None
+    uneven = uneven_pieces(shares, b, m)
+    if uneven is None:
+        return None
+    r, sizes = uneven
+    explicit = next((i for i, st in enumerate(plan.stages) if st.batch_shares), None)
+    field = "global_batch" if explicit is None else f"stages[{explicit}].batch_shares"
+    return Refusal(
+        field,
+        f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
+        f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
+        "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
+    )

@@ -295,23 +295,29 @@ def _plan_json(job: Path, gpus: str, v: int, out: Path) -> dict:
 
 def test_plan_virtual_stages_reach_the_priced_cells_and_the_written_plan(tmp_path):
     """`tessera plan --virtual-stages N` (the job spec has no such field): the Cells' plans are priced as
-    interleaved 1F1B where they can carry it, and the chosen pipeline's Plan file carries N."""
+    interleaved 1F1B where they can carry it, plain 1F1B is planned too, and the faster chosen plan that the
+    runtime can run is written — interleaved where it wins (llama2-7b, batch 16, on 8 L4s), plain where it
+    does not (batch 64 on 16 V100s, where TP = 2 pays)."""
     from rich.console import Console
 
     from tessera.commands.plan import plan_command
-    from tessera.plan import Plan
+    from tessera.plan import Plan, torch_schedule_refusal
 
     job = tmp_path / "llama.yaml"
-    job.write_text(
-        "version: 1\nname: llama-pp\nmodel: llama2-7b\nglobal_batch: 64\nseq_len: 4096\nsteps: 10\n"
-        "optimizer: adamw\nprecision: bf16\nrecompute: full\n"
-    )
-    plain = _plan_json(job, "16xV100-32GB", 1, tmp_path / "plain.json")
-    inter = _plan_json(job, "16xV100-32GB", 2, tmp_path / "inter.json")
-    assert plain["chosen"]["plan"]["virtual_stages"] == 1
+    spec = ("version: 1\nname: llama-pp\nmodel: llama2-7b\nglobal_batch: {b}\nseq_len: {s}\nsteps: 10\n"
+            "optimizer: adamw\nprecision: bf16\nrecompute: full\n")  # fmt: skip
+    job.write_text(spec.format(b=16, s=2048))
+    plain = _plan_json(job, "8xL4", 1, tmp_path / "plain.json")
+    inter = _plan_json(job, "8xL4", 2, tmp_path / "inter.json")
+    assert plain["chosen"]["plan"]["virtual_stages"] == 1 and "interleaving" not in plain
     chosen = inter["chosen"]["plan"]
     assert len(chosen["stages"]) >= 2 and chosen["virtual_stages"] == 2
-    assert Plan.load(tmp_path / "inter.json").virtual_stages == 2
+    choice = inter["interleaving"]
+    assert choice["chosen"] == "interleaved" and choice["interleaved_virtual_stages"] == 2
+    assert choice["plain_iteration_time_s"] == pytest.approx(plain["chosen"]["iteration_time_s"])
+    assert choice["interleaved_iteration_time_s"] < choice["plain_iteration_time_s"]
+    written = Plan.load(tmp_path / "inter.json")
+    assert written.virtual_stages == 2 and torch_schedule_refusal(written) is None  # the runtime runs it
     times = {
         name: {(c["n_stages"], tuple(c["stages"])): c["iteration_time_s"] for c in d["cells"]}
         for name, d in (("plain", plain), ("inter", inter))
@@ -319,13 +325,21 @@ def test_plan_virtual_stages_reach_the_priced_cells_and_the_written_plan(tmp_pat
     both = [k for k in times["plain"] if k in times["inter"]]
     assert any(k[0] >= 2 and times["plain"][k] != times["inter"][k] for k in both)  # interleaving priced
     assert all(times["plain"][k] == times["inter"][k] for k in both if k[0] == 1)  # one stage: nothing to cut
+    assert all(s == "1x1" or k[0] == 1 for k in times["inter"] for s in k[1])  # interleaved: TP = 1 only
     console = Console(record=True, width=400)
-    plan_command(console=console, job=str(job), cluster=None, gpus="16xV100-32GB", out=str(tmp_path / "t.json"),
+    plan_command(console=console, job=str(job), cluster=None, gpus="8xL4", out=str(tmp_path / "t.json"),
                  top=3, exhaustive=False, cost_dir=None, as_json=False, virtual_stages=2)  # fmt: skip
-    text = console.export_text()
-    assert "interleaved 1F1B, 2 virtual stages per device" in text
-    if any(s["tp_degree"] > 1 for s in chosen["stages"]):
-        assert "the runtime runs interleaving only with TP = 1" in text
+    assert (
+        "interleaved 1F1B, 2 virtual stages per device (interleaved 1F1B is faster" in console.export_text()
+    )
+
+    job.write_text(spec.format(b=64, s=4096))
+    lost = _plan_json(job, "16xV100-32GB", 2, tmp_path / "lost.json")
+    assert lost["interleaving"]["chosen"] == "plain" and lost["chosen"]["plan"]["virtual_stages"] == 1
+    assert (
+        lost["interleaving"]["plain_iteration_time_s"] <= lost["interleaving"]["interleaved_iteration_time_s"]
+    )
+    assert "faster" in lost["interleaving"]["reason"]
 
 
 def test_plan_virtual_stages_are_validated(tmp_path):

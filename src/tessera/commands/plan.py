@@ -2,9 +2,11 @@
 chosen, tuned Plan.
 
 ``--virtual-stages N`` asks for interleaved 1F1B (Megatron's virtual pipeline, ``Plan.virtual_stages``): the
-planner prices and writes N chunks per device wherever a plan can carry them (1F1B, >= 2 stages, micro-batches a
-multiple of the stages, >= N layers per stage; ``planning.space.applicable_virtual_stages``), plain 1F1B
-elsewhere. The job spec has no such field, so the option is the only way to ask for it when planning.
+planner prices N chunks per device wherever a plan can carry them (1F1B, >= 2 stages, micro-batches a multiple
+of the stages, >= N layers per stage; ``planning.space.applicable_virtual_stages``), plans plain 1F1B as well,
+and writes the faster of the two chosen plans that the runtime can run (interleaving runs on torch's schedule
+only: ``tessera.plan.torch_schedule_refusal``). The job spec has no such field, so the option is the only way
+to ask for it when planning.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tessera.hardware.cluster import ClusterSpec, cluster_of_gpus, get_cluster, 
 from tessera.jobs import load_job
 from tessera.models.zoo.resolve_nn import resolve_spec
 from tessera.perf.costmodel import CostModel
-from tessera.plan import Plan
+from tessera.plan import Plan, torch_schedule_refusal
 from tessera.planning.cells import CellEstimator
 from tessera.planning.planner import PlanningResult, parse_gpus, plan_job, settings_for
 
@@ -84,7 +86,11 @@ def plan_command(
     cost = CostModel.load(cost_dir)
     estimator = _interleaved_estimator(job, target, cost, virtual_stages) if virtual_stages > 1 else None
     with console.status("estimating Cells…") if not as_json else _Null():
-        result = plan_job(job, target, gpus, cost=cost, guided=not exhaustive, estimator=estimator)
+        result = plan_job(job, target, gpus, cost=cost, guided=not exhaustive)
+        choice = None
+        if estimator is not None:
+            inter = plan_job(job, target, gpus, cost=cost, guided=not exhaustive, estimator=estimator)
+            result, choice = _faster_schedule(result, inter, virtual_stages)
     path = Path(out) if out else Path("runs") / result.job.name / "plan.json"
     if result.chosen is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +98,8 @@ def plan_command(
     if as_json:
         data = result.to_dict(top)
         data["plan_path"] = str(path) if result.chosen is not None else None
+        if choice is not None:
+            data["interleaving"] = choice
         print(json.dumps(data, indent=2))
         return
     console.print(_table(result, top))
@@ -105,7 +113,7 @@ def plan_command(
     console.print(
         f"chosen: [bold]{ch.cell.label}[/] tuned over {ch.evaluations} plans → "
         f"{ch.iteration_time_s:.3g} s/iteration, {ch.estimate.samples_per_s:.3g} samples/s, "
-        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\n{_interleaving(ch.plan, virtual_stages)}"
+        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\n{_interleaving(ch.plan, virtual_stages, choice)}"
         f"plan written to {path}",
         highlight=False,
     )
@@ -128,21 +136,57 @@ def _interleaved_estimator(
     return CellEstimator(spec, settings, cluster, cost, recompute=spec_job.recompute)
 
 
-def _interleaving(plan: Plan, asked: int) -> str:
-    """A line on the chosen plan's interleaving (and whether the runtime can run it) when it was asked for."""
+_NOT_APPLIED = (
+    "the interleaved search's best (plain: --virtual-stages {asked} does not apply to it; interleaving needs "
+    "1F1B, >= 2 stages, micro-batches a multiple of the stages, >= {asked} layers per stage, TP = 1 and equal "
+    "non-empty pieces per replica)"
+)
+
+
+def _faster_schedule(
+    plain: PlanningResult, inter: PlanningResult, asked: int
+) -> tuple[PlanningResult, dict[str, object]]:
+    """The plain and the interleaved planning's chosen plans compared: the faster one that the runtime can run
+    wins (an interleaved plan runs on torch's schedule only; the interleaved search's best may be a plain plan
+    where no chunks apply). Returns the winner and what was compared, with the reason."""
+    p = plain.chosen.iteration_time_s if plain.chosen is not None else None
+    i = inter.chosen.iteration_time_s if inter.chosen is not None else None
+    v = inter.chosen.plan.virtual_stages if inter.chosen is not None else 1
+    refusal = torch_schedule_refusal(inter.chosen.plan) if inter.chosen is not None and v > 1 else None
+    what = "interleaved 1F1B" if v > 1 else _NOT_APPLIED.format(asked=asked)
+    if i is None:
+        won, reason = plain, "no interleaved plan fits"
+    elif refusal is not None:
+        won, reason = (
+            plain,
+            f"the interleaved plan is one the runtime cannot run ({refusal.field}: {refusal})",
+        )
+    elif p is not None and p <= i:
+        won, reason = (
+            plain,
+            f"plain 1F1B's plan is faster: {p:.4g} s against {i:.4g} s per iteration for {what}",
+        )
+    else:
+        than = "no plain plan fits" if p is None else f"{i:.4g} s against {p:.4g} s per iteration plain"
+        won, reason = inter, f"{what} is faster: {than}"
+    choice: dict[str, object] = {
+        "asked_virtual_stages": asked,
+        "plain_iteration_time_s": p,
+        "interleaved_iteration_time_s": i,
+        "interleaved_virtual_stages": v,
+        "chosen": "interleaved" if won is inter else "plain",
+        "reason": reason,
+    }
+    return won, choice
+
+
+def _interleaving(plan: Plan, asked: int, choice: dict[str, object] | None) -> str:
+    """A line on the chosen plan's schedule and why, when interleaving was asked for."""
+    if asked <= 1 or choice is None:
+        return ""
     v = plan.virtual_stages
-    if v > 1:
-        regular = len({s.dp_degree for s in plan.stages}) == 1 and all(s.tp_degree == 1 for s in plan.stages)
-        runs = (
-            "" if regular else " (the runtime runs interleaving only with TP = 1 and one DP degree per stage)"
-        )
-        return f"  schedule: interleaved 1F1B, {v} virtual stages per device{runs}\n"
-    if asked > 1:
-        return (
-            f"  schedule: {plan.schedule.value} (--virtual-stages {asked} does not apply to this plan: interleaving "
-            f"needs 1F1B, >= 2 stages, micro-batches a multiple of the stages and >= {asked} layers per stage)\n"
-        )
-    return ""
+    what = f"interleaved 1F1B, {v} virtual stages per device" if v > 1 else plan.schedule.value
+    return f"  schedule: {what} ({choice['reason']})\n"
 
 
 class _Null:

@@ -48,6 +48,7 @@ from tessera.plan import (
     Recompute,
     Schedule,
     Stage,
+    uneven_pieces,
 )
 from tessera.planning.balance import balance_batch, balance_shards
 
@@ -181,7 +182,9 @@ class StageSpace:
         # count — have the same ranked devices and options: made once per layout in the shared memo, with a
         # token under which they share the stage parts that do not depend on those settings (see
         # perf.estimate.stage_cost's ``shared``) and their boundaries
-        key = ("layout", self.bounds, tuple(tuple(g) for g in stage_devices), settings)
+        # (interleaved options depend on the micro-batch count: torch's schedule needs equal pieces)
+        inter = (self.virtual_stages, self.micro_batches) if self.virtual_stages > 1 else None
+        key = ("layout", self.bounds, tuple(tuple(g) for g in stage_devices), settings, inter)
         hit = self._memo.get(key)
         if hit is None:
             rank = 0
@@ -218,11 +221,16 @@ class StageSpace:
         devices = self.devices[s]
         if dp > self.settings.global_batch:
             return None
+        if tp > 1 and self.virtual_stages > 1:
+            return None  # interleaving runs on torch's schedule: one device per stage and replica (TP = 1)
         if tp > 1 and self.heads and self.kv_heads and (self.heads % tp or self.kv_heads % tp):
             return None  # even TP splits whole heads and key/value groups
         stage = Stage(a, b, devices, dp_degree=dp, tp_degree=tp)
         if len({d.gpu_type for d in devices}) > 1:
             stage = self._balanced(stage)
+        gb = self.settings.global_batch
+        if self.virtual_stages > 1 and uneven_pieces(stage.shares(gb), gb, self.micro_batches):
+            return None  # torch's schedule needs each replica's micro-batch pieces equal and non-empty
         return stage
 
     def _balanced(self, stage: Stage) -> Stage:
