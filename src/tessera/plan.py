@@ -601,7 +601,9 @@ def torch_schedule_refusal(plan: Plan, impl: str | None = None) -> Refusal | Non
     return _share_refusal(plan, d)
 
 
-def uneven_pieces(shares: tuple[int, ...], global_batch: int, micro_batches: int) -> tuple[int, list[int]] | None:
+def uneven_pieces(
+    shares: tuple[int, ...], global_batch: int, micro_batches: int
+) -> tuple[int, list[int]] | None:
     """The first replica whose rows of the micro-batches (``replica_rows``) differ in size or are empty, with
     those sizes; None when every replica's pieces are equal and non-empty (what torch's ``PipelineStage``
     needs: its p2p buffers have one shape)."""
