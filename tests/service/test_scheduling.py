@@ -109,6 +109,31 @@ def test_freed_gpus_go_to_a_running_job(adapter):
     assert 1 not in changed  # a finished job is gone from the core
 
 
+def test_a_job_still_launching_is_not_moved(adapter):
+    """A job whose gang is still being launched is restarting, as the simulator's start delay holds it: the
+    round that would grow it onto freed GPUs (the test above) leaves it alone until its gang is up."""
+    a = spec("short", steps=20)
+    c = spec("capped", max_gpus=1, steps=5000)
+    b = spec("long", steps=5000)
+    adapter.sync([JobInput(1, a, 0.0), JobInput(2, c, 1.0), JobInput(3, b, 2.0)], 3.0)
+    first = {x.job_id: x.new for x in adapter.round(3.0).changes}
+
+    def inputs(launching: bool) -> list[JobInput]:
+        return [
+            JobInput(2, c, 1.0, assignment=first[2], steps_done=100, measured_iter_s=0.05),
+            JobInput(3, b, 2.0, assignment=first[3], steps_done=100, measured_iter_s=0.05, launching=launching),
+            JobInput(1, a, 0.0, terminal=True),
+        ]
+
+    adapter.sync(inputs(launching=True), 60.0)
+    assert adapter.core.jobs[3].paused_until_s > 60.0
+    assert 3 not in {x.job_id for x in adapter.round(60.0).changes}
+    adapter.sync(inputs(launching=False), 61.0)
+    assert adapter.core.jobs[3].paused_until_s <= 61.0
+    changed = {x.job_id: x for x in adapter.round(61.0, force=True).changes}
+    assert 3 in changed and changed[3].new.n_gpus == 2  # up: now it grows
+
+
 def test_backoff_holds_a_failed_job(adapter):
     s = spec("flaky")
     adapter.sync([JobInput(1, s, 0.0, not_before=100.0)], 10.0)

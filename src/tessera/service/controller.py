@@ -256,7 +256,7 @@ class Controller:
                     j.id, spec, j.submitted_at, assignment=g.assignment if g else None,
                     steps_done=j.steps_done, measured_iter_s=j.measured_iter_s, measured_step_s=j.measured_step_s,
                     measured_own=g is None or not self._profiled_beside(g),
-                    not_before=self._not_before.get(j.id, 0.0),
+                    not_before=self._not_before.get(j.id, 0.0), launching=g is not None and g.ready_at is None,
                 )
             )  # fmt: skip
         for jid in [k for k, t in self._not_before.items() if t <= now]:

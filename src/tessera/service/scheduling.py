@@ -68,6 +68,7 @@ class JobInput:
     measured_step_s: float | None = None  # its whole loop iteration: the seconds a step of progress costs
     measured_own: bool = True  # the devices' own timings (no profiling loaded this machine's CPU meanwhile)
     not_before: float = 0.0  # backoff after a failure: not (re)started before this time
+    launching: bool = False  # its gang is being launched on ``assignment`` (not every rank ready yet)
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,10 @@ class SchedulingAdapter:
                 js = self.core.jobs[jid]
                 js.done_iterations = float(j.steps_done)
                 js.as_of_s = now
+                # a launch in progress is a restart in progress, as the simulator's start and restart delays:
+                # policies do not move a job before its gang has come up (live, a second arrival a tick
+                # later had migrated a job still launching, which the replay never does)
+                js.paused_until_s = now + LAUNCHING_PAUSE_S if j.launching else min(js.paused_until_s, now)
                 if _progress_s(j):
                     js.rate_iters_per_s = 1.0 / _progress_s(j)
             self._restore(restore)
@@ -515,6 +520,9 @@ MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors
 # a job's first steps carry first-call costs (a 3-step warm-up job's measurement read 2.8x its estimate): a
 # configuration's factor on a GPU type is kept only from jobs that did at least this many
 MEASURED_MIN_STEPS = 10
+# how far past a round a launching job's pause reaches: past ``now`` (so it is not movable this round),
+# never long enough to matter to a remaining-time estimate
+LAUNCHING_PAUSE_S = 1e-3
 
 
 @dataclass(frozen=True)
