@@ -64,8 +64,13 @@ def plan(model: str, stages: list[Stage], *, batch: int = 8, seq: int = 16, micr
     return Plan(model=model, global_batch=batch, seq_len=seq, stages=tuple(stages), micro_batches=micro, **kw)
 
 
-def _gloo_entry(rank: int, worker, port: int, world: int, out: dict) -> None:
+def _gloo_entry(rank: int, worker, port: int, world: int, out: dict, env: dict[str, str]) -> None:
+    import os
+
     import torch.distributed as dist
+
+    os.environ.clear()  # the test's environment, not the forkserver's (taken at its first use)
+    os.environ.update(env)
 
     dist.init_process_group(
         "gloo",
@@ -81,14 +86,19 @@ def _gloo_entry(rank: int, worker, port: int, world: int, out: dict) -> None:
 
 
 def run_on_gloo(worker, world: int = 2) -> dict:
-    """``worker(rank, out)`` on ``world`` spawned processes sharing one gloo group on loopback (30 s
-    process-group timeout; the caller's test carries the outer one); returns what they put in ``out``."""
+    """``worker(rank, out)`` on ``world`` processes sharing one gloo group on loopback (30 s process-group
+    timeout; the caller's test carries the outer one); returns what they put in ``out``. They fork from the
+    runtime launcher's forkserver (torch imported once), as the runtime's own workers do."""
+    import os
+
     import torch.multiprocessing as mp
 
-    from tessera.runtime.launcher import free_port
+    from tessera.runtime.launcher import free_port, worker_context
 
     port = free_port()
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_gloo_entry, args=(worker, port, world, out), nprocs=world, join=True)
+        args = (worker, port, world, out, dict(os.environ))
+        mp.start_processes(_gloo_entry, args=args, nprocs=world, join=True,
+                           start_method=worker_context().get_start_method())  # fmt: skip
         return dict(out)

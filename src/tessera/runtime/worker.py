@@ -49,6 +49,8 @@ class WorkerArgs:
     port: int
     backend: str
     jobs: tuple[tuple[Plan, RunOptions], ...]
+    # the launcher's environment: a forkserver's children inherit the server's, taken at its first use
+    env: tuple[tuple[str, str], ...] = ()
 
 
 class DataChanged(RuntimeError):
@@ -218,6 +220,9 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
 
 def main(args: WorkerArgs, queue: Any) -> None:
     rank = args.rank
+    if args.env:
+        os.environ.clear()
+        os.environ.update(dict(args.env))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         timeout = min(o.pg_timeout_s for _, o in args.jobs)
