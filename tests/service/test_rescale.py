@@ -43,26 +43,32 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     )
     seen: dict[int, dict[str, int]] = {}  # attempt → {actor id: pid}, sampled while it runs
 
+    def grown(hist: list[dict]) -> list[int]:
+        return [i for i, h in enumerate(hist)
+                if i and h["kind"] == "resize" and len(h["gpus"]) > len(hist[i - 1]["gpus"])]  # fmt: skip
+
     def sample() -> bool:
+        """Until the long job has trained 20 steps after growing (the rest of its 1,500 would only show the
+        same again: it is cancelled then) or has ended."""
         g = served.service.controller.gangs.get(long_)
         if g is not None and g.ready_at is not None and g.actors and len(g.pids) == len(g.actors):
             ids = {a._actor_id.hex(): pid for a, pid in zip(list(g.actors), list(g.pids), strict=False)}
             seen.setdefault(g.attempt, {}).update(ids)
         j = job(served, long_)
-        return j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+        if j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return True
+        after = [j["history"][i] for i in grown(j["history"])]
+        return bool(after) and len(served.service.store.steps(long_, attempt=after[0]["attempt"])) >= 20
 
-    wait_for(sample, 560, "the long job to end", interval_s=0.3)
-    j = job(served, long_)
-    assert j["state"] == "SUCCEEDED", (j["error"], j["history"])
+    wait_for(sample, 560, "the long job to grow and train on", interval_s=0.3)
+    assert httpx.post(f"{served.url}/api/jobs/{long_}/cancel").status_code == 200
+    j = wait_for(lambda: (x := job(served, long_))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and x,
+                 120, "the long job to stop")  # fmt: skip
+    assert j["state"] in ("CANCELLED", "SUCCEEDED"), (j["error"], j["history"])
     assert job(served, short)["state"] == "SUCCEEDED"
     hist = j["history"]
-    grown = [
-        i
-        for i, h in enumerate(hist)
-        if i and h["kind"] == "resize" and len(h["gpus"]) > len(hist[i - 1]["gpus"])
-    ]
-    assert grown, [(h["kind"], h["cell"]) for h in hist]
-    i = grown[0]
+    assert grown(hist), [(h["kind"], h["cell"]) for h in hist]
+    i = grown(hist)[0]
     before, after = hist[i - 1], hist[i]
     assert before["end_reason"] == "resize" and before["to_step"] == after["from_step"] > 0
     # the same actor (id and process) ran rank work before and after the resize
@@ -77,5 +83,6 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     ), logs
     # training went on from the checkpoint step, and the loss kept falling across the resize
     steps = served.service.store.steps(long_, attempt=after["attempt"])
-    assert steps and min(x["step"] for x in steps) == after["from_step"]
-    assert j["steps_done"] == j["total_steps"] and j["last_loss"] < j["first_loss"]
+    assert len(steps) >= 20 and min(x["step"] for x in steps) == after["from_step"]
+    assert [x["step"] for x in steps[:20]] == list(range(after["from_step"], after["from_step"] + 20))
+    assert steps[-1]["loss"] < j["first_loss"]

@@ -121,7 +121,9 @@ def test_a_job_still_launching_is_not_moved(adapter):
     def inputs(launching: bool) -> list[JobInput]:
         return [
             JobInput(2, c, 1.0, assignment=first[2], steps_done=100, measured_iter_s=0.05),
-            JobInput(3, b, 2.0, assignment=first[3], steps_done=100, measured_iter_s=0.05, launching=launching),
+            JobInput(
+                3, b, 2.0, assignment=first[3], steps_done=100, measured_iter_s=0.05, launching=launching
+            ),
             JobInput(1, a, 0.0, terminal=True),
         ]
 
