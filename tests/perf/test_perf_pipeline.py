@@ -128,13 +128,14 @@ def test_planner_assembly_prices_interleaving_as_the_estimate():
     from tessera.planning.space import StageSpace, TrainSettings
 
     spec = get_spec("gpt2")
-    plan = simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, global_batch=16, pp=2,
+    plan = simple_plan(spec.name, n_layers=spec.n_layers, seq_len=spec.seq_len, global_batch=64, pp=2,
                        gpu_type="A100-40GB", micro_batches=8, precision="bf16")  # fmt: skip
     bounds = [(st.layer_start, st.layer_end) for st in plan.stages]
-    devices = [[Device(0, "A100-40GB") for _ in range(4)] for _ in bounds]  # 3 (dp, tp) options per stage
+    # 3 (dp, tp) options per stage plain; interleaved, only TP = 1 (dp 4: 2 samples per replica and micro-batch)
+    devices = [[Device(0, "A100-40GB") for _ in range(4)] for _ in bounds]
 
     def space(v: int, micro: int = 8) -> StageSpace:
-        settings = TrainSettings("gpt2", 16, spec.seq_len, precision="bf16", virtual_stages=v)
+        settings = TrainSettings("gpt2", 64, spec.seq_len, precision="bf16", virtual_stages=v)
         return StageSpace(spec, settings, bounds, devices, Topology(), micro_batches=micro)
 
     inter = space(2)
@@ -150,4 +151,9 @@ def test_planner_assembly_prices_interleaving_as_the_estimate():
         space_mod.MAX_ENUMERATED = old
     assert searched is not None and searched.options == best.options
     assert searched.iteration_time_s == pytest.approx(best.iteration_time_s, rel=1e-9)
+    assert [len(o) for o in inter.options] == [1, 1] and [len(o) for o in space(1).options] == [3, 3]
     assert space(2, micro=7).virtual_stages == 1 and space(2, micro=7).plan(best.options).virtual_stages == 1
+    # 16 samples over 8 micro-batches leave each of 4 replicas empty pieces: no option torch's schedule runs
+    small = StageSpace(spec, TrainSettings("gpt2", 16, spec.seq_len, precision="bf16", virtual_stages=2), bounds,
+                       devices, Topology(), micro_batches=8)  # fmt: skip
+    assert small.virtual_stages == 2 and small.options == [[], []] and small.assemble() is None
