@@ -91,3 +91,21 @@ def test_virtual_stages_chunks_round_trip_and_validation():
         assert err.value.field == "virtual_stages"
     with pytest.raises(PlanError, match="virtual_stages"):
         simple_plan("m", n_layers=10, global_batch=8, seq_len=16, pp=1, virtual_stages=2)
+
+
+def test_the_every_micro_batch_shortcut_equals_the_dealt_rows():
+    """``every_replica_in_every_micro_batch`` answers equal shares without dealing the rows (the estimate asks
+    it per stage and plan); its answer is the dealt rows' for equal and unequal shares alike."""
+    from tessera.plan import every_replica_in_every_micro_batch, micro_ranges, replica_rows
+
+    for dp in (1, 2, 3, 4, 8):
+        for batch in range(dp, 41):
+            for m in range(1, batch + 1):
+                base, extra = divmod(batch, dp)
+                for shares in {
+                    tuple(base + (r < extra) for r in range(dp)),
+                    (batch - dp + 1,) + (1,) * (dp - 1),
+                }:
+                    rows = replica_rows(shares, micro_ranges(batch, m))
+                    want = all(a < b for replica in rows for a, b in replica)
+                    assert every_replica_in_every_micro_batch(shares, batch, m) == want, (shares, batch, m)

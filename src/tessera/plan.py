@@ -10,6 +10,7 @@ This module imports nothing of Tessera but itself so that runtime workers stay l
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -513,24 +514,38 @@ def replica_rows(
     return tuple(tuple(r) for r in rows)
 
 
-# ---------------------------------------------------------------- which plans torch's pipelining runs
+@functools.lru_cache(maxsize=4096)
+def every_replica_in_every_micro_batch(
+    shares: tuple[int, ...], global_batch: int, micro_batches: int
+) -> bool:
+    """Whether :func:`replica_rows` gives every replica a non-empty row of every micro-batch. Equal shares are
+    dealt round-robin, so there it is every micro-batch holding at least one sample per replica; other
+    shares deal the rows (a pass over the batch, kept per shares: the estimate asks per stage and plan)."""
+    if len(set(shares)) == 1:
+        return global_batch // micro_batches >= len(shares)
+    rows = replica_rows(shares, micro_ranges(global_batch, micro_batches))
+    return all(a < b for replica in rows for a, b in replica)
+
+
 def fsdp_stage(plan: Plan, stage: Stage) -> bool:
     """Whether ``zero`` 2 or 3 of this stage runs through FSDP2 (ZeRO-3: ``reshard_after_forward``; ZeRO-2:
     parameters stay gathered from forward to the end of backward, PyTorch's SHARD_GRAD_OP) rather than
     Tessera's reduce-to-owner ZeRO-2. FSDP2 needs a DP stage of identical devices, without TP, in fp32 or bf16
     (its ``MixedPrecisionPolicy``: bf16 gathers, fp32 gradient reduction), whose replicas all compute every
     micro-batch (FSDP's per-micro-batch all-gathers must line up). One rule for the runtime, which obeys it
-    (except under torch's pipeline schedule), and the estimate and memory, which price what it runs."""
+    (except under torch's pipeline schedule), and the estimate, which prices what it runs."""
     if plan.zero < 2 or stage.dp_degree < 2 or stage.tp_degree > 1:
         return False
     if len({d.gpu_type for d in stage.devices}) != 1:
         return False
     if plan.precision not in (Precision.FP32, Precision.BF16):
         return False
-    rows = replica_rows(stage.shares(plan.global_batch), micro_ranges(plan.global_batch, plan.micro_batches))
-    return all(a < b for replica in rows for a, b in replica)
+    return every_replica_in_every_micro_batch(
+        stage.shares(plan.global_batch), plan.global_batch, plan.micro_batches
+    )
 
 
+# ---------------------------------------------------------------- which plans torch's pipelining runs
 def pipeline_impl() -> str:
     """``TESSERA_PIPELINE_IMPL`` (own, torch or auto): which transport runs pipelines in this process. The
     runtime obeys it; the estimate and the calibration read it to price and fit what the runtime runs."""
@@ -601,15 +616,16 @@ def torch_schedule_refusal(plan: Plan, impl: str | None = None) -> Refusal | Non
     return _share_refusal(plan, d)
 
 
+@functools.lru_cache(maxsize=4096)
 def uneven_pieces(
     shares: tuple[int, ...], global_batch: int, micro_batches: int
-) -> tuple[int, list[int]] | None:
+) -> tuple[int, tuple[int, ...]] | None:
     """The first replica whose rows of the micro-batches (``replica_rows``) differ in size or are empty, with
     those sizes; None when every replica's pieces are equal and non-empty (what torch's ``PipelineStage``
     needs: its p2p buffers have one shape)."""
     rows = replica_rows(shares, micro_ranges(global_batch, micro_batches))
     for r, ranges in enumerate(rows):
-        sizes = [hi - lo for lo, hi in ranges]
+        sizes = tuple(hi - lo for lo, hi in ranges)
         if len(set(sizes)) != 1 or sizes[0] == 0:
             return r, sizes
     return None
@@ -643,6 +659,6 @@ def _share_refusal(plan: Plan, d: int) -> Refusal | None:
     return Refusal(
         field,
         f"replica {r}'s share of {shares[r]} samples (batch_shares {list(shares)} of global_batch "
-        f"{b}) falls into pieces of {sizes} samples over the {m} micro-batches; torch's "
+        f"{b}) falls into pieces of {list(sizes)} samples over the {m} micro-batches; torch's "
         "PipelineStage needs them equal and non-empty (its p2p buffers have one shape)",
     )

@@ -65,12 +65,11 @@ def plan(model: str, stages: list[Stage], *, batch: int = 8, seq: int = 16, micr
 
 
 def _gloo_entry(rank: int, worker, port: int, world: int, out: dict, env: dict[str, str]) -> None:
-    import os
-
     import torch.distributed as dist
 
-    os.environ.clear()  # the test's environment, not the forkserver's (taken at its first use)
-    os.environ.update(env)
+    from tessera.runtime.worker import adopt_environment
+
+    adopt_environment(env)  # the test's environment, not the forkserver's (taken at its first use)
 
     dist.init_process_group(
         "gloo",

@@ -568,9 +568,9 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
 
     fp32 gradients (masters under bf16-master) in 25 MiB buckets: all-reduced (ZeRO-0/1), or reduced to their
     owner (ZeRO-2, ~ a reduce-scatter's volume); ZeRO-1/2 then broadcast the owners' updated parameters (~ an
-    all-gather). FSDP2 (ZeRO-2/3, :func:`tessera.plan.fsdp_stage`) communicates per micro-batch inside the stage instead
-    (:func:`_fsdp_s`). A tied
-    embedding split over the first and last stage adds one all-reduce of it over both stages' ranks."""
+    all-gather). FSDP2 (ZeRO-2/3 where :func:`tessera.plan.fsdp_stage` says so) communicates per micro-batch
+    inside the stage instead (:func:`_fsdp_s`). A tied embedding split over the first and last stage adds one
+    all-reduce of it over both stages' ranks."""
     index = plan.stages.index(stage)
     worst = 0.0
     tied = _tied_split(plan, spec)

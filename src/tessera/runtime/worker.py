@@ -218,11 +218,17 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
     trainer.close()
 
 
+def adopt_environment(env: dict[str, str]) -> None:
+    """Take the launcher's environment in place of this process's: a forkserver's children inherit the
+    server's, taken when it started."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
 def main(args: WorkerArgs, queue: Any) -> None:
     rank = args.rank
     if args.env:
-        os.environ.clear()
-        os.environ.update(dict(args.env))
+        adopt_environment(dict(args.env))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         timeout = min(o.pg_timeout_s for _, o in args.jobs)
