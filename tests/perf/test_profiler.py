@@ -152,6 +152,38 @@ def test_profile_cli_saves_into_cost_dir_and_estimate_reads_it(tmp_path):
         assert r.exit_code == 2, (bad, r.output)
 
 
+@pytest.mark.timeout(300)
+def test_a_users_own_model_is_profiled_from_its_code_under_the_signatures_it_is_priced_by(tmp_path):
+    # the embedded service prices a user's model (an entrypoint) from this machine's profile, like a zoo model:
+    # the CLI builds its layers from the user's code (beside a co-runner doing the same work) and stores them
+    # under the layer signatures the service's own trace of the model gives
+    from tessera.service.model_source import inspect_entrypoint, spec_from_json
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    entry = f"{examples / 'blob_classifier.py'}:BlobClassifier"
+    cost_dir = tmp_path / "perf"
+    r = CliRunner().invoke(
+        app,
+        ["profile", "layers", "--model", "blob", "--entrypoint", entry, "--micro-batch", "2,4", "--tp", "1",
+         "--processes", "2", "--repeats", "1", "--passes", "1", "--cost-dir", str(cost_dir), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert len(rows) == 3 * 2  # the two hidden blocks share a signature: three distinct layers × two sizes
+    assert all(row["fwd_s"] > 0 and row["bwd_s"] > 0 and row["optimizer_s"] > 0 for row in rows)
+    spec = spec_from_json(inspect_entrypoint(entry, "blob", 1)["spec"])  # as the service traces the model
+    prof = CostModel.load(cost_dir).profile
+    device = json.loads(r.stdout)["device_type"]
+    for layer in spec.layers:
+        for mb in (2, 4):
+            assert prof.get(layer, device, 1, mb, "fp32") is not None, (layer.name, mb)
+    bad = CliRunner().invoke(
+        app,
+        ["profile", "layers", "--model", "blob", "--entrypoint", f"{examples / 'nope.py'}:X", "--tp", "1"],
+    )
+    assert bad.exit_code == 2 and "entrypoint" in bad.output, bad.output
+
+
 def test_even_tp_is_priced_with_the_dtensor_profile_the_runtime_runs(monkeypatch):
     prof = Profile()
     run = profile_layers(
@@ -285,7 +317,11 @@ def test_back_to_back_timing_runs_several_passes_per_sync():
         block, device=cpu, precision="bf16-master", optimizer="adamw", warmup=1, repeats=3, replicas=4
     )
     assert one > 0 and four > 0
-    assert profiler._optimizer_replicas(cpu, list(block.parameters()), None) == 1
-    assert profiler._optimizer_replicas(torch.device("cuda"), list(block.parameters()), None) == (
-        profiler.CUDA_OPTIMIZER_REPLICAS
-    )
+    for device in (
+        cpu,
+        torch.device("cuda"),
+    ):  # one call's fixed cost spread over the copies, on every device
+        assert (
+            profiler._optimizer_replicas(device, list(block.parameters()), None)
+            == profiler.OPTIMIZER_REPLICAS
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from helpers import plan, stage
@@ -67,6 +68,29 @@ def test_train_command_runs_a_job_spec(tmp_path):
     assert len(result.records) == 2
     assert (tmp_path / "run" / "telemetry.jsonl").is_file()
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()
+
+
+@pytest.mark.timeout(180)
+def test_train_command_trains_a_users_own_model_from_its_entrypoint(tmp_path):
+    # the job spec the service runs (examples/demo/blob-classifier.yaml) trains under `tessera train` as well:
+    # the user's model is built from its entrypoint on every rank and its loss falls on its own data
+    import shutil
+
+    import typer
+
+    from tessera.commands.train import train_command
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    shutil.copytree(examples, tmp_path / "examples")
+    job = tmp_path / "examples" / "demo" / "blob-classifier.yaml"
+    result = train_command(job, devices=2, steps=40, run_dir=tmp_path / "run", progress=False)
+    assert len(result.records) == 40
+    assert result.losses[-1] < 0.7 * result.losses[0]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: mine\nentrypoint: nowhere.py:Model\nglobal_batch: 4\nsteps: 1\n")
+    with pytest.raises(typer.Exit) as e:
+        train_command(broken, devices=1, progress=False)
+    assert e.value.exit_code == 2
 
 
 def test_train_command_rejects_plan_and_devices(tmp_path):

@@ -28,16 +28,34 @@ def test_the_embedded_preset_is_this_cpu_with_two_real_device_types():
     assert ServiceConfig().cluster == "embedded"
 
 
-def test_an_entrypoint_model_needs_no_profile_and_a_zoo_model_does():
+def test_zoo_and_entrypoint_models_both_need_a_profile_of_this_machine():
     from tessera.jobs import JobSpec
 
     zoo = JobSpec.model_validate({"model": "gpt-tiny", "global_batch": 8, "steps": 5, "seq_len": 64})
-    assert target_of(zoo) is not None and target_of(zoo).micro_batches == (1, 2, 4, 8)
-    user = JobSpec.model_validate(
-        {"model": "blob", "entrypoint": f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier", "global_batch": 8,
-         "steps": 5}
-    )  # fmt: skip
-    assert target_of(user) is None
+    assert target_of(zoo).micro_batches == (1, 2, 4, 8) and target_of(zoo).entrypoint is None
+    entry = f"{EXAMPLES / 'blob_classifier.py'}:BlobClassifier"
+    user = JobSpec.model_validate({"model": "blob", "entrypoint": entry, "global_batch": 8, "steps": 5})
+    got = target_of(user)
+    # a user's model is profiled from its own code, at the length the service traces it at (1 without seq_len)
+    assert (got.entrypoint, got.seq_len) == (entry, 1)
+    assert got.key != target_of(user.model_copy(update={"entrypoint": entry + "x"})).key
+
+
+def test_no_job_launches_while_a_profile_is_being_taken(tmp_path):
+    # the profiler holds this machine's cores: a job whose own profile is in waits until the profiler is done
+    from tessera.jobs import JobSpec
+    from tessera.service.profiles import ProfileKeeper
+
+    keeper = ProfileKeeper(tmp_path, ("cpu-core",), processes=1, on_profiled=lambda p: None)
+    gpt = JobSpec.model_validate({"model": "gpt-tiny", "global_batch": 8, "steps": 5, "seq_len": 64})
+    llama = JobSpec.model_validate({"model": "llama-tiny", "global_batch": 8, "steps": 5, "seq_len": 64})
+    keeper._ledger[target_of(gpt).key] = {"state": "done"}
+    assert keeper.wait_reason(gpt) is None
+    assert keeper.wait_reason(llama).startswith("profiling llama-tiny")  # queued (the thread is not started)
+    assert "while llama-tiny is profiled" in keeper.wait_reason(gpt)
+    keeper._queue.clear()  # the profile is done
+    keeper._ledger[target_of(llama).key] = {"state": "done"}
+    assert keeper.wait_reason(gpt) is None and keeper.wait_reason(llama) is None
 
 
 @pytest.mark.timeout(600)

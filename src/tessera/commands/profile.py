@@ -10,10 +10,15 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from tessera.commands.common import Typer, clean_errors, console
+
+if TYPE_CHECKING:
+    from tessera.models.spec import ModelSpec
+    from tessera.perf.profiler import ModelFactory
 
 profile_app = Typer(
     help="Measure layer times and collective tables on the machine at hand; saved for every later estimate.",
@@ -71,12 +76,17 @@ def layers(
         "cpu-half = the core's figures × the slowdown measured beside a busy neighbour); "
         "`cpu-core,cpu-half` stores both from one run",
     ),
+    entrypoint: str | None = typer.Option(
+        None,
+        "--entrypoint",
+        help="a user's own model, FILE.py:ATTR as in a job spec (--model names it; its code runs in this process)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Time every distinct layer's per-device shard (DP-only and TP-only) on this device (Crius §5.1)."""
     clean_errors(_layers)(
         model, seq, micro_batch, tp, precision, optimizer, attention, processes, repeats, passes, recompute,
-        cost_dir, as_json, device_type,
+        cost_dir, as_json, device_type, entrypoint,
     )  # fmt: skip
 
 
@@ -95,13 +105,13 @@ def _layers(
     cost_dir: str | None,
     as_json: bool,
     device_type: str | None = None,
+    entrypoint: str | None = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from tessera import cpu_affinity
     from tessera.hardware import get_gpu
-    from tessera.models.zoo.resolve_nn import resolve_spec
     from tessera.perf.costmodel import CostModel
     from tessera.perf.profiler import as_half_core, count_steps, half_core_slowdown, profile_layers
 
@@ -113,12 +123,12 @@ def _layers(
         raise ValueError(f"--passes: must be >= 1, got {passes}")
     # the names are checked by profile_layers
     recomputes = tuple(r.strip() for r in recompute.split(",") if r.strip()) or ("none",)
-    spec = resolve_spec(model, seq)
+    spec, factory = _model(model, seq, entrypoint)
     mbs, tps = _ints(micro_batch, "--micro-batch"), _ints(tp, "--tp")
     directory = _cost_dir(cost_dir)
     types = [t.strip() for t in (device_type or "").split(",") if t.strip()]
     cost = CostModel.load(directory)
-    total = count_steps(spec, mbs, tps, passes=passes, recomputes=recomputes)
+    total = count_steps(spec, mbs, tps, passes=passes, recomputes=recomputes, factory=factory)
     with Progress(
         TextColumn("[bold]profiling"),
         BarColumn(),
@@ -144,6 +154,7 @@ def _layers(
             device_type=types[0] if types else None,
             profile=cost.profile,
             on_step=lambda label: bar.update(task, advance=1, description=label),
+            factory=factory,
         )
     for extra in types[1:]:  # the half core from the same measurements (one run, consistent types)
         if get_gpu(extra).name != "cpu-half" or get_gpu(types[0]).name != "cpu-core":
@@ -165,6 +176,20 @@ def _layers(
         )  # fmt: skip
     console.print(t)
     console.print(f"saved {len(run.rows)} measurements to {directory}", highlight=False)
+
+
+def _model(model: str, seq: int | None, entrypoint: str | None) -> tuple[ModelSpec, ModelFactory | None]:
+    """The model to profile and what builds it: the zoo's (or a Hugging Face config's) spec, or a user's own
+    model traced as the service traces it (so its layer signatures are the ones its jobs are priced by)."""
+    from tessera.models.zoo.resolve_nn import resolve_spec
+
+    if entrypoint is None:
+        return resolve_spec(model, seq), None
+    from tessera.service.model_source import EntrypointModel, inspect_entrypoint, spec_from_json
+
+    return spec_from_json(inspect_entrypoint(entrypoint, model, seq or 1)["spec"]), EntrypointModel(
+        entrypoint
+    )
 
 
 @profile_app.command("comm")

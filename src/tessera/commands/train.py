@@ -27,9 +27,7 @@ def _plan_for(job, plan: str | Path | None, devices: int | None) -> Plan:
                 f"plan {plan}: global_batch {p.global_batch} differs from the job's {job.global_batch}"
             )
         return p
-    from tessera.models.zoo.resolve_nn import resolve_spec
-
-    spec = resolve_spec(job.model, job.seq_len)
+    spec = _model_spec(job)
     n = devices or 1
     if n > job.global_batch:
         raise ValueError(f"--devices: {n} devices for a global batch of {job.global_batch}")
@@ -63,12 +61,29 @@ def _check_resume_data(ckpt: Path, source, spec, plan: Plan) -> None:
     check_resume_data(saved, current, str(where), spec.force_data_change)
 
 
-def _hf_factory(job):
-    """A job naming a Hugging Face model directory or cached repository trains the real ``transformers`` model,
-    from its weights or, with ``from_scratch``, from seeded random ones (``None``: the runtime's default)."""
+def _model_spec(job):
+    """The model's description: a user's own model (``entrypoint``) traced from its code as the service traces
+    it (here, in the user's own process), any other from the zoo or its Hugging Face config."""
+    if job.entrypoint:
+        from tessera.service.model_source import inspect_entrypoint, seq_len_for, spec_from_json
+
+        return spec_from_json(inspect_entrypoint(job.entrypoint, job.model, seq_len_for(job) or 1)["spec"])
+    from tessera.models.zoo.resolve_nn import resolve_spec
+
+    return resolve_spec(job.model, job.seq_len)
+
+
+def _model_factory(job):
+    """What the ranks build the model from: a user's own model from its entrypoint; a Hugging Face model
+    directory or cached repository as the real ``transformers`` model, from its weights or, with
+    ``from_scratch``, from seeded random ones; ``None``: the zoo model the Plan names."""
     from tessera.models.resolve import is_hf_model_dir
 
-    if getattr(job, "entrypoint", None) or not is_hf_model_dir(job.model):
+    if job.entrypoint:
+        from tessera.service.model_source import EntrypointModel
+
+        return EntrypointModel(job.entrypoint)
+    if not is_hf_model_dir(job.model):
         return None
     from tessera.models.zoo.hf_nn import HFModel
 
@@ -121,7 +136,7 @@ def train_command(
         steps=steps or spec.total_steps,
         **spec.training_options(),
         seed=spec.seed,
-        model=_hf_factory(spec),
+        model=_model_factory(spec),
         data=source,
         force_data_change=spec.force_data_change,
         checkpoint_dir=str(ckpt),

@@ -26,10 +26,11 @@ What is timed mirrors what the runtime runs on a rank:
   layer costs the larger of its launch and its kernel time, not their sum, and per-call costs are shared by
   the whole model. So on a GPU a shape-preserving layer (a block) is timed as a chain of ``back_to_back``
   copies in one forward and one backward (the autograd engine and autocast entered once, as in the model),
-  other layers ``back_to_back`` times between two synchronizations, and the optimizer step over
-  ``optimizer_replicas`` copies of the layer's parameters in one step (its per-call host cost is paid once
-  per model, not once per layer). Timed one region per sync, a 125M GPT's estimate was 1.6-2.6x its step on
-  an H200 and a 1.3B GPT's optimizer 4x (``bench/results/gpu_estimate.json``).
+  other layers ``back_to_back`` times between two synchronizations. Timed one region per sync, a 125M GPT's
+  estimate was 1.6-2.6x its step on an H200 and a 1.3B GPT's optimizer 4x (``bench/results/gpu_estimate.json``).
+  On every device the optimizer step is timed over ``OPTIMIZER_REPLICAS`` copies of the layer's parameters in
+  one step, the figure per copy: the runtime steps a stage in one call, whose fixed cost is paid once per
+  stage, not once per layer.
 
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
@@ -199,12 +200,19 @@ def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any, batch: Any) -> Non
     cpu_affinity.pin(kwargs["slot"], kwargs["processes"])  # the peer's core, as the runtime pins its rank
     dev = torch.device("cpu")
     precision, attention = kwargs["precision"], kwargs["attention"]
+    factory = kwargs.get("factory")  # None: the zoo model
     inputs, targets = trace_inputs(
-        spec, max(kwargs["micro_batches"]), device=dev, precision=precision, attention=attention
+        spec,
+        max(kwargs["micro_batches"]),
+        device=dev,
+        precision=precision,
+        attention=attention,
+        factory=factory,
     )
     x = inputs[layer_signature(spec.layers[start])]
     torch.manual_seed(1)
-    model = build_model(spec.arch, family=spec.family, layer_range=(start, end), attention=attention)  # type: ignore[arg-type]
+    whole = dict(layer_range=(start, end), tp=None, attention=attention, recompute="none")
+    model = factory(**whole) if factory is not None else build_model(spec.arch, family=spec.family, **whole)  # type: ignore[arg-type]
     if precision == "bf16-master":
         model.to(torch.bfloat16)
     model.train()
@@ -269,25 +277,36 @@ def _co_runners(n: int, kwargs: dict[str, Any]) -> Iterator[Any]:
 
 
 # --------------------------------------------------------------------------------------------- building
-def _check_spec(spec: ModelSpec) -> None:
+# What builds a model's layers ``[start, end)``: the runtime's model-factory contract (keywords ``layer_range``,
+# ``tp``, ``attention``, ``recompute``; the module has ``layers``, ``loss`` and ``make_batch``). None: the zoo's.
+ModelFactory = Callable[..., nn.Module]
+
+
+def _check_spec(spec: ModelSpec, factory: ModelFactory | None = None) -> None:
+    if factory is not None:
+        return  # a user's own model: its factory builds every layer
     if spec.arch is None or spec.family not in ("gpt", "llama", "bert", "moe", "wide_resnet"):
         raise ValueError(f"model: {spec.name!r} has no PyTorch implementation in the zoo to profile")
 
 
-def _build(spec: ModelSpec, index: int, tp: int, attention: str, recompute: str = "none") -> nn.Module:
-    """Layer ``index`` alone as a BlockModel (rank 0's shard when ``tp > 1``), the way the runtime builds it."""
+def _build(
+    spec: ModelSpec,
+    index: int,
+    tp: int,
+    attention: str,
+    recompute: str = "none",
+    factory: ModelFactory | None = None,
+) -> nn.Module:
+    """Layer ``index`` alone (rank 0's shard when ``tp > 1``), the way the runtime builds it: from the zoo, or
+    from ``factory`` (a user's own model, which the runtime builds the same way)."""
     from tessera.models.nn_common import TPShare
     from tessera.models.zoo import build_model
 
     share = TPShare(degree=tp, rank=0) if tp > 1 else None
-    return build_model(
-        spec.arch,  # type: ignore[arg-type]
-        family=spec.family,
-        layer_range=(index, index + 1),
-        tp=share,
-        attention=attention,
-        recompute=recompute,
-    )
+    kw = dict(layer_range=(index, index + 1), tp=share, attention=attention, recompute=recompute)
+    if factory is not None:
+        return factory(**kw)
+    return build_model(spec.arch, family=spec.family, **kw)  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager
@@ -299,6 +318,7 @@ def _dtensor_shard(
     device: torch.device,
     precision: str,
     recompute: str = "none",
+    factory: ModelFactory | None = None,
 ):
     """Layer ``index`` as the runtime runs an even TP split: the full block under ``parallelize_module`` over a
     ``tp``-rank mesh — here a fake process group, so this rank's compute and DTensor's dispatch are timed and
@@ -306,8 +326,8 @@ def _dtensor_shard(
     plan or a real process group is live in this process (it must not be torn down)."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        yield None
+    if factory is not None or (dist.is_available() and dist.is_initialized()):
+        yield None  # a user's own model runs its TP as its code says: no DTensor variant to time
         return
     model = _build(spec, index, 1, attention, recompute).to(device)
     plan = block_tp_plan(model.layers[0])  # type: ignore[index]
@@ -337,7 +357,13 @@ def _sync(device: torch.device) -> None:
 
 
 def trace_inputs(
-    spec: ModelSpec, batch: int, *, device: torch.device, precision: str = "fp32", attention: str = "flash"
+    spec: ModelSpec,
+    batch: int,
+    *,
+    device: torch.device,
+    precision: str = "fp32",
+    attention: str = "flash",
+    factory: ModelFactory | None = None,
 ) -> tuple[dict[tuple, torch.Tensor], torch.Tensor]:
     """(input of the first layer of each signature, targets) for ``batch`` samples, by running the model's
     layers once in order on real tensors (identical layers reuse one module). Values are what the model
@@ -345,9 +371,9 @@ def trace_inputs(
     built: dict[tuple, nn.Module] = {}
     inputs: dict[tuple, torch.Tensor] = {}
     g = torch.Generator().manual_seed(0)
-    first = _build(spec, 0, 1, attention)
+    first = _build(spec, 0, 1, attention, factory=factory)
     x, _ = first.make_batch(batch, spec.seq_len, generator=g)  # type: ignore[operator]
-    last = _build(spec, spec.n_layers - 1, 1, attention)
+    last = _build(spec, spec.n_layers - 1, 1, attention, factory=factory)
     _, targets = last.make_batch(batch, spec.seq_len, generator=g)  # type: ignore[operator]
     x = x.to(device)
     with torch.no_grad():
@@ -355,7 +381,11 @@ def trace_inputs(
             sig = layer_signature(layer)
             if sig not in built:
                 built[sig] = (
-                    first if i == 0 else last if i == spec.n_layers - 1 else _build(spec, i, 1, attention)
+                    first
+                    if i == 0
+                    else last
+                    if i == spec.n_layers - 1
+                    else _build(spec, i, 1, attention, factory=factory)
                 )
                 built[sig].to(device)
                 if precision == "bf16-master":
@@ -382,18 +412,19 @@ def _median_time(fn: Callable[[], tuple[float, ...]], warmup: int, repeats: int)
 CUDA_BACK_TO_BACK = 4
 
 
-#: copies of a layer's parameters one timed optimizer step covers on a GPU (bounded by OPTIMIZER_REPLICA_BYTES)
-CUDA_OPTIMIZER_REPLICAS = 8
+#: copies of a layer's parameters one timed optimizer step covers (bounded by OPTIMIZER_REPLICA_BYTES): the runtime
+#: steps a stage's parameters in one call, so a call's fixed cost is paid once per stage, not once per layer (on a
+#: CPU core timed one layer per call, a 4-layer MLP's four ~0.35 ms steps summed to 1.4 ms where its one step
+#: over all of them took about 0.9 ms)
+OPTIMIZER_REPLICAS = 8
 OPTIMIZER_REPLICA_BYTES = 4 * 2**30
 
 
 def _optimizer_replicas(device: torch.device, params: list[nn.Parameter], replicas: int | None) -> int:
     if replicas is not None:
         return max(1, replicas)
-    if device.type != "cuda":
-        return 1
     per_copy = sum(p.numel() for p in params) * 16  # parameter, gradient and two moments in fp32
-    return max(1, min(CUDA_OPTIMIZER_REPLICAS, OPTIMIZER_REPLICA_BYTES // max(1, per_copy)))
+    return max(1, min(OPTIMIZER_REPLICAS, OPTIMIZER_REPLICA_BYTES // max(1, per_copy)))
 
 
 def _chain(
@@ -576,7 +607,7 @@ def time_optimizer(
     """Median seconds of one optimizer step over ``model``'s parameters, with the precision's bookkeeping
     around it as the runtime does it (bf16-master: grads into fp32 masters and back; fp16: unscale + check);
     ``back_to_back`` steps between synchronizations (as :func:`time_layer`), per step; each step covers
-    ``replicas`` copies of the parameters (default: up to 8 on CUDA, 1 on CPU), the figure per copy."""
+    ``replicas`` copies of the parameters (default: up to 8, within 4 GiB), the figure per copy."""
     k = _back_to_back(device, back_to_back)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -641,6 +672,7 @@ def profile_layers(
     recomputes: Sequence[str] = ("none",),
     device_type: str | None = None,
     back_to_back: int | None = None,
+    factory: ModelFactory | None = None,
 ) -> ProfileRun:
     """Time every distinct layer of ``spec`` (or of ``layer_range``) at each TP degree and micro-batch.
 
@@ -654,9 +686,10 @@ def profile_layers(
     from the timed block, not from the attention core's FLOP share). ``device_type``: on CPU, profile as this
     catalog CPU device type with a fixed thread count (the embedded service's ``cpu-core``/``cpu-half``: its
     thread count, and for ``cpu-half`` the busy neighbour on this process's core that the device has too).
+    ``factory``: build the layers with it (a user's own model, picklable for the co-runners) instead of the zoo.
     """
     cpu_type = _cpu_device_type(device_type)
-    _check_spec(spec)
+    _check_spec(spec, factory)
     for rc in recomputes:
         if rc not in PROFILED_RECOMPUTES:
             raise ValueError(f"recompute: {rc!r} is not one of {', '.join(PROFILED_RECOMPUTES)}")
@@ -686,7 +719,7 @@ def profile_layers(
     peers = processes - 1 if (co_run and dev.type == "cpu") else 0
     peer_kwargs = dict(
         spec=spec, micro_batches=tuple(micro_batches), precision=precision, attention=attention,
-        processes=processes, layer_range=layer_range,
+        processes=processes, layer_range=layer_range, factory=factory,
     )  # fmt: skip
     per_pass = max(1, math.ceil(repeats / passes))
     slots = processes if dev.type == "cpu" else 1  # this process takes rank 0's core, the peers the next ones
@@ -699,13 +732,14 @@ def profile_layers(
         torch.manual_seed(0)
         key = profile_device(cpu_type.name, threads) if cpu_type else device_type_of(dev, threads)
         inputs, targets = trace_inputs(
-            spec, max(micro_batches), device=dev, precision=precision, attention=attention
+            spec, max(micro_batches), device=dev, precision=precision, attention=attention, factory=factory
         )
         for _ in range(passes):
             rows += _profile_pass(
                 spec, start, end, tp_degrees, micro_batches, inputs, targets, device=dev, precision=precision,
                 optimizer=optimizer, attention=attention, warmup=warmup, repeats=per_pass, peer_batch=peer_batch,
                 on_step=on_step, recomputes=recomputes, back_to_back=_back_to_back(dev, back_to_back),
+                factory=factory,
             )  # fmt: skip
         run = ProfileRun(
             spec.name, key, threads, precision, optimizer, spec.seq_len, tuple(_median_rows(rows))
@@ -807,6 +841,7 @@ def _profile_pass(
     on_step: Callable[[str], None] | None,
     recomputes: Sequence[str] = ("none",),
     back_to_back: int = 1,
+    factory: ModelFactory | None = None,
 ) -> list[LayerMeasurement]:
     """One timing of every distinct layer in [start, end) at each TP degree and micro-batch."""
     rows: list[LayerMeasurement] = []
@@ -840,7 +875,7 @@ def _profile_pass(
                 continue  # replicated in the TP group: its TP-1 figure is what every TP rank runs
             opt_s = 0.0
             for rc in _variants(layer, recomputes):  # "none" first: it times the optimizer step
-                model = _build(spec, i, t, attention, rc).to(device)
+                model = _build(spec, i, t, attention, rc, factory).to(device)
                 if precision == "bf16-master":
                     model.to(torch.bfloat16)
                 model.train()
@@ -854,7 +889,7 @@ def _profile_pass(
                     timed(model, inputs[sig], y, what)
                 del model
                 if t > 1:  # the DTensor variant of the even TP shard (none without a DTensor plan)
-                    with _dtensor_shard(spec, i, t, attention, device, precision, rc) as dt:
+                    with _dtensor_shard(spec, i, t, attention, device, precision, rc, factory) as dt:
                         if dt is not None:
                             timed(dt, inputs[sig], y, replace(what, impl="dtensor"))
     return rows
@@ -911,6 +946,7 @@ def count_steps(
     layer_range: tuple[int, int] | None = None,
     passes: int = 3,
     recomputes: Sequence[str] = ("none",),
+    factory: ModelFactory | None = None,
 ) -> int:
     """How many measurements :func:`profile_layers` will take over its ``passes`` (for progress bars)."""
     start, end = layer_range or (0, spec.n_layers)
@@ -919,7 +955,7 @@ def count_steps(
     for i in sigs.values():
         layer = spec.layers[i]
         degrees = {t for t in tp_degrees if t == 1 or runtime_splits(layer)}
-        if any(t > 1 for t in degrees) and _has_dtensor_plan(spec, i):
+        if any(t > 1 for t in degrees) and factory is None and _has_dtensor_plan(spec, i):
             degrees |= {-t for t in degrees if t > 1}  # the DTensor variant of each TP degree
         n += len(degrees) * len(set(micro_batches)) * len(_variants(layer, recomputes))
     return n * passes

@@ -35,30 +35,32 @@ PROFILE_TIMEOUT_S = 900.0
 
 @dataclass(frozen=True)
 class ProfileTarget:
-    """What one profile covers: a model at one sequence length, precision and optimizer."""
+    """What one profile covers: a model at one sequence length, precision and optimizer (a user's own model:
+    with the ``entrypoint`` that builds it, whose code then runs in the profiling child, never here)."""
 
     model: str
     seq_len: int | None
     precision: str
     optimizer: str
     micro_batches: tuple[int, ...]
+    entrypoint: str | None = None
 
     @property
     def key(self) -> str:
         mbs = ",".join(str(b) for b in self.micro_batches)
-        return f"{self.model}|seq={self.seq_len}|{self.precision}|{self.optimizer}|mb={mbs}"
+        own = f"|entrypoint={self.entrypoint}" if self.entrypoint else ""
+        return f"{self.model}|seq={self.seq_len}|{self.precision}|{self.optimizer}|mb={mbs}{own}"
 
 
-def target_of(spec: JobSpec) -> ProfileTarget | None:
-    """The profile a job needs, or None when there is nothing the profiler can build (a user's entrypoint
-    model: it is priced from the datasheet and never calibrates the device type's scale)."""
-    if spec.entrypoint:
-        return None
+def target_of(spec: JobSpec) -> ProfileTarget:
+    """The profile a job needs: its model's layers at its sequence length (a user's own model at the length
+    the service traces it at) and at the micro-batches a plan may give one device."""
     mbs, b = [], 1
     while b <= min(spec.global_batch, 16):
         mbs.append(b)
         b *= 2
-    return ProfileTarget(spec.model, spec.seq_len, spec.precision, spec.optimizer, tuple(mbs))
+    seq = spec.seq_len if spec.seq_len is not None else (1 if spec.entrypoint else None)
+    return ProfileTarget(spec.model, seq, spec.precision, spec.optimizer, tuple(mbs), spec.entrypoint)
 
 
 class ProfileKeeper:
@@ -91,24 +93,31 @@ class ProfileKeeper:
 
     # ------------------------------------------------------------------ queries
     def wait_reason(self, spec: JobSpec) -> str | None:
-        """None when the job can be priced from this machine's profile (or needs none); else why it waits
-        (and its profile is queued)."""
+        """Why a job that is not running may not launch yet (its profile is queued when missing), or None.
+
+        It waits for its own model's profile, and while any profile is being taken: the profiler holds this
+        machine's cores, so a gang started beside it would run slower than its device does and the profile
+        would measure the devices slower than they are."""
         target = target_of(spec)
-        if target is None or not self.device_types:
+        if not self.device_types:
             return None
         with self._lock:
-            if target.key in self._ledger:
-                return None
-            if target not in self._queue:
+            mine = target.key in self._ledger
+            if not mine and target not in self._queue:
                 self._queue.append(target)
                 self._wake.set()
-        return f"profiling {target.model} on this machine's CPU (once; cached for later jobs)"
+            busy = self._queue[0].model if self._queue else None
+        if not mine:
+            return f"profiling {target.model} on this machine's CPU (once; cached for later jobs)"
+        if busy is not None:
+            return f"waiting while {busy} is profiled on this machine's CPU (a launch beside it would disturb both)"
+        return None
 
     def profiled(self, spec: JobSpec) -> bool:
         """Whether the job's estimate comes from a profile taken here (only such jobs calibrate)."""
         target = target_of(spec)
         with self._lock:
-            return target is not None and self._ledger.get(target.key, {}).get("state") == "done"
+            return self._ledger.get(target.key, {}).get("state") == "done"
 
     def busy_during(self, start_s: float, end_s: float) -> bool:
         """Whether a profiling child ran on this machine's CPU at some time in [start_s, end_s]: it loads the
@@ -153,16 +162,22 @@ class ProfileKeeper:
                     cmd = [
                         sys.executable, "-m", "tessera", "profile", "layers", "--model", target.model,
                         "--micro-batch", ",".join(str(b) for b in target.micro_batches),
-                        "--tp", ",".join(str(t) for t in self.tp_degrees), "--precision", target.precision,
+                        "--tp", "1" if target.entrypoint else ",".join(str(t) for t in self.tp_degrees),
+                        "--precision", target.precision,
                         "--optimizer", target.optimizer, "--processes", str(self.processes),
                         "--device-type", device_type, "--repeats", "6", "--passes", "3",
                         "--cost-dir", scratch, "--json",
                     ]  # fmt: skip
                     if target.seq_len:
                         cmd += ["--seq", str(target.seq_len)]
+                    if (
+                        target.entrypoint
+                    ):  # the user's code runs in that child, as the service's inspection does
+                        cmd += ["--entrypoint", target.entrypoint]
                     done = subprocess.run(
-                        cmd, capture_output=True, text=True, timeout=PROFILE_TIMEOUT_S, env=_child_env()
-                    )
+                        cmd, capture_output=True, text=True, timeout=PROFILE_TIMEOUT_S,
+                        env=_child_env(user_code=target.entrypoint is not None), start_new_session=True,
+                    )  # fmt: skip
                     if done.returncode != 0:
                         lines = (done.stderr or done.stdout).strip().splitlines()
                         raise RuntimeError(lines[-1] if lines else f"exit code {done.returncode}")
@@ -198,9 +213,12 @@ def _runs(device_types: tuple[str, ...]) -> list[str]:
     return list(device_types)
 
 
-def _child_env() -> dict[str, str]:
-    """The profiler's environment: no terminal (plain output), the same Python path as the server's."""
-    env = dict(os.environ)
+def _child_env(user_code: bool) -> dict[str, str]:
+    """The profiler's environment: no terminal (plain output), the same Python path as the server's; where it
+    runs a user's model, only what the user-code child gets (no token, no database URL)."""
+    from tessera.service.user_code import user_code_env
+
+    env = user_code_env() if user_code else dict(os.environ)
     env["TERM"] = "dumb"
     env.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
     return env

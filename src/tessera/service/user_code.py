@@ -34,7 +34,8 @@ class UserCodeTimeout(Exception):
     """The child checking a user model ran past its time limit (it was killed)."""
 
 
-def _child_env() -> dict[str, str]:
+def user_code_env() -> dict[str, str]:
+    """The environment a child running a user's code gets: enough to find Python and its packages."""
     env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith("LC_")}
     env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     return env
@@ -60,7 +61,7 @@ def run_user_code(request: dict[str, Any], *, timeout_s: float, memory_bytes: in
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                env=_child_env(),
+                env=user_code_env(),
                 start_new_session=True,
                 close_fds=True,
             )
