@@ -64,10 +64,14 @@ def test_train_command_runs_a_job_spec(tmp_path):
 
     job = tmp_path / "job.yaml"
     job.write_text("model: gpt-tiny\nname: t\nglobal_batch: 4\nseq_len: 16\nsteps: 2\nprecision: fp32\n")
-    result = train_command(job, devices=2, run_dir=tmp_path / "run", progress=False)
+    result = train_command(job, devices=2, run_dir=tmp_path / "run", checkpoint_every=1, progress=False)
     assert len(result.records) == 2
     assert (tmp_path / "run" / "telemetry.jsonl").is_file()
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()
+    # the service's training loop: each record has its whole loop iteration and the checkpoint's share of it
+    for r in result.records:
+        assert r.wall_s is not None and r.wall_s >= r.iter_time_s
+        assert 0 < r.checkpoint_s < r.wall_s
 
 
 @pytest.mark.timeout(180)

@@ -50,7 +50,7 @@ def _check_resume_data(ckpt: Path, source, spec, plan: Plan) -> None:
 
     from tessera.runtime import SyntheticData
     from tessera.runtime.checkpoint import resolve
-    from tessera.runtime.worker import check_resume_data, identity_of
+    from tessera.runtime.loop import check_resume_data, identity_of
 
     try:
         where = resolve(ckpt)

@@ -8,7 +8,7 @@ spec, so ``estimate_plan(..., extras=StepExtras.of_job(spec))`` prices it (the p
 :func:`~tessera.perf.estimate.forward_pass_s`).
 
 What is priced, following the runtime (``runtime.engine.Trainer.step`` / ``clip_grads``,
-``runtime.worker.validation_loss``):
+``runtime.loop.validation_loss``):
 
 * **gradient clipping by global norm** — a pass over each rank's counted gradients for the squared norm, one
   1-element all-reduce over all ranks, then a scaling pass over the rank's gradients.

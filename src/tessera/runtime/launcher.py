@@ -27,10 +27,11 @@ from typing import Any
 import torch
 
 from tessera.plan import Plan
+from tessera.runtime.loop import divergence
 from tessera.runtime.options import RunOptions
 from tessera.runtime.shards import assemble
 from tessera.runtime.telemetry import JsonlWriter, RankStep, StepRecord, merge
-from tessera.runtime.worker import LossDiverged, WorkerArgs, divergence, from_bytes, main
+from tessera.runtime.worker import LossDiverged, WorkerArgs, from_bytes, main
 
 STARTUP_S = 180.0
 

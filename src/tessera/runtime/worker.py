@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import faulthandler
 import io
-import math
 import os
 import signal
 import sys
@@ -23,13 +22,19 @@ import torch.distributed as dist
 
 from tessera import cpu_affinity
 from tessera.plan import Plan
-from tessera.runtime import checkpoint
-from tessera.runtime.data import DataSource, SyntheticData, same_data
-from tessera.runtime.engine import Trainer
+from tessera.runtime.data import SyntheticData
+from tessera.runtime.loop import (
+    LoopEnd,
+    RankRun,
+    build_trainer,
+    divergence,
+    identity_of,
+    resume,
+    train_steps,
+)
 from tessera.runtime.model import ZooModel
 from tessera.runtime.options import RunOptions
 from tessera.runtime.shards import assemble
-from tessera.runtime.telemetry import RankStep, peak_memory_bytes
 
 
 def to_bytes(obj: Any) -> bytes:
@@ -53,67 +58,8 @@ class WorkerArgs:
     env: tuple[tuple[str, str], ...] = ()
 
 
-class DataChanged(RuntimeError):
-    """A resume on data other than the checkpoint's (``force_data_change`` allows it)."""
-
-
-def identity_of(data: DataSource, plan: Plan) -> dict[str, Any]:
-    """What the data is and how it is cut into batches (step k's batch depends on both): the checkpoint's."""
-    return {**data.identity(), "global_batch": plan.global_batch, "seq_len": plan.seq_len}
-
-
-def check_resume_data(saved: dict[str, Any] | None, current: dict[str, Any], where: str, force: bool) -> None:
-    """Refuse to continue a run on other data than its checkpoint's, unless forced."""
-    if force or same_data(saved, current):
-        return
-    assert saved is not None
-    raise DataChanged(
-        f"data: the checkpoint {where} was written while training on {_describe(saved)}, but this run reads "
-        f"{_describe(current)}; resume on the original data, or set force_data_change to continue anyway"
-    )
-
-
-def _describe(ident: dict[str, Any]) -> str:
-    kind = ident.get("kind")
-    if kind == "synthetic":
-        return f"synthetic tokens (seed {ident.get('seed')})"
-    src = ident.get("source", "?")
-    content = str(ident.get("content", ""))[:12]
-    if kind == "dataset":
-        return f"dataset {src} (content {content}, val_fraction {ident.get('val_fraction')}, val_samples {ident.get('val_samples')})"
-    return f"{kind} {src} (content {content})"
-
-
-def validation_loss(trainer: Trainer, data: DataSource, plan: Plan, needs_data: bool) -> float | None:
-    """This rank's share of the mean loss over the validation split's batches (None: the data has none)."""
-    count = getattr(data, "val_batch_count", None)
-    n = count(plan.global_batch, plan.seq_len) if count is not None else 0
-    if n == 0:
-        return None
-    total = 0.0
-    for b in range(n):
-        inputs = targets = None
-        if needs_data:
-            inputs, targets = data.val_batch(b, plan.global_batch, plan.seq_len)  # type: ignore[union-attr]
-        total += trainer.evaluate(inputs, targets)
-    return total / n
-
-
-def should_validate(data: DataSource, done: int, total_steps: int) -> bool:
-    every = getattr(data, "val_every", None)
-    return every is not None and (done % every(total_steps) == 0 or done == total_steps)
-
-
 class LossDiverged(RuntimeError):
     """The loss became NaN or infinite and the job asked to fail on it (``on_nonfinite_loss="fail"``)."""
-
-
-def divergence(loss: float, step: int) -> str | None:
-    """ "loss diverged (NaN) at step N" (N counted from 1, as progress is) for a non-finite loss, else None."""
-    if math.isfinite(loss):
-        return None
-    kind = "NaN" if math.isnan(loss) else ("inf" if loss > 0 else "-inf")
-    return f"loss diverged ({kind}) at step {step + 1}"
 
 
 def device_for(plan: Plan, rank: int, backend: str) -> torch.device:
@@ -139,79 +85,26 @@ def _inject(options: RunOptions, rank: int, step: int) -> None:
 
 def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str, queue: Any) -> None:
     device = device_for(plan, rank, backend)
-    factory = options.model or ZooModel(plan.model)
-    training = options.training()
-    trainer = Trainer(
-        plan, rank, factory, seed=options.seed, learning_rate=training.lr_at(0, options.steps), device=device,
-        skip_nonfinite=options.on_nonfinite_loss == "skip", training=training,
-    )  # fmt: skip
     data = options.data or SyntheticData(options.seed)
-    data_identity = identity_of(data, plan)
-    start = 0
-    if options.resume_from:
-        where, meta = checkpoint.read_meta(options.resume_from)
-        check_resume_data(meta.get("data"), data_identity, str(where), options.force_data_change)
-        ckpt = checkpoint.load(where, trainer.checkpoint_want())  # only this rank's pieces
-        trainer.load_local(ckpt.params, ckpt.optim)
-        start = ckpt.step
+    run = RankRun(
+        plan, rank, options.seed, options.steps, options.training(), on_nonfinite_loss=options.on_nonfinite_loss,
+        checkpoint_dir=options.checkpoint_dir, checkpoint_every=options.checkpoint_every,
+        force_data_change=options.force_data_change, job=index,
+    )  # fmt: skip
+    trainer = build_trainer(run, options.model or ZooModel(plan.model), device)
+    identity = identity_of(data, plan)
+    start = resume(run, trainer, identity, options.resume_from)
     queue.put(("ready", index, rank, None))
-    lay = trainer.layout
-    needs_data = lay.first or lay.last
-    grads = None
-    last_saved = None
-    for step in range(start, options.steps):
-        _inject(options, rank, step)
-        # Dropout RNG: a pure function of (seed, step, stage, replica) — identical on the TP ranks of a
-        # replica, whose replicated activations must see the same masks, and reproducible after a resume.
-        torch.manual_seed(hash((options.seed, step, lay.stage_index, lay.replica)) % (2**63))
-        inputs = targets = None
-        if needs_data:
-            inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
-        capture = options.capture_grads and step == start
-        lr = training.lr_at(step, options.steps)
-        stats = trainer.step(step, inputs, targets, capture_grads=capture, learning_rate=lr)
-        if capture:
-            grads = trainer.captured_grads
-        val = None
-        if should_validate(data, step + 1, options.steps):
-            val = validation_loss(trainer, data, plan, needs_data)
-        report = RankStep(
-            job=index,
-            rank=rank,
-            stage=lay.stage_index,
-            step=step,
-            loss=stats.loss,
-            reports_loss=stats.reports_loss,
-            iter_s=stats.iter_s,
-            compute_s=stats.compute_s,
-            comm_s=stats.comm_s,
-            peak_memory_bytes=peak_memory_bytes(device),
-            skipped=stats.skipped,
-            val_loss=val,
-            grad_norm=stats.grad_norm,
-            learning_rate=stats.learning_rate,
-        )
-        queue.put(("step", index, rank, report))
-        diverged = divergence(stats.loss, step) if stats.reports_loss else None
-        if diverged and options.on_nonfinite_loss == "fail":
-            raise LossDiverged(diverged)  # before any checkpoint: the updated parameters are not finite
-        done = step + 1
-        every = options.checkpoint_every
-        if options.checkpoint_dir and ((every and done % every == 0) or done == options.steps):
-            meta = {
-                "plan": plan.to_dict(),
-                "seed": options.seed,
-                "data_position": done,
-                "data": data_identity,
-                "model": plan.model,
-            }
-            checkpoint.save(
-                options.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
-            )
-            last_saved = done
-    result: dict[str, Any] = {"checkpoint_step": last_saved}
-    if grads is not None:
-        result["grads"] = grads
+    out = train_steps(
+        run, trainer, data, identity, start, device=device,
+        on_record=lambda rec: queue.put(("step", index, rank, rec)),
+        before_step=lambda step: _inject(options, rank, step), capture_grads=options.capture_grads,
+    )  # fmt: skip
+    if out.end is LoopEnd.DIVERGED:
+        raise LossDiverged(out.diverged)  # before any checkpoint: the updated parameters are not finite
+    result: dict[str, Any] = {"checkpoint_step": out.last_saved}
+    if out.grads is not None:
+        result["grads"] = out.grads
     if options.capture_params:
         result["params"] = trainer.param_pieces()
     queue.put(("done", index, rank, to_bytes(result)))
@@ -266,4 +159,4 @@ def main(args: WorkerArgs, queue: Any) -> None:
         os._exit(1)
 
 
-__all__ = ["WorkerArgs", "assemble", "from_bytes", "main", "to_bytes"]
+__all__ = ["LossDiverged", "WorkerArgs", "assemble", "divergence", "from_bytes", "main", "to_bytes"]

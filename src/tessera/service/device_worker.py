@@ -2,8 +2,9 @@
 
 The actor trains in a background thread and the service *polls* it (``poll``), so a gang outlives the
 server that launched it: a restarted server finds the actors by name and reattaches. The step loop is the
-runtime's own (``tessera.runtime.worker.run_job``) plus one thing the service needs: a **cooperative stop**.
-Every step ends with a 1-element MAX all-reduce of "stop requested"; when any rank has been asked to stop,
+runtime's own (:func:`tessera.runtime.loop.train_steps`, as ``tessera train`` runs it), asked for the one thing
+the service needs: a **cooperative stop**.
+Every step ends with a 2-element MAX all-reduce of "stop requested"; when any rank has been asked to stop,
 all ranks agree on the same step, write a checkpoint there, and exit — that is how a rescale or migration
 checkpoints exactly where it stops, never losing steps. The same all-reduce carries "my loss is not finite":
 with ``on_nonfinite_loss="fail"`` every rank ends at that step, writes no checkpoint (the parameters it just
@@ -16,7 +17,6 @@ Imports only ``tessera.plan``, the runtime and torch (the worker stays light, as
 from __future__ import annotations
 
 import faulthandler
-import math
 import os
 import socket
 import sys
@@ -152,6 +152,12 @@ class DeviceWorker:
         with self._lock:
             self._messages.append(msg)
 
+    def _saved(self, step: int) -> None:
+        """A checkpoint of ``step`` is complete on this rank (a relaunch may resume from it)."""
+        with self._lock:
+            self._checkpoint_step = step
+        self._put({"kind": "checkpoint", "rank": self.rank, "step": step})
+
     def _main(self, plan: Plan, run: RunSpec, master: tuple[str, int]) -> None:
         if self.core is not None:  # this thread and those it starts (gloo's) run on the device's core only
             os.sched_setaffinity(0, {self.core})
@@ -181,13 +187,10 @@ class DeviceWorker:
         import torch
         import torch.distributed as dist
 
-        from tessera.runtime import checkpoint
         from tessera.runtime.data import SyntheticData, TextData, data_source
-        from tessera.runtime.engine import Trainer
+        from tessera.runtime.loop import RankRun, build_trainer, identity_of, resume, train_steps
         from tessera.runtime.model import ZooModel
         from tessera.runtime.schedule import Training
-        from tessera.runtime.telemetry import RankStep, peak_memory_bytes
-        from tessera.runtime.worker import check_resume_data, identity_of, should_validate, validation_loss
 
         rank, world = self.rank, self.world_size
         if run.backend == "auto":
@@ -215,110 +218,37 @@ class DeviceWorker:
                 plan = _unpinned(plan)
             else:
                 device = torch.device("cpu")
-            factory = run.model_factory or ZooModel(plan.model)
-            training = Training(**run.training) if run.training else Training(learning_rate=run.learning_rate)
-            trainer = Trainer(
-                plan, rank, factory, seed=run.seed, learning_rate=training.lr_at(0, run.total_steps), device=device,
-                skip_nonfinite=run.on_nonfinite_loss == "skip", training=training,
-            )  # fmt: skip
             if run.data_config is not None:
                 data = data_source(run.data_config, seed=run.seed, model=plan.model)
             else:
                 data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
-            data_identity = identity_of(data, plan)
-            start = 0
-            if run.resume and _has_checkpoint(run.checkpoint_dir):
-                where, meta = checkpoint.read_meta(run.checkpoint_dir)
-                check_resume_data(meta.get("data"), data_identity, str(where), run.force_data_change)
-                ckpt = checkpoint.load(where, trainer.checkpoint_want())  # only this rank's pieces
-                trainer.load_local(ckpt.params, ckpt.optim)
-                start = ckpt.step
+            training = Training(**run.training) if run.training else Training(learning_rate=run.learning_rate)
+            rank_run = RankRun(
+                plan, rank, run.seed, run.total_steps, training, on_nonfinite_loss=run.on_nonfinite_loss,
+                checkpoint_dir=run.checkpoint_dir, checkpoint_every=run.checkpoint_every,
+                force_data_change=run.force_data_change, job=run.job_id,
+            )  # fmt: skip
+            trainer = build_trainer(rank_run, run.model_factory or ZooModel(plan.model), device)
+            identity = identity_of(data, plan)
+            where = run.checkpoint_dir if run.resume and _has_checkpoint(run.checkpoint_dir) else None
+            start = resume(rank_run, trainer, identity, where)
+            if where is not None:
                 with self._lock:
                     self._checkpoint_step = start
             self._put({"kind": "ready", "rank": rank, "start_step": start, "t": time.time()})
-            loop_t = time.perf_counter()  # each record's wall_s: the loop iteration that produced it
-            lay = trainer.layout
-            needs_data = lay.first or lay.last
-            flag = torch.zeros(2, device=device)  # [stop requested, non-finite loss code]
-            stopped = False
-            diverged: str | None = None
-            for step in range(start, run.total_steps):
-                torch.manual_seed(hash((run.seed, step, lay.stage_index, lay.replica)) % (2**63))
-                inputs = targets = None
-                if needs_data:
-                    inputs, targets = data.batch(trainer.stage.module, step, plan.global_batch, plan.seq_len)
-                stats = trainer.step(
-                    step, inputs, targets, learning_rate=training.lr_at(step, run.total_steps)
-                )
-                val = None
-                if should_validate(data, step + 1, run.total_steps):
-                    val = validation_loss(trainer, data, plan, needs_data)
-                done = step + 1
-                bad = stats.reports_loss and run.on_nonfinite_loss == "fail"
-                flag[0] = 1.0 if self._stop.is_set() else 0.0
-                flag[1] = _NONFINITE_CODE.get(_nonfinite(stats.loss), 0.0) if bad else 0.0
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-                code = float(flag[1].item())
-                stopped = code == 0 and bool(flag[0].item() > 0) and done < run.total_steps
-                every = run.checkpoint_every
-                saved_s: float | None = None  # seconds this step's checkpoint took, if it wrote one
-                # every rank ends at a diverged step before any checkpoint of non-finite parameters
-                if code == 0 and ((every and done % every == 0) or done == run.total_steps or stopped):
-                    meta = {
-                        "plan": plan.to_dict(),
-                        "seed": run.seed,
-                        "data_position": done,
-                        "data": data_identity,
-                        "model": plan.model,
-                    }
-                    t_save = time.perf_counter()
-                    checkpoint.save(
-                        run.checkpoint_dir, done, rank, trainer.param_pieces(), trainer.optim_pieces(), meta
-                    )
-                    saved_s = time.perf_counter() - t_save
-                # the step's record after its checkpoint: its wall time is the whole iteration, the
-                # checkpoint's share named apart (a job writes about ten, whatever its length)
-                rec = RankStep(
-                    job=run.job_id, rank=rank, stage=lay.stage_index, step=step, loss=stats.loss,
-                    reports_loss=stats.reports_loss, iter_s=stats.iter_s, compute_s=stats.compute_s,
-                    comm_s=stats.comm_s, peak_memory_bytes=peak_memory_bytes(device), skipped=stats.skipped,
-                    val_loss=val, grad_norm=stats.grad_norm, learning_rate=stats.learning_rate,
-                    wall_s=time.perf_counter() - loop_t, checkpoint_s=saved_s or 0.0,
-                )  # fmt: skip
-                loop_t = time.perf_counter()
-                self._put({"kind": "step", **asdict(rec)})
-                if code > 0:
-                    kind = next(k for k, v in _NONFINITE_CODE.items() if v == code)
-                    diverged = f"loss diverged ({kind}) at step {done}"
-                    break
-                if saved_s is not None:
-                    with self._lock:
-                        self._checkpoint_step = done
-                    self._put({"kind": "checkpoint", "rank": rank, "step": done})
-                if stopped:
-                    break
+            out = train_steps(
+                rank_run, trainer, data, identity, start, device=device,
+                on_record=lambda rec: self._put({"kind": "step", **asdict(rec)}),
+                on_checkpoint=self._saved, stop_requested=self._stop.is_set,
+            )  # fmt: skip
             dist.barrier()
-            if diverged is not None:
-                return "diverged", diverged
-            return ("stopped" if stopped else "finished"), None
+            return str(out.end), out.diverged
         finally:
             faulthandler.cancel_dump_traceback_later()
             if trainer is not None:
                 trainer.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
-
-
-# A non-finite loss as a number all ranks can MAX-reduce: NaN beats -inf beats inf (a sum with NaN is NaN).
-_NONFINITE_CODE = {"inf": 1.0, "-inf": 2.0, "NaN": 3.0}
-
-
-def _nonfinite(loss: float) -> str | None:
-    if math.isnan(loss):
-        return "NaN"
-    if math.isinf(loss):
-        return "inf" if loss > 0 else "-inf"
-    return None
 
 
 def _has_checkpoint(root: str) -> bool:
