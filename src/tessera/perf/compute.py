@@ -178,11 +178,67 @@ def measured_kernels(gpu: GPUSpec) -> MeasuredKernels:
     return hit
 
 
+# Bytes of device memory each elementwise kernel moves per element, in units of the activation element (``e``:
+# 2 in half precision, 4 in fp32) plus 1-byte dropout masks; every kernel reads its inputs and writes its output
+# once, a view moves nothing. Two implementations (:class:`Kernels`):
+#
+# * eager — Tessera's runtime, op by op over ``tessera.models.nn_common``:
+#     LayerNorm (``F.layer_norm``, one kernel): read x, write y = 2
+#     RMSNorm written out: ``x.pow(2)`` r+w, ``.mean`` r, ``x * rstd`` r+w, ``* weight`` r+w = 7
+#     residual add ``x + f(x)``: read 2, write 1 = 3; residual dropout (``native_dropout``): r+w 2 + a mask byte
+#     RoPE ``x·cos + rotate_half(x)·sin`` on q and k: neg of a half r+w 1, cat r+w 2, two products r+w 2
+#       each, the sum r 2 + w 1 = 10
+#     attention output ``transpose(1, 2).reshape``: a copy, r+w = 2
+#     GELU r+w = 2 over the FFN width; SwiGLU ``silu(gate) * up``: silu r+w 2, product r 2 + w 1 = 5
+#     math attention, per s × s score element: ``q @ kᵀ`` writes it (1), ``* scale`` r+w (2), the causal
+#       ``masked_fill`` r+w (2), ``softmax`` r+w (2), dropout r+w (2, + a mask byte), ``probs @ v`` reads it (1)
+# * fused — Megatron-LM's kernels (megatron/model/fused_layer_norm.py, fused_bias_gelu.py, fused_softmax.py and
+#   the bias-dropout-add fusion of transformer.py), which NeMo and Megatron-DeepSpeed run too:
+#     LayerNorm (apex ``FusedLayerNormAffineFunction``) 2; bias + dropout + residual add in one kernel: read 2,
+#     write 1 (+ the mask byte) = 3; bias-GeLU r+w 2; the context layer's ``permute(...).contiguous()`` 2;
+#     scores: ``baddbmm`` writes them (1), ``FusedScaleMaskSoftmax`` r+w (2, scale and causal mask inside),
+#     attention dropout r+w (2, + the mask byte), ``bmm`` with v reads them (1); RMSNorm, RoPE and SwiGLU
+#     fused like LayerNorm / bias-GeLU (2, 2 on q and k, r 2 + w 1 = 3). With sequence parallelism
+#     (Korthikanti et al. 2022) the norms and the dropout-add run on the rank's 1/TP of the tokens.
+#
+# Backward runs each kernel's gradient: it reads the saved input(s) and the incoming gradient and writes the
+# outgoing one, about twice the forward's traffic (``BlockTerms.bwd_s``).
+NORM_BYTES = {"layernorm": 2.0, "rmsnorm": 7.0}
+FUSED_NORM_BYTES = 2.0
+MLP_ACT_BYTES = {"gelu": 2.0, "swiglu": 5.0}
+FUSED_MLP_ACT_BYTES = {"gelu": 2.0, "swiglu": 3.0}
+RESIDUAL_BYTES = 3.0
+DROPOUT_BYTES = 2.0  # eager: its own kernel; fused: inside the residual add's
+ROPE_BYTES = 10.0
+FUSED_ROPE_BYTES = 2.0
+LAYOUT_COPY_BYTES = 2.0
+SCORE_BYTES = 4.0  # eager: q @ kᵀ write, scale r+w, probs @ v read
+FUSED_SCORE_BYTES = 2.0  # fused: baddbmm write (scale inside), bmm read
+SCORE_CAUSAL_BYTES = 2.0  # eager only: the masked_fill (fused: inside the softmax)
+SCORE_SOFTMAX_BYTES = 2.0
+SCORE_DROPOUT_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Which kernels run a dense block's memory-bound work: Tessera's eager runtime (the default: what the
+    estimator prices for the plans Tessera runs), or Megatron-LM's fused kernels, optionally with sequence
+    parallelism — how a published Megatron, NeMo or Megatron-DeepSpeed run is priced (``NORM_BYTES`` … above)."""
+
+    fused: bool = False
+    sequence_parallel: bool = False
+
+
+EAGER = Kernels()
+
+
 @dataclass(frozen=True)
 class BlockShape:
     """The GEMM and attention shape of one dense transformer block, per sample: what the measured kernel curves
     are indexed by (a block's FLOPs alone hide that a 125M model's GEMMs are small and its elementwise traffic
-    large next to them). Widths are the whole layer's; a TP rank runs its share of the output widths."""
+    large next to them). Widths are the whole layer's; a TP rank runs its share of the output widths. The
+    norm, MLP activation, RoPE, causality, dropout and head count name the block's elementwise kernels
+    (:meth:`elementwise_bytes`)."""
 
     hidden: int
     qkv_width: int  # q + k + v output width
@@ -190,6 +246,13 @@ class BlockShape:
     ffn_hidden: int
     seq_len: int
     attention: str = "flash"  # the plan's attention kernel: flash | math
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    rope: bool = False
+    causal: bool = True
+    dropout: float = 0.0
+    heads: int = 0
+    kernels: Kernels = EAGER
 
     def gemms(self, tokens: float, frac: float) -> tuple[tuple[float, float, float], ...]:
         """(m, n, k) of the block's four forward GEMMs on a rank doing ``frac`` of the layer."""
@@ -201,9 +264,47 @@ class BlockShape:
             (tokens, h, self.ffn_hidden * frac),
         )
 
+    def elementwise_bytes(self, samples: float, frac: float, elem: float) -> tuple[float, float]:
+        """(token-wise, score) bytes the block's memory-bound kernels move in one forward of ``samples``
+        sequences on a rank doing ``frac`` of the layer (``elem``: bytes of an activation element), kernel by
+        kernel (``NORM_BYTES`` … above, eager or fused as ``kernels`` says). Norms, residual adds and residual
+        dropouts run on the whole hidden width on every TP rank, or on 1/TP of the tokens under sequence
+        parallelism; the attention and MLP kernels on the rank's heads and FFN columns. ``score``: the s × s
+        scores that math attention materializes (flash attention keeps them on chip: 0)."""
+        h = self.hidden
+        drop = self.dropout > 0
+        fused = self.kernels.fused
+        mask = 1.0 if drop else 0.0
+        if fused:
+            norm, add = FUSED_NORM_BYTES, RESIDUAL_BYTES * elem + mask
+        else:
+            norm = NORM_BYTES.get(self.norm, 2.0)
+            add = RESIDUAL_BYTES * elem + ((DROPOUT_BYTES * elem + 1.0) if drop else 0.0)
+        replicated = frac if self.kernels.sequence_parallel else 1.0
+        per_token = 2 * (norm * elem + add) * h * replicated
+        q_width = h * frac
+        if self.rope:
+            rope = FUSED_ROPE_BYTES if fused else ROPE_BYTES
+            per_token += rope * (q_width + (self.qkv_width - h) / 2 * frac) * elem
+        per_token += LAYOUT_COPY_BYTES * q_width * elem
+        act = (FUSED_MLP_ACT_BYTES if fused else MLP_ACT_BYTES).get(self.mlp, 2.0)
+        per_token += act * self.ffn_hidden * frac * elem
+        score = 0.0
+        if self.attention == "math" and self.heads:
+            if fused:
+                per_elem = FUSED_SCORE_BYTES + SCORE_SOFTMAX_BYTES
+            else:
+                per_elem = SCORE_BYTES + SCORE_SOFTMAX_BYTES + (SCORE_CAUSAL_BYTES if self.causal else 0.0)
+            per_elem = per_elem * elem + ((SCORE_DROPOUT_BYTES * elem + 1.0) if drop else 0.0)
+            score = per_elem * samples * self.heads * frac * self.seq_len**2
+        return per_token * samples * self.seq_len, score
 
-def block_shape(arch: TransformerArch, seq_len: int, attention: str = "flash") -> BlockShape:
-    """The dense block shape of ``arch`` (MoE blocks are not dense: callers pass none for them)."""
+
+def block_shape(
+    arch: TransformerArch, seq_len: int, attention: str = "flash", kernels: Kernels = EAGER
+) -> BlockShape:
+    """The dense block shape of ``arch`` (MoE blocks are not dense: callers pass none for them), its
+    memory-bound work run by ``kernels``."""
     gated = 2 if arch.mlp == "swiglu" else 1
     return BlockShape(
         hidden=arch.hidden,
@@ -212,6 +313,13 @@ def block_shape(arch: TransformerArch, seq_len: int, attention: str = "flash") -
         ffn_hidden=arch.ffn_hidden,
         seq_len=seq_len,
         attention=attention,
+        norm=arch.norm,
+        mlp=arch.mlp,
+        rope=arch.position == "rope",
+        causal=arch.causal,
+        dropout=arch.dropout,
+        heads=arch.n_heads,
+        kernels=kernels,
     )
 
 
@@ -223,14 +331,22 @@ class BlockTerms:
     attention_fwd_s: float
     attention_bwd_s: float  # the attention core's backward (2 × its forward FLOPs, at its backward rate)
     elementwise_s: float  # norms, activations, dropout, residuals: memory-bound, not hidden behind GEMMs
+    # math attention's s × s score traffic (scale, mask, softmax, dropout): memory-bound
+    scores_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
-        return self.gemm_s + self.attention_fwd_s + self.elementwise_s
+        return self.gemm_s + self.attention_fwd_s + self.elementwise_s + self.scores_s
 
     @property
     def bwd_s(self) -> float:
-        return 2.0 * self.gemm_s + self.attention_bwd_s + 2.0 * self.elementwise_s
+        return 2.0 * (self.gemm_s + self.elementwise_s + self.scores_s) + self.attention_bwd_s
+
+    @property
+    def core_fwd_s(self) -> float:
+        """The attention core's forward (its two matmuls and, under math attention, the score kernels):
+        what selective recompute runs again in backward."""
+        return self.attention_fwd_s + self.scores_s
 
 
 def block_terms(
@@ -250,9 +366,12 @@ def block_terms(
       table (``efficiency.yaml``), else the arch curve; a calibrated curve for the type (``curves``) wins.
     * The attention core (the layer's FLOPs beyond its GEMMs: QKᵀ and softmax·V) at FlashAttention's measured
       forward and backward fraction where published and the plan uses flash, else at the GEMM curve.
-    * Elementwise work as memory traffic: the activations the block writes (its saved-activation bytes, halved
-      in half precision) at the achievable bandwidth, added rather than overlapped — these are separate
-      memory-bound kernels (norms, GELU, dropout, residual adds), a large share of a small block's time.
+    * Elementwise work as memory traffic, kernel by kernel (:meth:`BlockShape.elementwise_bytes`: each norm,
+      residual add, dropout, RoPE, layout copy and activation reads its inputs and writes its output) at the
+      achievable bandwidth, added rather than overlapped — separate memory-bound kernels, a large share of a
+      small block's time and more of it on a GPU whose FLOP/s grew faster than its bandwidth (H100: 3.2× an
+      A100's bf16 peak, 1.6× its bandwidth). Math attention adds the traffic of its materialized s × s scores
+      (``scores_s``); flash attention keeps them on chip.
     """
     frac = shard_fraction(layer, tp, ratio)
     tokens = micro_batch * shape.seq_len
@@ -272,14 +391,16 @@ def block_terms(
     else:
         att_f = core / (peak * curve.fraction(core)) if core > 0 else 0.0
         att_b = 2.0 * att_f
-    half = precision in HALF_PRECISIONS
-    act = (
-        (layer.act_bytes_per_sample * frac + layer.out_bytes_per_sample)
-        * micro_batch
-        * (0.5 if half else 1.0)
-    )
+    elem = 2.0 if precision in HALF_PRECISIONS else 4.0
+    token_bytes, score_bytes = shape.elementwise_bytes(micro_batch, frac, elem)
     bw = gpu.memory_bandwidth_Bps * curve_for(gpu, curves).memory_fraction
-    return BlockTerms(gemm_s=gemm_s, attention_fwd_s=att_f, attention_bwd_s=att_b, elementwise_s=act / bw)
+    return BlockTerms(
+        gemm_s=gemm_s,
+        attention_fwd_s=att_f,
+        attention_bwd_s=att_b,
+        elementwise_s=token_bytes / bw,
+        scores_s=score_bytes / bw,
+    )
 
 
 def curve_for(gpu: GPUSpec, curves: Mapping[str, EfficiencyCurve] | None = None) -> EfficiencyCurve:
@@ -680,6 +801,8 @@ def layer_time(
             layer, shape, gpu, tp=tp, micro_batch=micro_batch, precision=precision, ratio=ratio, curves=curves
         )
         fwd, bwd = terms.fwd_s, terms.bwd_s
+        if recompute == "selective":  # the attention core again, score kernels included
+            return LayerTime(fwd, bwd + terms.core_fwd_s, "kernels")
         source = "kernels"
     else:
         fwd = forward_roofline(

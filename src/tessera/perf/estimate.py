@@ -63,8 +63,10 @@ from tessera.perf.comm import (
     intra_node_link,
 )
 from tessera.perf.compute import (
+    EAGER,
     HALF_PRECISIONS,
     BlockShape,
+    Kernels,
     block_shape,
     curve_for,
     layer_signature,
@@ -360,17 +362,19 @@ def _stage_time(
     topo: Topology,
     cost: CostModel,
     memo: dict[tuple, Any] | None = None,
+    kernels: Kernels = EAGER,
 ) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, tp_comm_s) per micro-batch of the stage's slowest replica.
 
-    ``memo``: layer times kept across calls (one spec, topology and cost model per memo)."""
+    ``memo``: layer times kept across calls (one spec, topology and cost model per memo); ``kernels``: which
+    kernels run the blocks' memory-bound work (Tessera's eager runtime unless a caller prices another)."""
     precision = plan.precision.value
     recompute = plan.recompute.value
     runs = _layer_runs(spec, stage.layer_start, stage.layer_end)
     ratios = stage.ratios()
     tp_degree = stage.tp_degree
     impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
-    shape = _block_shape(spec, plan.attention.value)
+    shape = _block_shape(spec, plan.attention.value, kernels)
     elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float, float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
@@ -415,7 +419,7 @@ def _stage_time(
                     lf = lb = hf = hb = 0.0
                     sums = []
                     for (name, dkey, ratio), (gpu, ranks) in alike[tp > 1].items():
-                        key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl)
+                        key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl, kernels)
                         hit = cache.get(key)
                         if hit is None:
                             t = layer_time(
@@ -472,13 +476,13 @@ def _stage_time(
     return best
 
 
-def _block_shape(spec: ModelSpec, attention: str) -> BlockShape | None:
+def _block_shape(spec: ModelSpec, attention: str, kernels: Kernels = EAGER) -> BlockShape | None:
     """The dense block shape of a transformer spec (GPT/LLaMA/BERT families), for the measured kernel curves;
     None for other families (their layers keep the whole-layer roofline)."""
     arch = spec.arch
     if not isinstance(arch, TransformerArch) or spec.seq_len < 1:
         return None
-    return block_shape(arch, spec.seq_len, attention)
+    return block_shape(arch, spec.seq_len, attention, kernels)
 
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
@@ -597,6 +601,13 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
 # configures FSDP2 by default).
 FSDP_GATHER_BYTES = {"fp32": 4.0, "bf16": 2.0}
 FSDP_REDUCE_BYTES = {"fp32": 4.0, "bf16": 4.0}
+# Compute that runs beside a collective is slower than alone: NCCL's kernels hold SMs (a GEMM sized to one wave
+# of all SMs spills into a second) and share HBM bandwidth and power. Lee et al. 2025, "Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power
+# Implications" (arXiv 2507.03114), abstract: over GPT and LLaMA training on A100, H100, MI250 and MI210,
+# "overlapping computation and communication can result in an average computational slowdown of 18.9%, with a
+# maximum of 40.0%" against the same compute with no communication beside it. Their mean is used as is.
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
 
 
 @dataclass(frozen=True)
@@ -630,6 +641,11 @@ def fsdp_comm(
     ``exposed = c_first + max(0, C − c_first − compute · (U − 1) / U)`` with ``C`` the direction's
     communication, ``U`` the units and ``compute`` the stage's forward (or backward) time per micro-batch. In
     backward the all-gathers and reduce-scatters share the network, so their sum is what compute must hide.
+
+    Hidden communication is not free: the compute beside it runs ``OVERLAP_COMPUTE_SLOWDOWN`` (σ) slower
+    (Lee et al. 2025). Compute ``W`` beside communication ``C`` progresses at 1/(1+σ) while ``C`` runs, so the
+    pair takes ``W + C·σ/(1+σ)`` when ``C ≤ W·(1+σ)``, else ``C`` (the communication bound); what exceeds ``W``
+    is exposed.
     """
     if not _uses_fsdp(plan, stage):
         return FSDPComm(0.0, 0.0, 0.0, 0.0)
@@ -653,8 +669,13 @@ def fsdp_comm(
     units = len(layers)
     hide = (units - 1) / units
 
+    slow = OVERLAP_COMPUTE_SLOWDOWN
+
     def exposed(first: float, total: float, compute: float) -> float:
-        return first + max(0.0, total - first - compute * hide)
+        rest, window = max(0.0, total - first), compute * hide
+        if rest <= window * (1.0 + slow):
+            return first + rest * slow / (1.0 + slow)
+        return first + rest - window
 
     ag = sum(gathers)
     fwd_exposed = exposed(gathers[0], ag, fwd_s)
@@ -873,6 +894,7 @@ def stage_cost(
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     memo: dict[tuple, Any] | None = None,
     shared: tuple | None = None,
+    kernels: Kernels = EAGER,
 ) -> StageCost:
     """Time and memory of stage ``index`` of ``plan`` (see the module docstring).
 
@@ -891,10 +913,10 @@ def stage_cost(
     if shared is not None and memo is not None:
         base = (shared, plan.global_batch, plan.precision, plan.attention, plan.optimizer, plan.schedule)
         zero = plan.zero
-        kt = ("stage-t", base, plan.micro_batches, plan.recompute, zero if zero >= 2 else 0)
+        kt = ("stage-t", base, plan.micro_batches, plan.recompute, zero if zero >= 2 else 0, kernels)
         times = memo.get(kt)
         if times is None:
-            times = memo[kt] = _stage_times(plan, spec, st, topo, cost, memo)
+            times = memo[kt] = _stage_times(plan, spec, st, topo, cost, memo, kernels)
         ky = ("stage-y", base, zero)
         sync = memo.get(ky)
         if sync is None:
@@ -904,7 +926,7 @@ def stage_cost(
         if opt is None:
             opt = memo[ko] = _optimizer_s(plan, spec, st, topo, cost, memo)
     else:
-        times = _stage_times(plan, spec, st, topo, cost, memo)
+        times = _stage_times(plan, spec, st, topo, cost, memo, kernels)
         sync = _dp_sync_s(plan, spec, st, topo, cost)
         opt = _optimizer_s(plan, spec, st, topo, cost, memo)
     fwd, bwd, tp_comm = times
@@ -935,10 +957,16 @@ def stage_cost(
 
 
 def _stage_times(
-    plan: Plan, spec: ModelSpec, st: Stage, topo: Topology, cost: CostModel, memo: dict[tuple, Any] | None
+    plan: Plan,
+    spec: ModelSpec,
+    st: Stage,
+    topo: Topology,
+    cost: CostModel,
+    memo: dict[tuple, Any] | None,
+    kernels: Kernels = EAGER,
 ) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, tp_comm_s) of a stage per micro-batch: compute, gradient accumulation, TP and FSDP."""
-    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo)
+    fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo, kernels)
     bwd += _accumulate_s(plan, spec, st, topo)
     tp_comm += _fsdp_s(plan, spec, st, topo, cost, fwd, bwd)
     return fwd, bwd, tp_comm
@@ -1107,6 +1135,7 @@ def estimate_plan(
     overlap_dp: bool = False,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     extras: StepExtras | None = None,
+    kernels: Kernels = EAGER,
 ) -> Estimate:
     """Estimate one iteration of ``plan`` for model ``spec``.
 
@@ -1115,13 +1144,15 @@ def estimate_plan(
     measured profiles, communication tables and calibration to prefer over datasheets (none by default).
     The plan's ``virtual_stages`` (interleaved 1F1B) is priced as it runs. ``extras``: the job's gradient
     clipping and validation (:meth:`StepExtras.of_job`), reported as ``clip_s`` / ``validation_s`` and added
-    to the iteration time; None (the default) prices the plan alone.
+    to the iteration time; None (the default) prices the plan alone. ``kernels``: which kernels run the
+    blocks' memory-bound work — Tessera's eager runtime by default; :class:`~tessera.perf.compute.Kernels`
+    with ``fused`` prices a run on Megatron-LM's fused kernels (published runs, ``bench/published.py``).
     """
     check_plan_fits_spec(plan, spec)
     cost = cost or CostModel()
     topo = cluster_or_gpu_map if isinstance(cluster_or_gpu_map, Topology) else Topology(cluster_or_gpu_map)
     costs = [
-        stage_cost(plan, spec, i, topo, cost, headroom_fraction=headroom_fraction)
+        stage_cost(plan, spec, i, topo, cost, headroom_fraction=headroom_fraction, kernels=kernels)
         for i in range(plan.n_stages)
     ]
     p2p = [
