@@ -62,6 +62,8 @@ def trace_grid(points: list[GridPoint], chunk: int = 16) -> list[dict]:
             for r in trace_stages([p.trace_request() for p in part], in_process=False, timeout_s=1800):
                 out.append(r.to_dict())
             progress.advance(task, len(part))
+            if not progress.console.is_terminal:  # a log or a pipe: plain progress lines
+                print(f"exact traces: {min(i + chunk, len(points))}/{len(points)}", flush=True)
     return out
 
 
