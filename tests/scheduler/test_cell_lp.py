@@ -149,3 +149,37 @@ def test_column_generation_finds_an_optimum_of_the_whole_lp(monkeypatch):
         assert models[1] < models[0]  # column generation started from fewer columns than the whole LP
         grew += len(runs) > 1  # and priced more in, HiGHS going on from its basis
     assert grew >= 5
+
+
+def test_the_matrix_built_column_by_column_is_scipys_canonical_csc():
+    # constraint_matrix builds the CSC arrays HiGHS is handed directly: the same indptr, indices and data as
+    # COO → CSC with duplicates summed and indices sorted (how it was built), queued and running groups mixed
+    from scipy.sparse import csc_matrix
+
+    from tessera.scheduler.cell_lp import constraint_matrix
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n_t, n_v = int(rng.integers(1, 7)), int(rng.integers(1, 60))
+        n_ub_groups, n_eq_groups = int(rng.integers(0, 8)), int(rng.integers(0, 8))
+        if n_ub_groups + n_eq_groups == 0:
+            continue
+        gpus = rng.choice([0.0, 0.0, 1.0, 2.0, 8.0, 0.5], size=(n_v, n_t))
+        rows = np.concatenate([np.arange(n_ub_groups), n_ub_groups + n_t + np.arange(n_eq_groups)])
+        group_row = rng.choice(rows, size=n_v)
+        n_rows = n_ub_groups + n_t + n_eq_groups
+        nz_v, nz_t = np.nonzero(gpus)
+        want = csc_matrix(
+            (
+                np.concatenate([np.ones(n_v), gpus[nz_v, nz_t]]),
+                (np.concatenate([group_row, n_ub_groups + nz_t]), np.concatenate([np.arange(n_v), nz_v])),
+            ),
+            shape=(n_rows, n_v),
+        )
+        want.sum_duplicates()
+        want.sort_indices()
+        got = constraint_matrix(group_row, gpus, n_ub_groups, n_rows)
+        assert got.shape == want.shape
+        assert np.array_equal(got.indptr, want.indptr)
+        assert np.array_equal(got.indices, want.indices)
+        assert np.array_equal(got.data, want.data)

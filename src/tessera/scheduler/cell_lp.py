@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from scipy.optimize import linprog
@@ -67,7 +68,7 @@ def solve(
     """The LP of the module doc over GPU types of ``capacity`` ``(T,)``, rounded (:func:`round_shares`); None when
     it cannot be solved (the running jobs alone no longer fit: the caller changes nothing). ``columns`` and
     ``hint``: see :func:`maximize`."""
-    sizes = np.array([len(g.values) for g in groups], dtype=np.int64)
+    sizes = np.fromiter((len(g.values) for g in groups), dtype=np.int64, count=len(groups))
     n_t = len(capacity)
     if len(groups) == 0 or sizes.sum() == 0:
         return _empty(sizes, n_t)
@@ -75,13 +76,14 @@ def solve(
     if found is None:
         return None
     x, prices = found
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    shares = [x[bounds[g] : bounds[g + 1]] for g in range(len(groups))]
+    # group bounds as Python ints: the per-group loops below index them hundreds of times a round
+    bounds = [0, *np.cumsum(sizes).tolist()]
+    shares = [x[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
     # whole parts at once; only the groups with a fractional share (a few at a vertex) need the remainders
     whole = np.floor(x + 1e-6)
     frac = (x - whole) > 1e-6
     owner = np.repeat(np.arange(len(groups)), sizes)
-    has_frac = np.bincount(owner[frac], minlength=len(groups)) > 0
+    has_frac = (np.bincount(owner[frac], minlength=len(groups)) > 0).tolist()
     whole_i = whole.astype(np.int64).tolist()
     counts = [
         round_shares(sh, int(grp.count)) if has_frac[g] else whole_i[bounds[g] : bounds[g + 1]]
@@ -112,12 +114,14 @@ def maximize(
     prices than HiGHS on the whole LP, and its figures may differ in the last bits (another factorization) — so a
     policy's decisions may change: off by default."""
     n_g, n_t = len(groups), len(capacity)
-    sizes = np.array([len(g.values) for g in groups], dtype=np.int64)
-    values = np.concatenate([g.values for g in groups]).astype(np.float64)
-    gpus = np.vstack([g.gpus.reshape(-1, n_t) for g in groups]).astype(np.float64)
+    sizes = np.fromiter((len(g.values) for g in groups), dtype=np.int64, count=n_g)
+    values = np.concatenate([g.values for g in groups], dtype=np.float64)
+    gpus = np.concatenate(
+        [g.gpus if g.gpus.ndim == 2 else g.gpus.reshape(-1, n_t) for g in groups], dtype=np.float64
+    )
     owner = np.repeat(np.arange(n_g), sizes)
-    running = np.array([g.running for g in groups], dtype=bool)
-    count = np.array([float(g.count) for g in groups])
+    running = np.fromiter((g.running for g in groups), dtype=bool, count=n_g)
+    count = np.fromiter((float(g.count) for g in groups), dtype=np.float64, count=n_g)
     # options worth nothing (queued) or needing more of a type than there is never enter
     ok = (gpus <= capacity + 1e-9).all(axis=1) & ((values > 0) | running[owner])
     x = np.zeros(len(values))
@@ -137,19 +141,7 @@ def maximize(
     row_of[eq_groups] = len(ub_groups) + n_t + np.arange(len(eq_groups))
     n_ub = len(ub_groups) + n_t
     g_live = gpus[live]
-    nz_v, nz_t = np.nonzero(g_live)
-    a = csc_matrix(
-        (
-            np.concatenate([np.ones(n_v), g_live[nz_v, nz_t]]),
-            (
-                np.concatenate([row_of[owner[live]], len(ub_groups) + nz_t]),
-                np.concatenate([np.arange(n_v), nz_v]),
-            ),
-        ),
-        shape=(n_ub + len(eq_groups), n_v),
-    )
-    a.sum_duplicates()
-    a.sort_indices()
+    a = constraint_matrix(row_of[owner[live]], g_live, len(ub_groups), n_ub + len(eq_groups))
     rhs = np.concatenate([count[ub_groups], capacity, count[eq_groups]]).astype(np.float64)
     lhs = np.concatenate([np.full(n_ub, -np.inf), count[eq_groups]]).astype(np.float64)
     cost = -values[live]
@@ -169,6 +161,29 @@ def maximize(
         return None
     x[live] = found[0]
     return x, np.maximum(0.0, -found[1][len(ub_groups) : n_ub])
+
+
+def constraint_matrix(group_row: np.ndarray, gpus: np.ndarray, type_row: int, n_rows: int) -> csc_matrix:
+    """The LP's matrix, a column per option: 1 in its group's row (``group_row``), its GPUs ``(n, T)`` in the
+    type rows ``type_row`` … ``type_row + T - 1``; row indices ascending in each column. Built directly in
+    that canonical form — what COO → CSC with duplicates summed (there are none) and indices sorted gives, the
+    same arrays HiGHS is handed — since scipy's conversions, each checking and copying, cost a millisecond a
+    round at scale."""
+    n_v = len(group_row)
+    nz_v, nz_t = np.nonzero(gpus)  # row-major: per option its types ascending
+    indptr = np.zeros(n_v + 1, dtype=np.int32)
+    np.cumsum(np.bincount(nz_v, minlength=n_v) + 1, out=indptr[1:])
+    # the group's entry is first in its column when its row is above the type rows (queued), else last
+    at = np.where(group_row < type_row, indptr[:-1], indptr[1:] - 1)
+    types = np.ones(int(indptr[-1]), dtype=bool)
+    types[at] = False
+    indices = np.empty(len(types), dtype=np.int32)
+    indices[at] = group_row
+    indices[types] = type_row + nz_t
+    data = np.empty(len(types))
+    data[at] = 1.0
+    data[types] = gpus[nz_v, nz_t]
+    return csc_matrix((data, indices, indptr), shape=(n_rows, n_v))
 
 
 def _group_argmax(score: np.ndarray, owner: np.ndarray) -> np.ndarray:
@@ -271,30 +286,45 @@ def _highs(
 
 
 def _highs_model(cost: np.ndarray, a: csc_matrix, lhs: np.ndarray, rhs: np.ndarray) -> object | None:
-    """HiGHS with the LP of :func:`_highs` passed and its options set (None when it refuses them)."""
+    """HiGHS with the LP of :func:`_highs` passed and its options set (None when it refuses them). The model
+    goes in as arrays in one call (HiGHS's ``passModel`` by pointers: the same LP, copied from the buffers)
+    rather than through ``HighsLp``'s fields, whose setters convert element by element: at 12,800 GPUs that
+    was a millisecond or more a round."""
     n_r, n_c = a.shape
-    lp = _h.HighsLp()
-    lp.num_col_, lp.num_row_ = n_c, n_r
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_c, n_r
-    lp.a_matrix_.format_ = _h.MatrixFormat.kColwise
-    lp.col_cost_ = cost
-    lp.col_lower_ = np.zeros(n_c)
-    lp.col_upper_ = np.full(n_c, _h.kHighsInf)
-    lp.row_lower_ = np.where(np.isinf(lhs), -_h.kHighsInf, lhs)
-    lp.row_upper_ = np.where(np.isinf(rhs), _h.kHighsInf, rhs)
-    lp.a_matrix_.start_ = a.indptr
-    lp.a_matrix_.index_ = a.indices
-    lp.a_matrix_.value_ = a.data
     highs = _h._Highs()
+    if highs.passOptions(_options()) == _h.HighsStatus.kError:
+        return None
+    status = highs.passModel(
+        n_c,
+        n_r,
+        int(a.indptr[-1]),
+        int(_h.MatrixFormat.kColwise),
+        int(_h.ObjSense.kMinimize),
+        0.0,
+        np.ascontiguousarray(cost, dtype=np.float64),
+        np.zeros(n_c),
+        np.full(n_c, _h.kHighsInf),
+        np.where(np.isinf(lhs), -_h.kHighsInf, lhs).astype(np.float64),
+        np.where(np.isinf(rhs), _h.kHighsInf, rhs).astype(np.float64),
+        np.ascontiguousarray(a.indptr, dtype=np.int32),
+        np.ascontiguousarray(a.indices, dtype=np.int32),
+        np.ascontiguousarray(a.data, dtype=np.float64),
+        np.zeros(n_c, dtype=np.int32),  # every column continuous: an LP
+    )
+    return None if status == _h.HighsStatus.kError else highs
+
+
+@cache
+def _options() -> object:
+    """HiGHS's options as scipy's ``linprog(method="highs")`` sets them (dual simplex; quiet), made once: each
+    model copies them in."""
     opts = _h.HighsOptions()
     opts.presolve = "on"
     opts.highs_debug_level = _h.HighsDebugLevel.kHighsDebugLevelNone
     opts.log_to_console = False
     opts.output_flag = False
     opts.simplex_strategy = _simplex_dual
-    if highs.passOptions(opts) == _h.HighsStatus.kError or highs.passModel(lp) == _h.HighsStatus.kError:
-        return None
-    return highs
+    return opts
 
 
 def _run(highs: object) -> tuple[np.ndarray, np.ndarray] | None:
@@ -347,4 +377,4 @@ def round_shares(shares: np.ndarray, count: int) -> list[int]:
     return [int(v) for v in whole]
 
 
-__all__ = ["Group", "Solution", "maximize", "round_shares", "solve"]
+__all__ = ["Group", "Solution", "constraint_matrix", "maximize", "round_shares", "solve"]
