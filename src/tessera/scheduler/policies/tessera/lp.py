@@ -30,6 +30,7 @@ class Owner:
     members: list[JobState]
     cells: list[Cell]
     running: bool
+    work: float = 0.0  # running: the work the median member (its restart penalty's judge) still has
 
 
 @dataclass
@@ -62,7 +63,7 @@ def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
     owners += _running_owners(r, capacity)
     if not owners:
         return None
-    groups = [_lp_group(r, o, types) for o in owners]
+    groups = _lp_groups(r, owners, types)
     # lp_columns: the last round's prices seed the solve's column generation (cell_lp.maximize)
     sol = cell_lp.solve(groups, np.maximum(capacity, 0.0), columns=r.pol.lp_columns, hint=r.pol.price_hint)
     if sol is None:
@@ -89,12 +90,14 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     memo = r.remaining
     window = r.settle_window_s  # :meth:`RoundState.settling`, read once for the loop
     log2 = math.log2
+    touched, may_restart = r.touched, r.may_restart
     for js in ctx.running:
         jid = js.job_id
         a = alloc.get(jid)
         if a is None:
             continue
-        if frozen or not r.movable(js):
+        # RoundState.movable, inlined: this runs for every running job
+        if frozen or jid in touched or js.paused_until_s > now or not may_restart(js):
             for t, n in a.gpus:
                 capacity[col[t]] -= n
             continue
@@ -116,29 +119,61 @@ def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
             members.sort(key=lambda js: (-left_of[js.job_id], js.job_id))  # longest first: moved first
         a = alloc[members[0].job_id]
         cur = r.held_cell(members[0], a)
-        owners.append(Owner(members, [cur, *info(ctx, members[0].job).lp_others(a.gpus)], True))
+        rep = members[len(members) // 2]
+        owners.append(
+            Owner(members, [cur, *info(ctx, members[0].job).lp_others(a.gpus)], True, left_of[rep.job_id])
+        )
     return owners
 
 
-def _lp_group(r: RoundState, o: Owner, types: tuple[str, ...]) -> cell_lp.Group:
-    """An owner's LP group: each Cell's weighted normalized throughput; for running jobs every Cell but the one
-    held less the restart it costs (judged on the group's median member; ``settle_factor`` × the restart while
-    the group is settling)."""
-    inf = r.info(o.members[0].job)
-    rep = o.members[len(o.members) // 2]
-    w = weight(r, rep)
-    if not o.running:
-        norm, _, gpus = inf.lp_arrays(types)
-        return cell_lp.Group(len(o.members), w * norm, gpus)
-    cur = o.cells[0]
-    norm, rate, gpus = inf.lp_moves(types, cur.gpus)
-    restart = r.restart_s(rep) * r.restart_weight(rep)
-    left = rep.remaining_at(r.ctx.now_s) / rate  # the seconds each other Cell would take
-    values = np.empty(len(norm) + 1)
-    values[0] = cur.norm
-    values[1:] = norm * left / (restart + left)
-    values *= w
-    return cell_lp.Group(len(o.members), values, gpus, True)
+def _lp_groups(r: RoundState, owners: list[Owner], types: tuple[str, ...]) -> list[cell_lp.Group]:
+    """The owners' LP groups: each Cell's weighted normalized throughput; for running jobs every Cell but the
+    one held less the restart it costs (judged on the group's median member; ``settle_factor`` × the restart
+    while the group is settling). The running groups' values — hundreds of groups a round at scale — are
+    figured in one numpy pass over all their Cells, with the same operations per Cell as one group at a time
+    (:func:`_move_values`), so the same figures to the last bit."""
+    out: list[cell_lp.Group | None] = [None] * len(owners)
+    moving: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = []
+    # per running owner: the held Cell's norm, the work left, the restart charged, the weight
+    scalars: list[tuple[float, float, float, float]] = []
+    for g, o in enumerate(owners):
+        inf = r.info(o.members[0].job)
+        rep = o.members[len(o.members) // 2]
+        w = weight(r, rep)
+        if not o.running:
+            norm, _, gpus = inf.lp_arrays(types)
+            out[g] = cell_lp.Group(len(o.members), w * norm, gpus)
+            continue
+        cur = o.cells[0]
+        norm, rate, gpus = inf.lp_moves(types, cur.gpus)
+        moving.append((g, len(o.members), norm, rate, gpus))
+        scalars.append((cur.norm, o.work, r.restart_s(rep) * r.restart_weight(rep), w))
+    if moving:
+        values = _move_values([m[2] for m in moving], [m[3] for m in moving], np.array(scalars).T)
+        at = 0
+        for g, count, norm, _, gpus in moving:
+            n = len(norm) + 1
+            out[g] = cell_lp.Group(count, values[at : at + n], gpus, True)
+            at += n
+    return out  # type: ignore[return-value]  # every owner's group is set above
+
+
+def _move_values(norms: list[np.ndarray], rates: list[np.ndarray], scalars: np.ndarray) -> np.ndarray:
+    """Running groups' option values, one group after another: the held Cell's normalized throughput, then each
+    other Cell's over the time it would take (left = work ÷ rate) less the restart: norm · left ÷ (restart +
+    left); all × the group's weight. ``scalars``: per group its held norm, work, restart and weight (rows)."""
+    held, work, restart, w = scalars
+    sizes = np.array([len(n) for n in norms], dtype=np.int64)
+    left = np.repeat(work, sizes) / np.concatenate(rates)  # the seconds each other Cell would take
+    moves = np.concatenate(norms) * left / (np.repeat(restart, sizes) + left)
+    heads = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]])  # where each group's held Cell goes
+    values = np.empty(len(moves) + len(sizes))
+    body = np.ones(len(values), dtype=bool)
+    body[heads] = False
+    values[heads] = held
+    values[body] = moves
+    values *= np.repeat(w, sizes + 1)
+    return values
 
 
 def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Plan:
