@@ -118,3 +118,67 @@ def test_has_passes_a_plan_topology_awareness_will_not_split():
     # 4 x 40 GB are free, but only split over two nodes: the next plan is taken
     assert has(cs, plans) == (1, ((2, 8),))
     assert has(cs, plans, keep_in_node=False) == (0, ((0, 2), (1, 2)))
+
+
+def _spread_by_argmax(free: np.ndarray, nodes: np.ndarray, n_gpus: int) -> tuple | None:
+    """Frenzy's greedy spread as a loop: one argmax per node taken whole (the reference)."""
+    f = free[nodes].astype(np.int64)
+    if int(f.sum()) < n_gpus:
+        return None
+    out, need = [], n_gpus
+    while need > 0:
+        ok = np.flatnonzero(f >= need)
+        if len(ok):
+            j = ok[np.argmin(f[ok])]
+            out.append((int(nodes[j]), need))
+            break
+        j = int(np.argmax(f))
+        out.append((int(nodes[j]), int(f[j])))
+        need -= int(f[j])
+        f[j] = 0
+    return tuple(sorted(out))
+
+
+def test_greedy_spread_equals_one_argmax_per_node():
+    # the nodes taken whole are found as a prefix of a stable sort, not by an argmax per node: the same
+    # placement on random free counts — ties, busy nodes, mixed node sizes, nodes given out of order
+    rng = np.random.default_rng(0)
+    for _ in range(4000):
+        n_nodes = int(rng.integers(1, 40))
+        cap = rng.choice([4, 8], size=n_nodes + 5).astype(np.int64)
+        free = np.minimum(rng.integers(0, 9, size=n_nodes + 5), cap) * (rng.random(n_nodes + 5) < 0.6)
+        nodes = (
+            np.sort(rng.permutation(n_nodes + 5)[:n_nodes])
+            if rng.random() < 0.5
+            else rng.permutation(n_nodes)
+        )
+        n = int(rng.integers(1, 80))
+        got = best_fit(free, cap, nodes, n, keep_in_node=False)
+        assert got == _spread_by_argmax(free, nodes, n), (free[nodes].tolist(), n)
+
+
+def test_place_reads_a_types_nodes_as_a_view_or_a_copy_alike():
+    # place() reads a type's free GPUs as a view when its nodes are consecutive, else by index: the same
+    # placements as best_fit over the type's nodes that are up, for types laid out in blocks or interleaved
+    rng = np.random.default_rng(1)
+    for trial in range(600):
+        n_nodes = int(rng.integers(2, 30))
+        types = (
+            sorted(rng.choice(["A", "B"], size=n_nodes))
+            if trial % 2
+            else list(rng.choice(["A", "B"], size=n_nodes))
+        )
+        sizes = rng.choice([4, 8], size=n_nodes)
+        cs = ClusterState(
+            [
+                NodeInfo(i, f"n{i}", f"T{t}", int(k), 40 * GB)
+                for i, (t, k) in enumerate(zip(types, sizes, strict=True))
+            ]
+        )
+        cs.free[:] = np.minimum(rng.integers(0, 9, size=n_nodes), cs.capacity)
+        cs.up[:] = rng.random(n_nodes) < 0.9
+        for t in ("TA", "TB"):
+            idx = cs.nodes_of_type(t)
+            n, kin = int(rng.integers(1, 40)), bool(rng.random() < 0.5)
+            want = best_fit(cs.free, cs.capacity, idx[cs.up[idx]], n, keep_in_node=kin) if len(idx) else None
+            assert place(cs, ((t, n),), keep_in_node=kin) == want

@@ -189,10 +189,42 @@ class PerfTable(Knowledge):
         self._dp: dict[tuple[Config, str, int], float] = {}
         self._true: dict[tuple[Config, GPUs], float] = {}
 
+    # the memos' own object of each configuration, and by id the object found for each other one seen (built
+    # lazily; not pickled: ids are per process)
+    _canon: dict[JobConfig, JobConfig] | None = None
+    _alias: dict[int, tuple[JobConfig, JobConfig]] | None = None
+    _MAX_ALIASES = 100_000  # other objects remembered (the service makes one per job spec): then start over
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_canon", None)
+        state.pop("_alias", None)
+        return state
+
+    def _own(self, config: Config) -> JobConfig:
+        """The object the memos hold for ``config``. A dict compares an equal key that is another object field
+        by field (13 fields, in Python), which was most of a lookup when the jobs' configurations are not the
+        objects the table was built or loaded with (tables built in worker processes, unpickled): looked up by
+        the memos' own object, a key hits by identity. An object seen before is found by its id (the entry
+        holds the object, so its id is not reused while there)."""
+        alias = self._alias
+        if alias is not None:
+            hit = alias.get(id(config))
+            if hit is not None and hit[0] is config:
+                return hit[1]
+        if self._canon is None or alias is None or len(alias) >= self._MAX_ALIASES:
+            memos = (self._cell, self._best, self._stages, self._dp, self._true)
+            self._canon = {k[0]: k[0] for m in memos for k in m}
+            self._alias = alias = {}
+        c = as_config(config)
+        own = self._canon.setdefault(c, c)
+        if type(config) is JobConfig:  # (model, global batch) pairs are not remembered: a new tuple each time
+            alias[id(config)] = (config, own)
+        return own
+
     # ------------------------------------------------------------------ raw lookups by configuration
     def stages_of(self, config: Config, gpus: GPUs) -> tuple[int, ...]:
-        if type(config) is not JobConfig:
-            config = as_config(config)
+        config = self._own(config)
         key = (config, gpus)
         s = self._stages.get(key)
         if s is None:
@@ -200,8 +232,7 @@ class PerfTable(Knowledge):
         return s
 
     def cell_of(self, config: Config, gpus: GPUs, n_stages: int | None = None) -> float:
-        if type(config) is not JobConfig:
-            config = as_config(config)
+        config = self._own(config)
         if n_stages is None:
             key = (config, gpus)
             r = self._best.get(key)
@@ -221,8 +252,7 @@ class PerfTable(Knowledge):
         return r
 
     def dp_of(self, config: Config, gpu_type: str, n_gpus: int) -> float:
-        if type(config) is not JobConfig:
-            config = as_config(config)
+        config = self._own(config)
         key = (config, gpu_type, n_gpus)
         r = self._dp.get(key)
         if r is None:
@@ -230,8 +260,7 @@ class PerfTable(Knowledge):
         return r
 
     def true_of(self, config: Config, gpus: GPUs) -> float:
-        if type(config) is not JobConfig:
-            config = as_config(config)
+        config = self._own(config)
         key = (config, gpus)
         r = self._true.get(key)
         if r is None:
@@ -296,7 +325,7 @@ class PerfTable(Knowledge):
 
     def load(self, config: Config, data: Mapping) -> None:
         """Inverse of :meth:`export`."""
-        config = as_config(config)
+        config = self._own(config)
 
         def g_of(x: list) -> GPUs:
             return tuple((str(t), int(n)) for t, n in x)
