@@ -129,3 +129,23 @@ def test_hidden_fsdp_traffic_still_slows_the_compute_beside_it():
     assert bare.exposed_s == pytest.approx(total)
     # all of it hidden: what is not the first unit's costs σ/(1+σ) of itself in slower compute
     assert total * σ / (1 + σ) * 0.5 < hidden.exposed_s < total * σ / (1 + σ) + 0.2 * total
+
+
+def test_amp_over_fp32_parameters_keeps_the_residual_stream_fp32():
+    """AMP (fp32 parameters): the norms, residual adds and the casts into each Linear move 4-byte elements;
+    under FSDP2 (bf16 parameters gathered) or bf16-master the stream is half."""
+    from tessera.plan import simple_plan
+
+    h, e = 2048, 2.0
+    half = block_shape(GPT, 2048, "flash").elementwise_bytes(1, 1.0, e)[0]
+    amp = block_shape(GPT, 2048, "flash", EAGER, 4.0).elementwise_bytes(1, 1.0, e)[0]
+    # per norm: LayerNorm r+w at 4 (was 2), the add reads 2 + 4 and writes 4 (was 6), the cast reads 4, writes 2
+    assert amp - half == pytest.approx(2 * ((2 * 4 - 2 * e) + (10 - 3 * e) + (4 + e)) * h * 2048)
+    spec = gpt.spec("g", GPT, 2048)
+
+    def est(precision: str):
+        plan = simple_plan(spec.name, n_layers=spec.n_layers, global_batch=8, seq_len=2048,
+                           gpu_type="A100-80GB", precision=precision)  # fmt: skip
+        return estimate_plan(plan, spec)
+
+    assert est("bf16").compute_s > est("bf16-master").compute_s

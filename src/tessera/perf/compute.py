@@ -201,6 +201,14 @@ def measured_kernels(gpu: GPUSpec) -> MeasuredKernels:
 #     fused like LayerNorm / bias-GeLU (2, 2 on q and k, r 2 + w 1 = 3). With sequence parallelism
 #     (Korthikanti et al. 2022) the norms and the dropout-add run on the rank's 1/TP of the tokens.
 #
+# AMP with fp32 parameters (``fp16``/``bf16`` plans whose layers are not FSDP-sharded) keeps the residual stream in
+# fp32: the embedding's lookup of an fp32 table is fp32, and an op outside autocast's cast lists runs in its
+# widest input's dtype, so every residual add of a half Linear output to the stream is fp32, and so are the norms
+# and dropout-adds on it (PyTorch's "Automatic Mixed Precision package" docs: "CUDA Ops that can autocast to
+# float32" and the widest-input-type rule for the ops it does not list). The kernels on the stream then move
+# 4-byte elements: a norm r+w at 4, a residual add reads the half output and the fp32 stream and writes fp32,
+# and the Linear after each norm casts its fp32 input to half first (read 4, write ``e``).
+#
 # Backward runs each kernel's gradient: it reads the saved input(s) and the incoming gradient and writes the
 # outgoing one, about twice the forward's traffic (``BlockTerms.bwd_s``).
 NORM_BYTES = {"layernorm": 2.0, "rmsnorm": 7.0}
@@ -253,6 +261,7 @@ class BlockShape:
     dropout: float = 0.0
     heads: int = 0
     kernels: Kernels = EAGER
+    stream_bytes: float = 0.0  # bytes of a residual-stream element where not the activations' (AMP: 4)
 
     def gemms(self, tokens: float, frac: float) -> tuple[tuple[float, float, float], ...]:
         """(m, n, k) of the block's four forward GEMMs on a rank doing ``frac`` of the layer."""
@@ -275,13 +284,18 @@ class BlockShape:
         drop = self.dropout > 0
         fused = self.kernels.fused
         mask = 1.0 if drop else 0.0
+        stream = self.stream_bytes or elem
+        # a residual add reads the half output and the stream, writes the stream; a wider stream is cast back
+        # to half for the Linear after each norm
+        add_bytes = (RESIDUAL_BYTES - 1.0) * stream + elem
+        cast = stream + elem if stream > elem else 0.0
         if fused:
-            norm, add = FUSED_NORM_BYTES, RESIDUAL_BYTES * elem + mask
+            norm, add = FUSED_NORM_BYTES, add_bytes + mask
         else:
             norm = NORM_BYTES.get(self.norm, 2.0)
-            add = RESIDUAL_BYTES * elem + ((DROPOUT_BYTES * elem + 1.0) if drop else 0.0)
+            add = add_bytes + ((DROPOUT_BYTES * elem + 1.0) if drop else 0.0)
         replicated = frac if self.kernels.sequence_parallel else 1.0
-        per_token = 2 * (norm * elem + add) * h * replicated
+        per_token = 2 * (norm * stream + add + cast) * h * replicated
         q_width = h * frac
         if self.rope:
             rope = FUSED_ROPE_BYTES if fused else ROPE_BYTES
@@ -301,10 +315,15 @@ class BlockShape:
 
 
 def block_shape(
-    arch: TransformerArch, seq_len: int, attention: str = "flash", kernels: Kernels = EAGER
+    arch: TransformerArch,
+    seq_len: int,
+    attention: str = "flash",
+    kernels: Kernels = EAGER,
+    stream_bytes: float = 0.0,
 ) -> BlockShape:
     """The dense block shape of ``arch`` (MoE blocks are not dense: callers pass none for them), its
-    memory-bound work run by ``kernels``."""
+    memory-bound work run by ``kernels`` on a residual stream of ``stream_bytes`` elements (0: the
+    activations' width)."""
     gated = 2 if arch.mlp == "swiglu" else 1
     return BlockShape(
         hidden=arch.hidden,
@@ -320,6 +339,7 @@ def block_shape(
         dropout=arch.dropout,
         heads=arch.n_heads,
         kernels=kernels,
+        stream_bytes=stream_bytes,
     )
 
 

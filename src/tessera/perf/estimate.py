@@ -374,7 +374,10 @@ def _stage_time(
     ratios = stage.ratios()
     tp_degree = stage.tp_degree
     impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
-    shape = _block_shape(spec, plan.attention.value, kernels)
+    # AMP over fp32 parameters keeps the residual stream fp32; FSDP2 gathers bf16 parameters, so its stream is
+    # half like bf16-master's (tessera.perf.compute: the AMP note above NORM_BYTES)
+    amp = plan.precision in (Precision.FP16, Precision.BF16) and not _uses_fsdp(plan, stage)
+    shape = _block_shape(spec, plan.attention.value, kernels, 4.0 if amp else 0.0)
     elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float, float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
@@ -419,7 +422,7 @@ def _stage_time(
                     lf = lb = hf = hb = 0.0
                     sums = []
                     for (name, dkey, ratio), (gpu, ranks) in alike[tp > 1].items():
-                        key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl, kernels)
+                        key = ("t", sig, name, dkey, tp, ratio, mb, precision, recompute, impl, kernels, amp)
                         hit = cache.get(key)
                         if hit is None:
                             t = layer_time(
@@ -476,13 +479,15 @@ def _stage_time(
     return best
 
 
-def _block_shape(spec: ModelSpec, attention: str, kernels: Kernels = EAGER) -> BlockShape | None:
+def _block_shape(
+    spec: ModelSpec, attention: str, kernels: Kernels = EAGER, stream_bytes: float = 0.0
+) -> BlockShape | None:
     """The dense block shape of a transformer spec (GPT/LLaMA/BERT families), for the measured kernel curves;
     None for other families (their layers keep the whole-layer roofline)."""
     arch = spec.arch
     if not isinstance(arch, TransformerArch) or spec.seq_len < 1:
         return None
-    return block_shape(arch, spec.seq_len, attention, kernels)
+    return block_shape(arch, spec.seq_len, attention, kernels, stream_bytes)
 
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
