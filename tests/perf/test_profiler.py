@@ -276,8 +276,18 @@ def test_recompute_blocks_are_timed_and_priced_from_the_timing():
         assert timed is not None
         t = layer_time(block, get_gpu("cpu"), micro_batch=2, recompute=mode, profile=prof, device_type=key)
         assert (t.fwd_s, t.bwd_s) == timed
-    # a full-recompute block's backward holds its re-run forward: more than the plain block's backward
-    assert prof.get(block, key, 1, 2, "fp32", recompute="full")[1] > prof.get(block, key, 1, 2, "fp32")[1]
+    # a full-recompute block's backward holds its re-run forward: more than the plain block's backward (timed,
+    # so the block alone is re-timed when a burst of load from elsewhere spoiled a figure: one attempt, not three)
+    for _ in range(3):
+        if prof.get(block, key, 1, 2, "fp32", recompute="full")[1] > prof.get(block, key, 1, 2, "fp32")[1]:
+            break
+        prof = Profile()
+        profile_layers(
+            TINY, micro_batches=(2,), repeats=3, warmup=1, profile=prof, recomputes=("none", "full"),
+            layer_range=(1, 2),
+        )  # fmt: skip
+    else:
+        raise AssertionError("a full-recompute block's backward never timed above the plain block's")
     with pytest.raises(ValueError, match="recompute"):
         profile_layers(TINY, recomputes=("sometimes",))
 
