@@ -9,6 +9,8 @@ window), and prints the policy's decision time per round (mean, p50, p99, max), 
 and — with ``--check`` — the run's average JCT and finished count, the figures a speed-up must leave unchanged (``--digest``: and a digest of every allocation
 change).
 ``--profile FILE`` writes a cProfile of the run (``python -m pstats FILE``) and prints its top functions.
+``--phases`` (the tessera family): CPU ms per decision in each of the policy's rules and in HiGHS's solve
+(``phase_cpu_ms``; CPU time, so a box shared with other work skews it less than wall time).
 ``--home`` is the table cache (``$TESSERA_HOME``; reuse a warm one, the tables are built once).
 """
 
@@ -44,6 +46,7 @@ def main() -> int:
     ap.add_argument("--digest", action="store_true", help="also a digest of the allocation log (equivalence)")
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
+    ap.add_argument("--phases", action="store_true", help="tessera: CPU ms per round in each rule, HiGHS")
     ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
                     help="tessera's LP by column generation (--no-lp-columns: whole by HiGHS); default: the policy's")  # fmt: skip
     args = ap.parse_args()
@@ -78,6 +81,7 @@ def main() -> int:
     gpus = sum(cl.gpu_counts().values())
     print(f"{cl.name}: {gpus} GPUs, {len(jobs)} jobs ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
+    phases = time_phases() if args.phases else None
     sim = Simulator(cl, jobs, table, make_policy(args.policy, args.lp_columns), cfg)
     prof = cProfile.Profile() if args.profile else None
     if prof:
@@ -118,10 +122,50 @@ def main() -> int:
         for ev in res.allocation_log:
             h.update(repr((round(ev.time_s, 6), ev.job_id, str(ev.kind), ev.placement, ev.gpus)).encode())
         out |= {"allocation_digest": h.hexdigest()[:16], "allocation_events": len(res.allocation_log)}
+    if phases is not None:
+        n = max(1, int(dec.size))
+        out["phase_cpu_ms"] = {k: round(1000.0 * v / n, 2) for k, v in phases.items()}
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+def time_phases() -> dict[str, float]:
+    """Wrap the tessera policy's rules, its LP's parts and HiGHS's solve with CPU-time accumulators (seconds,
+    summed over the run; nested: ``plan`` holds ``lp_build`` and ``lp_solve``, which holds ``highs_model`` and
+    ``highs_run``). The functions are looked up by name where they are called, so wrapping the module
+    attributes suffices."""
+    import importlib
+
+    from tessera.scheduler import cell_lp
+
+    pol = importlib.import_module("tessera.scheduler.policies.tessera")
+    lp = importlib.import_module("tessera.scheduler.policies.tessera.lp")
+    acc: dict[str, float] = {}
+
+    def wrap(mod: object, name: str, key: str) -> None:
+        f = getattr(mod, name)
+
+        def timed(*a: object, **k: object) -> object:
+            t = time.process_time()
+            try:
+                return f(*a, **k)
+            finally:
+                acc[key] = acc.get(key, 0.0) + time.process_time() - t
+
+        setattr(mod, name, timed)
+
+    for name in ("queue", "plan", "rescale_running", "admit", "grow_new"):
+        wrap(pol, name, name)
+    wrap(pol.Tessera, "schedule", "schedule")
+    wrap(lp, "_running_owners", "lp_running_owners")
+    wrap(lp, "_lp_groups", "lp_build")
+    wrap(lp, "_read_plan", "lp_read_plan")
+    wrap(cell_lp, "solve", "lp_solve")
+    wrap(cell_lp, "_highs_model", "highs_model")
+    wrap(cell_lp, "_run", "highs_run")
+    return acc
 
 
 if __name__ == "__main__":
