@@ -120,7 +120,7 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not bad, "\n".join(bad)
 
 
-def test_the_rules_catch_what_they_forbid():
+def test_the_rules_catch_what_they_forbid(tmp_path):
     # the checker itself: what the design notes forbid is refused, what they allow passes
     assert not may_import("tessera.runtime.engine", "tessera.perf.estimate")
     assert not may_import("tessera.runtime.engine", "tessera.hardware.catalog")
@@ -131,17 +131,10 @@ def test_the_rules_catch_what_they_forbid():
     assert not may_import("tessera.models.zoo.gpt_nn", "tessera.runtime.engine")
     assert may_import("tessera.commands.train", "tessera.service.model_source")
     assert not may_import("tessera.sim.simulator", "tessera.service.store")
-    src = "def f():\n    from tessera.service import store\n"
-    imports = _imports("tessera.perf.x", _write(src), {"tessera.service.store": Path()})
+    module = tmp_path / "x.py"
+    module.write_text("def f():\n    from tessera.service import store\n")
+    imports = _imports("tessera.perf.x", module, {"tessera.service.store": Path()})
     assert [(i.target, i.top_level) for i in imports] == [("tessera.service.store", False)]
-
-
-def _write(text: str) -> Path:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp()) / "x.py"
-    path.write_text(text)
-    return path
 
 
 def test_no_import_cycle_among_the_modules():

@@ -27,7 +27,9 @@ def _plan_for(job, plan: str | Path | None, devices: int | None) -> Plan:
                 f"plan {plan}: global_batch {p.global_batch} differs from the job's {job.global_batch}"
             )
         return p
-    spec = _model_spec(job)
+    from tessera.service.model_source import model_spec
+
+    spec = model_spec(job)  # a user's own model traced in a child process, as the service traces it
     n = devices or 1
     if n > job.global_batch:
         raise ValueError(f"--devices: {n} devices for a global batch of {job.global_batch}")
@@ -59,18 +61,6 @@ def _check_resume_data(ckpt: Path, source, spec, plan: Plan) -> None:
         return  # no readable checkpoint metadata here: the ranks decide
     current = identity_of(source or SyntheticData(spec.seed), plan)
     check_resume_data(saved, current, str(where), spec.force_data_change)
-
-
-def _model_spec(job):
-    """The model's description: a user's own model (``entrypoint``) traced from its code as the service traces
-    it (here, in the user's own process), any other from the zoo or its Hugging Face config."""
-    if job.entrypoint:
-        from tessera.service.model_source import inspect_entrypoint, seq_len_for, spec_from_json
-
-        return spec_from_json(inspect_entrypoint(job.entrypoint, job.model, seq_len_for(job) or 1)["spec"])
-    from tessera.models.zoo.resolve_nn import resolve_spec
-
-    return resolve_spec(job.model, job.seq_len)
 
 
 def _model_factory(job):

@@ -95,22 +95,29 @@ def _describe(ident: dict[str, Any]) -> str:
     return f"{kind} {src} (content {content})"
 
 
-def build_trainer(run: RankRun, factory: Any, device: torch.device) -> Trainer:
-    return Trainer(
+@dataclass(frozen=True)
+class Prepared:
+    trainer: Trainer
+    data_identity: dict[str, Any]  # what the checkpoints record of the data (a resume must match it)
+    start: int  # the step to start from
+
+
+def prepare(
+    run: RankRun, factory: Any, data: DataSource, device: torch.device, resume_from: str | None
+) -> Prepared:
+    """The rank's Trainer, with its pieces of the checkpoint at ``resume_from`` loaded (None: a fresh start)."""
+    trainer = Trainer(
         run.plan, run.rank, factory, seed=run.seed, learning_rate=run.training.lr_at(0, run.total_steps),
         device=device, skip_nonfinite=run.on_nonfinite_loss == "skip", training=run.training,
     )  # fmt: skip
-
-
-def resume(run: RankRun, trainer: Trainer, data_identity: dict[str, Any], where: str | None) -> int:
-    """Load this rank's pieces of the checkpoint at ``where`` (None: start fresh); the step to start from."""
-    if where is None:
-        return 0
-    found, meta = checkpoint.read_meta(where)
-    check_resume_data(meta.get("data"), data_identity, str(found), run.force_data_change)
+    identity = identity_of(data, run.plan)
+    if resume_from is None:
+        return Prepared(trainer, identity, 0)
+    found, meta = checkpoint.read_meta(resume_from)
+    check_resume_data(meta.get("data"), identity, str(found), run.force_data_change)
     ckpt = checkpoint.load(found, trainer.checkpoint_want())  # only this rank's pieces
     trainer.load_local(ckpt.params, ckpt.optim)
-    return ckpt.step
+    return Prepared(trainer, identity, ckpt.step)
 
 
 def should_validate(data: DataSource, done: int, total_steps: int) -> bool:
@@ -143,7 +150,11 @@ def nonfinite_kind(loss: float) -> str | None:
 def divergence(loss: float, step: int) -> str | None:
     """ "loss diverged (NaN) at step N" (N counted from 1, as progress is) for a non-finite loss, else None."""
     kind = nonfinite_kind(loss)
-    return None if kind is None else f"loss diverged ({kind}) at step {step + 1}"
+    return None if kind is None else _diverged(kind, step + 1)
+
+
+def _diverged(kind: str, done: int) -> str:
+    return f"loss diverged ({kind}) at step {done}"
 
 
 # A non-finite loss as a number all ranks can MAX-reduce: NaN beats -inf beats inf (a sum with NaN is NaN).
@@ -152,10 +163,8 @@ _NONFINITE_CODE = {"inf": 1.0, "-inf": 2.0, "NaN": 3.0}
 
 def train_steps(
     run: RankRun,
-    trainer: Trainer,
+    prepared: Prepared,
     data: DataSource,
-    data_identity: dict[str, Any],
-    start: int,
     *,
     device: torch.device,
     on_record: Callable[[RankStep], None],
@@ -169,6 +178,7 @@ def train_steps(
     ``stop_requested``: asked every step; the ranks all-reduce it with the loss's finiteness, so every rank
     stops (after a checkpoint) or ends a divergence at the same step. Without it, a rank that reports the loss
     ends the loop alone at a non-finite one (the launcher then ends the others)."""
+    trainer, start = prepared.trainer, prepared.start
     plan, lay = run.plan, trainer.layout
     needs_data = lay.first or lay.last
     agree = stop_requested is not None
@@ -205,7 +215,7 @@ def train_steps(
         stopped = False
         if flag is not None:
             flag[0] = 1.0 if stop_requested() else 0.0  # type: ignore[misc]
-            flag[1] = _NONFINITE_CODE.get(kind, 0.0) if kind else 0.0
+            flag[1] = _NONFINITE_CODE.get(kind or "", 0.0)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
             code = float(flag[1].item())
             kind = next((k for k, v in _NONFINITE_CODE.items() if v == code), None)
@@ -218,7 +228,7 @@ def train_steps(
             and kind is None
             and ((every and done % every == 0) or done == run.total_steps or stopped)
         ):
-            meta = {"plan": plan.to_dict(), "seed": run.seed, "data_position": done, "data": data_identity,
+            meta = {"plan": plan.to_dict(), "seed": run.seed, "data_position": done, "data": prepared.data_identity,
                     "model": plan.model}  # fmt: skip
             t_save = time.perf_counter()
             checkpoint.save(
@@ -239,9 +249,7 @@ def train_steps(
         )  # fmt: skip
         loop_t = time.perf_counter()
         if kind is not None:
-            return LoopResult(
-                LoopEnd.DIVERGED, done, last_saved, f"loss diverged ({kind}) at step {done}", grads
-            )
+            return LoopResult(LoopEnd.DIVERGED, done, last_saved, _diverged(kind, done), grads)
         if saved_s is not None and on_checkpoint is not None:
             on_checkpoint(done)
         if stopped:

@@ -23,15 +23,7 @@ import torch.distributed as dist
 from tessera import cpu_affinity
 from tessera.plan import Plan
 from tessera.runtime.data import SyntheticData
-from tessera.runtime.loop import (
-    LoopEnd,
-    RankRun,
-    build_trainer,
-    divergence,
-    identity_of,
-    resume,
-    train_steps,
-)
+from tessera.runtime.loop import LoopEnd, RankRun, divergence, prepare, train_steps
 from tessera.runtime.model import ZooModel
 from tessera.runtime.options import RunOptions
 from tessera.runtime.shards import assemble
@@ -91,12 +83,10 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
         checkpoint_dir=options.checkpoint_dir, checkpoint_every=options.checkpoint_every,
         force_data_change=options.force_data_change, job=index,
     )  # fmt: skip
-    trainer = build_trainer(run, options.model or ZooModel(plan.model), device)
-    identity = identity_of(data, plan)
-    start = resume(run, trainer, identity, options.resume_from)
+    prepared = prepare(run, options.model or ZooModel(plan.model), data, device, options.resume_from)
     queue.put(("ready", index, rank, None))
     out = train_steps(
-        run, trainer, data, identity, start, device=device,
+        run, prepared, data, device=device,
         on_record=lambda rec: queue.put(("step", index, rank, rec)),
         before_step=lambda step: _inject(options, rank, step), capture_grads=options.capture_grads,
     )  # fmt: skip
@@ -106,9 +96,9 @@ def run_job(index: int, plan: Plan, options: RunOptions, rank: int, backend: str
     if out.grads is not None:
         result["grads"] = out.grads
     if options.capture_params:
-        result["params"] = trainer.param_pieces()
+        result["params"] = prepared.trainer.param_pieces()
     queue.put(("done", index, rank, to_bytes(result)))
-    trainer.close()
+    prepared.trainer.close()
 
 
 def adopt_environment(env: dict[str, str]) -> None:

@@ -188,7 +188,7 @@ class DeviceWorker:
         import torch.distributed as dist
 
         from tessera.runtime.data import SyntheticData, TextData, data_source
-        from tessera.runtime.loop import RankRun, build_trainer, identity_of, resume, train_steps
+        from tessera.runtime.loop import RankRun, prepare, train_steps
         from tessera.runtime.model import ZooModel
         from tessera.runtime.schedule import Training
 
@@ -228,16 +228,15 @@ class DeviceWorker:
                 checkpoint_dir=run.checkpoint_dir, checkpoint_every=run.checkpoint_every,
                 force_data_change=run.force_data_change, job=run.job_id,
             )  # fmt: skip
-            trainer = build_trainer(rank_run, run.model_factory or ZooModel(plan.model), device)
-            identity = identity_of(data, plan)
             where = run.checkpoint_dir if run.resume and _has_checkpoint(run.checkpoint_dir) else None
-            start = resume(rank_run, trainer, identity, where)
+            prepared = prepare(rank_run, run.model_factory or ZooModel(plan.model), data, device, where)
+            trainer = prepared.trainer
             if where is not None:
                 with self._lock:
-                    self._checkpoint_step = start
-            self._put({"kind": "ready", "rank": rank, "start_step": start, "t": time.time()})
+                    self._checkpoint_step = prepared.start
+            self._put({"kind": "ready", "rank": rank, "start_step": prepared.start, "t": time.time()})
             out = train_steps(
-                rank_run, trainer, data, identity, start, device=device,
+                rank_run, prepared, data, device=device,
                 on_record=lambda rec: self._put({"kind": "step", **asdict(rec)}),
                 on_checkpoint=self._saved, stop_requested=self._stop.is_set,
             )  # fmt: skip

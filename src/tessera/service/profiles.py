@@ -27,6 +27,7 @@ from pathlib import Path
 from tessera.jobs.spec import JobSpec
 from tessera.perf.compute import Profile
 from tessera.perf.costmodel import PROFILE_FILE
+from tessera.service.model_source import seq_len_for
 
 log = logging.getLogger("tessera.service.profiles")
 LEDGER = "profiled.json"
@@ -59,8 +60,9 @@ def target_of(spec: JobSpec) -> ProfileTarget:
     while b <= min(spec.global_batch, 16):
         mbs.append(b)
         b *= 2
-    seq = spec.seq_len if spec.seq_len is not None else (1 if spec.entrypoint else None)
-    return ProfileTarget(spec.model, seq, spec.precision, spec.optimizer, tuple(mbs), spec.entrypoint)
+    return ProfileTarget(
+        spec.model, seq_len_for(spec), spec.precision, spec.optimizer, tuple(mbs), spec.entrypoint
+    )
 
 
 class ProfileKeeper:
@@ -170,9 +172,7 @@ class ProfileKeeper:
                     ]  # fmt: skip
                     if target.seq_len:
                         cmd += ["--seq", str(target.seq_len)]
-                    if (
-                        target.entrypoint
-                    ):  # the user's code runs in that child, as the service's inspection does
+                    if target.entrypoint:  # the user's code runs in that child, never here
                         cmd += ["--entrypoint", target.entrypoint]
                     done = subprocess.run(
                         cmd, capture_output=True, text=True, timeout=PROFILE_TIMEOUT_S,
