@@ -401,3 +401,25 @@ def test_speed_measurements_survive_a_restart_and_a_recalibration(tmp_path):
     assert load_measured(path) == {(k.speed_key, t): m for (k, t), m in odd.items()}
     path.write_text("{not json")
     assert load_measured(path) == {}
+
+
+@pytest.mark.parametrize("policy", ["gavel", "tessera"])
+def test_a_recalibration_reprices_without_resubmitting_the_jobs(policy):
+    """``set_cost`` re-prices every job and keeps the core, its jobs' arrivals and the policy's own state. It used
+    to rebuild the core: every job arrived again, so the very next tick asked the policy (Gavel re-decided its
+    time shares between rounds, having forgotten whom it had served), which a simulator replay never does."""
+    from tessera.perf.costmodel import CostModel
+
+    ad = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), policy=policy, round_s=20.0)
+    jobs = [JobInput(i + 1, spec(f"r{i}", steps=5000), float(i)) for i in range(5)]
+    ad.sync(jobs, 5.0)
+    assert ad.round(5.0).changes
+    core, chosen, rate = ad.core, ad.policy, ad.knowledge.true_of
+    before = {jid: js.allocation for jid, js in core.running.items()}
+    ad.set_cost(CostModel(compute_scale={"A100-40GB": 0.5, "V100-32GB": 0.5}))
+    assert ad.core is core and ad.policy is chosen
+    assert [ad.core.jobs[i].job.arrival_s for i in range(1, 6)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert ad.knowledge.true_of is not rate  # new rates
+    later = ad.round(6.0, boundary=False)  # a tick between rounds where nothing happened: nothing is decided
+    assert not later.decided and not later.changes
+    assert {jid: js.allocation for jid, js in ad.core.running.items()} == before

@@ -461,6 +461,9 @@ class Controller:
         gang = self.gangs[job.id]
         if new is not None:
             self._next[job.id] = (why.value, new, note)
+        else:  # a move decided earlier, still checkpointing, is superseded: the job waits instead (live, the
+            # stale move was launched anyway, onto GPUs the core had since given to another job)
+            self._next.pop(job.id, None)
         self._stopping_for[job.id] = why
         if new is None and note:
             self._stop_notes[job.id] = note

@@ -172,11 +172,14 @@ class SchedulingAdapter:
 
     # -------------------------------------------------------------- knowledge updates
     def set_cost(self, cost: CostModel) -> None:
-        """New calibration: every estimate is recomputed (the jobs and allocations stay)."""
+        """New calibration: every estimate is recomputed; the core, its jobs (arrivals, attained service, last
+        moves) and the policy's own state stay. Rebuilding the core here re-submitted every job as a new arrival:
+        a time-sharing policy forgot whom it had served and re-decided at once, a move's hysteresis forgot the
+        move — after every calibration, which the simulator (one cost model per run) never does."""
         with self._lock:
             self.cost = cost
             self._build_speed()
-            self._rebuild_keeping_state()
+            self._refresh_knowledge()
 
     def set_cluster(self, cluster: LiveCluster) -> list[int]:
         """Nodes died or came back; returns the ids of jobs that lost GPUs (they go back to the queue)."""
@@ -203,12 +206,15 @@ class SchedulingAdapter:
             self.restart_cost_s = 0.5 * self.restart_cost_s + 0.5 * max(0.0, seconds)
 
     def _rebuild_keeping_state(self) -> None:
+        """A new core for a new cluster shape: the jobs are submitted again at their own arrival times (the
+        queue's order is theirs), those holding GPUs bound to them again."""
         specs, assignments = dict(self._specs), dict(self._assignments)
+        arrivals = {jid: self.core.jobs[jid].job.arrival_s for jid in specs if jid in self.core.jobs}
         self._specs.clear()
         self._assignments.clear()
         self._build_core()
-        for jid in sorted(specs):
-            self._submit(jid, specs[jid], 0.0)
+        for jid in sorted(specs, key=lambda j: (arrivals.get(j, 0.0), j)):
+            self._submit(jid, specs[jid], arrivals.get(jid, 0.0))
         self._restore(assignments)
 
     # -------------------------------------------------------------- a job's speeds
