@@ -423,3 +423,35 @@ def test_a_recalibration_reprices_without_resubmitting_the_jobs(policy):
     later = ad.round(6.0, boundary=False)  # a tick between rounds where nothing happened: nothing is decided
     assert not later.decided and not later.changes
     assert {jid: js.allocation for jid, js in ad.core.running.items()} == before
+
+
+def test_ended_allocations_set_the_measurement_as_the_median_of_their_whole_runs(tmp_path):
+    """An ended allocation's steady step (20 steps or more) joins its configuration's last figures on those
+    GPUs; their median is the measurement saved for the next start (and a replay of the next run), and the
+    factor the policy prices with moves only when it moved more than 15 %."""
+    from tessera.scheduler import gpus_of
+    from tessera.scheduler.speed import config_of
+    from tessera.service.scheduling import FINALS_KEPT, load_measured
+
+    path = tmp_path / "speed_measured.json"
+    ad = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), measured_path=path)
+    s = spec("m", steps=5000)
+    ad.sync([JobInput(1, s, 0.0)], 1.0)
+    a = ad.round(1.0).changes[0].new
+    est, held = a.estimate_iter_s, gpus_of(a.gpus)
+    c = config_of(s)
+    ad.observe_final(s, a.gpus, 3 * est, steps=5)  # too short to count
+    assert not path.exists() and ad.speed.factor(c, held) == 1.0
+    ad.observe_final(s, a.gpus, 2 * est, steps=100)
+    assert ad.speed.factor(c, held) == pytest.approx(0.5, rel=1e-6)
+    ad.observe_final(s, a.gpus, 2.2 * est, steps=100)  # the median moved 5 %: rates stay
+    assert ad.speed.factor(c, held) == pytest.approx(0.5, rel=1e-6)
+    (m,) = load_measured(path).values()
+    assert m.step_s == pytest.approx(2.1 * est) and m.finals_s == pytest.approx((2 * est, 2.2 * est))
+    for _ in range(FINALS_KEPT):
+        ad.observe_final(s, a.gpus, 4 * est, steps=100)
+    (m,) = load_measured(path).values()
+    assert len(m.finals_s) == FINALS_KEPT and m.step_s == pytest.approx(4 * est)
+    assert ad.speed.factor(c, held) == pytest.approx(0.25, rel=1e-6)  # moved past 15 %: re-priced
+    again = SchedulingAdapter(LiveCluster.from_spec(get_cluster("local")), measured_path=path)
+    assert again.speed.factor(c, held) == pytest.approx(0.25, rel=1e-6)

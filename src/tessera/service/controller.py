@@ -563,6 +563,8 @@ class Controller:
             self.store.update(jid, checkpoint_step=ck)
         assert self.adapter is not None
         why = _stop_reason(outcome, asked, job.cancel_requested)
+        if why in (StopReason.COMPLETED, StopReason.PREEMPTED, StopReason.RESIZE, StopReason.MIGRATE):
+            self._observe_final(gang, job, measured[1] or measured[0])
         if why == StopReason.COMPLETED:
             self.store.close_allocation(jid, why, job.total_steps, *measured)
             self.store.update(
@@ -707,6 +709,14 @@ class Controller:
             f"calibrated the cost model: estimate {report.before.iteration_time_s * 1e3:.2f} ms → "
             f"{report.after.iteration_time_s * 1e3:.2f} ms, measured {report.measured.iteration_time_s * 1e3:.2f} ms",
         )
+
+    def _observe_final(self, gang: Gang, job: JobRecord, step_s: float | None) -> None:
+        """The allocation's steady step over its whole run, for its configuration's measured speed (not when a
+        profile loaded this machine's CPU meanwhile: those timings are not the devices' own)."""
+        if self.adapter is None or step_s is None or self._profiled_beside(gang):
+            return
+        steps = len(self._walls.get(job.id) or self._iters.get(job.id) or [])
+        self.adapter.observe_final(job.spec, gang.assignment.gpus, step_s, steps)
 
     def _no_calibration(self, gang: Gang, job: JobRecord) -> str | None:
         """Why this allocation's timings must not move the cost model's scales (None: they may). On the

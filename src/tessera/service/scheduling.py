@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -316,7 +317,8 @@ class SchedulingAdapter:
             f = factors_of(self.speed, {key: m}).get(key)
             old = factors.get(key)
             if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
-                self._measured[key] = m
+                kept = was.finals_s if was is not None and was.gpus == m.gpus else ()
+                self._measured[key] = Measured(m.gpus, m.step_s, kept)
                 factors[key] = f
                 changed = True
         if changed:
@@ -324,6 +326,31 @@ class SchedulingAdapter:
                 save_measured(self.measured_path, self._measured)
             self.speed.factors = SpeedFactors(factors)
             self._refresh_knowledge()
+
+    def observe_final(self, spec: JobSpec, gpus: Mapping[str, int], step_s: float, steps: int) -> None:
+        """An ended allocation's steady seconds per step of progress over its whole run (``steps`` steps) on
+        ``gpus``: from :data:`FINAL_MIN_STEPS` steps on it joins the configuration's last figures there, whose
+        median becomes its measurement (saved: a restarted service, and a replay of its next run, start from
+        it — a running job's first steps, kept until they moved 15 %, were what both started from). The rates
+        the policy sees move, as while running, only when the factor moves more than 15 %."""
+        if steps < FINAL_MIN_STEPS or not (step_s > 0 and math.isfinite(step_s)):
+            return
+        with self._lock:
+            held = gpus_of(gpus.items())
+            key = (config_of(spec).speed_key, types_of(held))
+            was = self._measured.get(key)
+            finals = ((was.finals_s if was is not None and was.gpus == held else ()) + (step_s,))[
+                -FINALS_KEPT:
+            ]
+            m = Measured(held, statistics.median(finals), finals)
+            self._measured[key] = m
+            if self.measured_path is not None:
+                save_measured(self.measured_path, self._measured)
+            f = factors_of(self.speed, {key: m}).get(key)
+            old = self.speed.factors.measured.get(key)
+            if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
+                self.speed.factors = SpeedFactors({**self.speed.factors.measured, key: f})
+                self._refresh_knowledge()
 
     def _remove(self, jid: int, now: float) -> None:
         self._unplannable.pop(jid, None)
@@ -526,6 +553,11 @@ MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors
 # a job's first steps carry first-call costs (a 3-step warm-up job's measurement read 2.8x its estimate): a
 # configuration's factor on a GPU type is kept only from jobs that did at least this many
 MEASURED_MIN_STEPS = 10
+# an ended allocation's steady step joins its configuration's measurement from this many steps on; the median
+# of the last FINALS_KEPT such figures is the measurement (on this 2-core box one configuration's figure moved
+# 15-20 % from run to run with what ran on the other core)
+FINAL_MIN_STEPS = 20
+FINALS_KEPT = 5
 # how far past a round a launching job's pause reaches: past ``now`` (so it is not movable this round),
 # never long enough to matter to a remaining-time estimate
 LAUNCHING_PAUSE_S = 1e-3
@@ -533,10 +565,13 @@ LAUNCHING_PAUSE_S = 1e-3
 
 @dataclass(frozen=True)
 class Measured:
-    """A configuration's measured seconds per step of progress, and the GPUs it ran on."""
+    """A configuration's measured seconds per step of progress, and the GPUs it ran on. ``finals_s``: the
+    whole-allocation steady steps of its last allocations on these GPUs (at most :data:`FINALS_KEPT`), whose
+    median ``step_s`` is once one has ended — one allocation's figure moves with whatever ran beside it."""
 
     gpus: GPUs
     step_s: float
+    finals_s: tuple[float, ...] = ()
 
 
 MeasuredKey = tuple[JobConfig, TypesKey]  # a configuration's speed_key and the GPU types it ran on
@@ -560,7 +595,7 @@ def save_measured(path: Path, measured: Mapping[MeasuredKey, Measured]) -> None:
     """The measurements as JSON rows (each configuration's fields, its GPUs and seconds), replaced atomically."""
     rows = [
         {**{f.name: getattr(k, f.name) for f in fields(k) if f.init}, "gpus": [list(g) for g in m.gpus],
-         "step_s": m.step_s}
+         "step_s": m.step_s, "finals_s": list(m.finals_s)}
         for (k, _), m in measured.items()
     ]  # fmt: skip
     tmp = path.with_name(path.name + ".tmp")
@@ -578,7 +613,10 @@ def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
     try:
         out = {}
         for row in json.loads(path.read_text()):
-            m = Measured(gpus_of((str(t), int(n)) for t, n in row.pop("gpus")), float(row.pop("step_s")))
+            m = Measured(
+                gpus_of((str(t), int(n)) for t, n in row.pop("gpus")), float(row.pop("step_s")),
+                tuple(float(x) for x in row.pop("finals_s", ()) or ()),
+            )  # fmt: skip
             for k in ("gpu_types", "exclude_gpu_types"):
                 row[k] = tuple(row.get(k) or ())
             if m.step_s > 0 and math.isfinite(m.step_s) and m.gpus:
