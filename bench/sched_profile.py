@@ -9,8 +9,8 @@ window), and prints the policy's decision time per round (mean, p50, p99, max), 
 and — with ``--check`` — the run's average JCT and finished count, the figures a speed-up must leave unchanged (``--digest``: and a digest of every allocation
 change).
 ``--profile FILE`` writes a cProfile of the run (``python -m pstats FILE``) and prints its top functions.
-``--gc-freeze`` moves everything built before the run (table, jobs) out of the garbage collector's sight
-(``gc.freeze``), so its full collections during the run do not walk them. ``--phases`` (the tessera family): CPU ms per decision in each of the policy's rules and in HiGHS's solve
+``Simulator.run`` keeps everything built before the run out of the garbage collector's sight (``gc.freeze``;
+once this bench's ``--gc-freeze``). ``--phases`` (the tessera family): CPU ms per decision in each of the policy's rules and in HiGHS's solve
 (``phase_cpu_ms``; CPU time, so a box shared with other work skews it less than wall time).
 ``--home`` is the table cache (``$TESSERA_HOME``; reuse a warm one, the tables are built once).
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import hashlib
 import json
 import os
@@ -49,7 +48,6 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--pickle", default=None, help="keep the prepared table and jobs here (built once)")
     ap.add_argument("--phases", action="store_true", help="tessera: CPU ms per round in each rule, HiGHS")
-    ap.add_argument("--gc-freeze", action="store_true", help="gc.freeze() the prepared table and jobs first")
     ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
                     help="tessera's LP by column generation (--no-lp-columns: whole by HiGHS); default: the policy's")  # fmt: skip
     args = ap.parse_args()
@@ -85,10 +83,6 @@ def main() -> int:
     print(f"{cl.name}: {gpus} GPUs, {len(jobs)} jobs ready in {time.perf_counter() - t0:.1f} s", flush=True)
 
     phases = time_phases() if args.phases else None
-    # the table and the 269,360 jobs are never garbage: keep the collector's full passes off them
-    if args.gc_freeze:
-        gc.collect()
-        gc.freeze()
     sim = Simulator(cl, jobs, table, make_policy(args.policy, args.lp_columns), cfg)
     prof = cProfile.Profile() if args.profile else None
     if prof:
