@@ -333,7 +333,7 @@ def test_a_large_gain_still_moves_a_job_that_just_moved_and_says_why():
     (ch,) = rounds[1]
     assert ch.kind == "rescale" and ch.new.gpus == ((V100, 1),)
     # the reason carries the figures: throughput before and after, the restart and its pay-back, hysteresis
-    assert "migrate 2×A100-40GB → 1×V100-32GB: est. 1 → 6 it/s (+500 %)" in ch.reason, ch.reason
+    assert "rescale 2×A100-40GB → 1×V100-32GB: est. 1 → 6 it/s (+500 %)" in ch.reason, ch.reason
     assert "restart 30 s pays back in 6 s" in ch.reason and "left" in ch.reason, ch.reason
     assert "its GPUs changed 10 s ago, so it had to save ≥ 3× the restart" in ch.reason, ch.reason
 

@@ -405,11 +405,12 @@ class SchedulingAdapter:
                 taken |= set(new.slots)
                 self._unplannable.pop(ch.job_id, None)
                 self._assignments[ch.job_id] = new
+                # the core's kinds, as the simulator records them: a rescale (here "resize") is other GPU counts
+                # or types, a migration the same GPUs on other nodes (a type change read "migrate" here and
+                # "rescale" in a replay of the same round)
                 kind = {"rescale": "resize"}.get(_kind(ch), _kind(ch))
                 note = why
                 if old is not None:
-                    if kind == "migrate" or set(new.gpus) != set(old.gpus):
-                        kind = "migrate"
                     note = f"{kind}: {old.cell} → {new.cell}" + (f" ({why})" if why else "")
                 changes.append(Change(ch.job_id, kind, old, new, note))
             return Round(

@@ -16,8 +16,10 @@ class JobState(StrEnum):
     PENDING = "PENDING"  # waiting for the scheduler to give it GPUs (see the reason)
     STARTING = "STARTING"  # placement group and one actor per device being created
     RUNNING = "RUNNING"
-    RESIZING = "RESIZING"  # checkpoint → tear down → relaunch on more or fewer GPUs
-    MIGRATING = "MIGRATING"  # the same, onto other GPU types or nodes
+    RESIZING = (
+        "RESIZING"  # checkpoint → tear down → relaunch on other GPU counts or types (the core's rescale)
+    )
+    MIGRATING = "MIGRATING"  # the same, onto the same GPU counts and types on other nodes
     RECOVERING = "RECOVERING"  # a worker failed (or the server restarted): relaunch from the last checkpoint
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
@@ -79,8 +81,8 @@ class StopReason(StrEnum):
     COMPLETED = "finished"  # every step done
     CANCELLED = "cancelled"  # the user cancelled
     PREEMPTED = "preempt"  # the scheduler took its GPUs for another job; back to PENDING (Preempted)
-    RESIZE = "resize"  # checkpoint → relaunch on more or fewer GPUs
-    MIGRATE = "migrate"  # checkpoint → relaunch on other GPU types or nodes
+    RESIZE = "resize"  # checkpoint → relaunch on other GPU counts or types
+    MIGRATE = "migrate"  # checkpoint → relaunch on the same GPU counts and types on other nodes
     FAILED = "failed"  # a worker died, raised or hung: relaunch from the checkpoint unless out of restarts
     DIVERGED = "diverged"  # a NaN or infinite loss: FAILED at once, never relaunched
     NODE_LOST = "node lost"  # its node left the cluster: relaunch elsewhere

@@ -125,7 +125,7 @@ class RoundState:
         """Record a rescale's or migration's figures: the estimated throughput before and after, the restart it
         pays and when that pays back, the time left, the LP's value gain and GPU prices."""
         now = self.ctx.now_s
-        verb = "migrate" if {t for t, _ in old.gpus} != {t for t, _ in new.gpus} else "rescale"
+        verb = "migrate" if old.gpus == new.gpus else "rescale"  # the core's kinds (ChangeKind)
         r0, r1 = old.rate, new.rate
         c = self.restart_s(js)
         left = js.remaining_at(now) / r0 if r0 > 0 else float("inf")
