@@ -36,8 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tessera.models.zoo import build_model, get_spec  # noqa: E402
+from tessera.models.zoo import get_spec  # noqa: E402
 from tessera.nn.optimizers import make_optimizer  # noqa: E402
+from tessera.nn.zoo import build_model  # noqa: E402
 from tessera.perf import profiler  # noqa: E402
 from tessera.perf.compute import layer_signature  # noqa: E402
 

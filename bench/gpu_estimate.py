@@ -15,7 +15,7 @@ What it does, in one process on one device:
 
 Plans: a plain single-device plan runs under a real world-1 process group (nccl on CUDA, gloo on CPU), as
 the launcher would start it. A *TP shard* plan (``tp > 1``) is measured as one device's shard: rank 0 of the
-plan under PyTorch's ``fake`` process group (:func:`tessera.dtensor_tp.fake_process_group`, as the profiler
+plan under PyTorch's ``fake`` process group (:func:`tessera.nn.dtensor_tp.fake_process_group`, as the profiler
 times TP shards), so its collectives do nothing; it is compared with the estimate's compute
 (``iteration_time_s − comm_s``: the TP all-reduces are the communication model's, profiled apart).
 
@@ -242,7 +242,7 @@ def process_group(plan: Plan, device: torch.device) -> Iterator[str]:
     world under the ``fake`` backend (no peers; collectives do nothing). Yields the backend's name."""
     import torch.distributed as dist
 
-    from tessera.dtensor_tp import fake_process_group
+    from tessera.nn.dtensor_tp import fake_process_group
 
     if plan.world_size > 1:
         with fake_process_group(plan.world_size, 0):

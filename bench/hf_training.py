@@ -44,8 +44,8 @@ sys.path.insert(0, str(HERE.parent / "tests" / "runtime"))  # the tests' tiny mo
 from helpers import max_rel, rel, stage  # noqa: E402
 from hf_models import N_DECODER, hf_reference, save_tiny  # noqa: E402
 
-from tessera.models.zoo.hf_nn import HFModel  # noqa: E402
-from tessera.models.zoo.resolve_nn import resolve_spec  # noqa: E402
+from tessera.nn.hf import HFModel  # noqa: E402
+from tessera.nn.resolve import resolve_spec  # noqa: E402
 from tessera.plan import Plan  # noqa: E402
 from tessera.runtime import RunOptions, launch, launch_many  # noqa: E402
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# The torch side ("nn"): the zoo's torch modules, the Hugging Face adapters, TP / vocab-parallel layers, DTensor
-# plans, the tracer of user modules and the CPU pinning the runtime and the profiler share.
-NN = ("tessera.nn", "tessera.models.nn_common", "tessera.models.trace", "tessera.dtensor_tp",
-      "tessera.vocab_parallel", "tessera.cpu_affinity")  # fmt: skip
+# The torch side ("nn"), exactly the ``tessera.nn`` package: the zoo's torch modules, the Hugging Face adapters,
+# TP / vocab-parallel layers, DTensor plans, the tracer of user modules and the CPU pinning the runtime and the
+# profiler share.
+NN = "tessera.nn"
 BASE = ("tessera.hardware", "tessera.models", "tessera.plan", "tessera.errors", "tessera.jobs")
 LAYERS = ("memory", "perf", "planning", "scheduler", "runtime", "sim", "service")
 ALL = {"base", "nn", *LAYERS, "face"}
@@ -44,7 +44,7 @@ def _under(mod: str, prefix: str) -> bool:
 
 
 def layer_of(mod: str) -> str:
-    if (_under(mod, "tessera.models.zoo") and mod.endswith("_nn")) or any(_under(mod, p) for p in NN):
+    if _under(mod, NN):
         return "nn"
     for name in LAYERS:
         if _under(mod, f"tessera.{name}"):
@@ -125,10 +125,16 @@ def test_the_rules_catch_what_they_forbid(tmp_path):
     assert not may_import("tessera.runtime.engine", "tessera.perf.estimate")
     assert not may_import("tessera.runtime.engine", "tessera.hardware.catalog")
     assert may_import("tessera.runtime.engine", "tessera.plan")
-    assert may_import("tessera.runtime.engine", "tessera.models.zoo.gpt_nn")
+    assert may_import("tessera.runtime.engine", "tessera.nn.zoo.gpt")
+    assert not may_import("tessera.runtime.model", "tessera.models.zoo")  # the catalog only through nn.zoo
+    assert layer_of("tessera.models.zoo.gpt") == "base" and layer_of("tessera.nn.common") == "nn"
+    assert layer_of("tessera.nn") == "nn" and layer_of("tessera.nnx") == "face"
+    assert may_import("tessera.nn.zoo", "tessera.models.zoo") and may_import("tessera.nn.hf", "tessera.jobs")
+    assert not may_import("tessera.models.zoo", "tessera.nn.zoo")  # the catalog never reaches the torch side
+    assert not may_import("tessera.nn.trace", "tessera.memory.trace")
     assert not may_import("tessera.perf.estimate", "tessera.scheduler.core")
     assert not may_import("tessera.scheduler.core", "tessera.service.store")
-    assert not may_import("tessera.models.zoo.gpt_nn", "tessera.runtime.engine")
+    assert not may_import("tessera.nn.zoo.gpt", "tessera.runtime.engine")
     assert may_import("tessera.commands.train", "tessera.service.model_source")
     assert not may_import("tessera.sim.simulator", "tessera.service.store")
     module = tmp_path / "x.py"
@@ -149,3 +155,29 @@ def test_no_import_cycle_among_the_modules():
     except graphlib.CycleError as e:
         raise AssertionError(f"import cycle: {' -> '.join(e.args[1])}") from None
     assert "tessera.plan" in order and "tessera.runtime.engine" in order
+
+
+def test_the_base_layer_and_the_runtime_load_what_their_layer_allows():
+    # what the import reader cannot see (``importlib`` by a string): import the base layer's packages and a
+    # runtime worker in a fresh interpreter and list the Tessera modules and torch that got loaded. The runtime
+    # reaches the base layer through ``nn`` (the zoo's catalog), never the estimators, planner or backends
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import tessera.models, tessera.models.zoo, tessera.hardware, tessera.jobs; "
+        "tessera.models.zoo.get_spec('gpt-tiny'); print(sorted(m for m in sys.modules if m.startswith('tessera')"
+        " or m == 'torch'))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "torch" not in eval(loaded) and not any(
+        layer_of(m) != "base" for m in eval(loaded) if m != "tessera"
+    )
+    probe = (
+        "import sys; import tessera.runtime.worker, tessera.runtime.model; "
+        "print(sorted(m for m in sys.modules if m.startswith('tessera.')))"
+    )
+    loaded = eval(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    )
+    assert {layer_of(m) for m in loaded} == {"base", "nn", "runtime"}, loaded

@@ -15,7 +15,7 @@ from typing import Any
 from tessera.hardware import ClusterSpec, Node, get_cluster, get_gpu
 from tessera.hardware.cluster import cluster_of_gpus
 from tessera.jobs import JobSpec
-from tessera.models.zoo.resolve_nn import resolve_spec
+from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
 from tessera.perf.extras import StepExtras

@@ -9,16 +9,17 @@ from dataclasses import replace
 
 import pytest
 
-from tessera.models import ConvArch, ModelSpec, TPShard, TransformerArch, trace_spec
+from tessera.models import ConvArch, ModelSpec, TPShard, TransformerArch
 from tessera.models.zoo import (
     FAMILIES,
     UnknownModelError,
-    build_model,
     family_of,
     get_arch,
     get_spec,
     list_models,
 )
+from tessera.nn.trace import trace_spec
+from tessera.nn.zoo import build_model
 
 TINY = ["gpt-tiny", "llama-tiny", "bert-tiny", "moe-tiny", "wrn-tiny"]
 

@@ -94,7 +94,8 @@ def test_one_plan_on_the_gpu(bench, tmp_path):
 def test_cuda_layer_timing_reads_kernels_and_launches_apart():
     """On a GPU a layer's figures are its kernels' time with the launch queue kept full and the host's launch
     time beside it; a tiny block launches slower than its kernels run, a large one the other way round."""
-    from tessera.models.zoo import build_model, get_spec
+    from tessera.models.zoo import get_spec
+    from tessera.nn.zoo import build_model
     from tessera.perf import profiler
 
     dev = torch.device("cuda")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tessera.models.zoo.hf_nn import FAMILIES, HFModel, hf_key
+from tessera.nn.hf import FAMILIES, HFModel, hf_key
 from tessera.plan import Plan
 from tessera.runtime import SyntheticData, make_optimizer
 

@@ -15,7 +15,7 @@ import pytest
 from helpers import max_rel, rel, stage
 from hf_models import FAMILY_NAMES, N_DECODER, hf_reference, save_tiny
 
-from tessera.models.zoo.hf_nn import HFModel
+from tessera.nn.hf import HFModel
 from tessera.plan import Plan
 from tessera.runtime import RunOptions, initial_state, launch_many
 

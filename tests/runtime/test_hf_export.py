@@ -11,7 +11,7 @@ from hf_models import N_DECODER, save_tiny
 from typer.testing import CliRunner
 
 from tessera.cli import app
-from tessera.models.zoo.hf_nn import FAMILIES, hf_key
+from tessera.nn.hf import FAMILIES, hf_key
 from tessera.plan import Plan
 from tessera.runtime import RunOptions, checkpoint, launch_many
 
@@ -150,7 +150,7 @@ def test_tessera_train_a_job_naming_the_model_directory(tmp_path, from_scratch):
     original = AutoModelForCausalLM.from_pretrained(
         str(tmp_path / "tiny-llama"), dtype=torch.float32
     ).state_dict()
-    from tessera.models.zoo.hf_nn import HFModel
+    from tessera.nn.hf import HFModel
     from tessera.runtime.model import initial_state
 
     family = FAMILIES["llama"]

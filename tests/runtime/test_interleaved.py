@@ -15,7 +15,7 @@ from helpers import max_rel, plan, reference, rel, run_on_gloo, stage
 from hf_models import N_DECODER, hf_reference, save_tiny
 from models import factory, n_layers
 
-from tessera.models.zoo.hf_nn import HFModel
+from tessera.nn.hf import HFModel
 from tessera.plan import PlanError
 from tessera.runtime import RunOptions, launch_many
 from tessera.runtime.engine import Trainer

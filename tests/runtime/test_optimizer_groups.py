@@ -8,7 +8,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-from tessera.dtensor_tp import fake_process_group
+from tessera.nn.dtensor_tp import fake_process_group
 from tessera.runtime.engine import make_optimizer
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from hf_models import N_DECODER, tiny_config
 
-from tessera.dtensor_tp import fake_process_group
 from tessera.models import hf_weights
-from tessera.models.zoo.hf_nn import FAMILIES, HFModel, hf_key
+from tessera.nn.dtensor_tp import fake_process_group
+from tessera.nn.hf import FAMILIES, HFModel, hf_key
 from tessera.runtime.model import TPSpec, build_layer, tied_groups
 from tessera.runtime.shards import assemble
 from tessera.runtime.stage import build_stage

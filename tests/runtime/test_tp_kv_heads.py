@@ -13,9 +13,9 @@ import pytest
 import torch
 from hf_models import tiny_config
 
-from tessera.dtensor_tp import fake_process_group
 from tessera.models import hf_weights
-from tessera.models.zoo.hf_nn import HFModel
+from tessera.nn.dtensor_tp import fake_process_group
+from tessera.nn.hf import HFModel
 from tessera.plan import Device, Plan, PlanError, Stage
 from tessera.runtime.model import TPSpec
 from tessera.runtime.stage import build_stage

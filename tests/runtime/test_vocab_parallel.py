@@ -21,8 +21,8 @@ SPLIT = (25, 12)  # rank 0 holds classes 0..24, rank 1 25..36
 
 
 def _worker(rank: int, out: dict) -> None:
+    from tessera.nn.vocab_parallel import vocab_parallel_cross_entropy
     from tessera.runtime.engine import Trainer
-    from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 5, CLASSES, generator=gen) * 4.0

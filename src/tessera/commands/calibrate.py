@@ -58,7 +58,7 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Update the compute/comm scales from a run's measured times; the plan's estimate moves onto them."""
-    from tessera.models.zoo.resolve_nn import resolve_spec
+    from tessera.nn.resolve import resolve_spec
     from tessera.perf.calibrate import calibrate as run_calibration
     from tessera.perf.costmodel import CostModel, default_dir
 

@@ -41,7 +41,7 @@ def _checkpoint_path(run_dir: Path) -> Path:
 def export_hf(run_dir: str | Path, out_dir: str | Path, *, model: str | None = None) -> tuple[Path, int, int]:
     """Write the Hugging Face directory; returns (out_dir, checkpoint step, tensors written)."""
     from tessera.models.hf_weights import HFModelNotFound, locate_model, write_safetensors
-    from tessera.models.zoo.hf_nn import FAMILIES, HFModel, hf_key, n_model_layers
+    from tessera.nn.hf import FAMILIES, HFModel, hf_key, n_model_layers
     from tessera.runtime import checkpoint
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -87,7 +87,7 @@ def _check_complete(factory, family, n: int, tensors: dict, where: Path) -> None
     """Every parameter of the model is in the checkpoint (a partial export would load with random holes)."""
     import torch
 
-    from tessera.models.zoo.hf_nn import hf_key
+    from tessera.nn.hf import hf_key
 
     with torch.device("meta"):
         full = factory(layer_range=None, tp=None, attention="flash", recompute="none")

@@ -11,7 +11,7 @@ from rich.table import Table
 from tessera.hardware import get_gpu, gpu_catalog
 from tessera.memory.estimate import StageMemory, estimate_layout, smallest_fitting_layouts
 from tessera.memory.layout import Layout
-from tessera.models.zoo.resolve_nn import resolve_spec
+from tessera.nn.resolve import resolve_spec
 
 GiB = 2**30
 

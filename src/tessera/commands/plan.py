@@ -21,7 +21,7 @@ from rich.table import Table
 from tessera.commands.common import GiB
 from tessera.hardware.cluster import ClusterSpec, cluster_of_gpus, get_cluster, with_network
 from tessera.jobs import load_job
-from tessera.models.zoo.resolve_nn import resolve_spec
+from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.plan import Plan, torch_schedule_refusal
 from tessera.planning.cells import CellEstimator

@@ -110,8 +110,8 @@ def _layers(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from tessera import cpu_affinity
     from tessera.hardware import get_gpu
+    from tessera.nn import cpu_affinity
     from tessera.perf.costmodel import CostModel
     from tessera.perf.profiler import as_half_core, count_steps, half_core_slowdown, profile_layers
 
@@ -181,7 +181,7 @@ def _layers(
 def _model(model: str, seq: int | None, entrypoint: str | None) -> tuple[ModelSpec, ModelFactory | None]:
     """The model to profile and what builds it: the zoo's (or a Hugging Face config's) spec, or a user's own
     model traced as the service traces it (so its layer signatures are the ones its jobs are priced by)."""
-    from tessera.models.zoo.resolve_nn import resolve_spec
+    from tessera.nn.resolve import resolve_spec
 
     if entrypoint is None:
         return resolve_spec(model, seq), None

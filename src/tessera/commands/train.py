@@ -75,7 +75,7 @@ def _model_factory(job):
         return EntrypointModel(job.entrypoint)
     if not is_hf_model_dir(job.model):
         return None
-    from tessera.models.zoo.hf_nn import HFModel
+    from tessera.nn.hf import HFModel
 
     return HFModel(job.model, from_scratch=job.from_scratch)
 

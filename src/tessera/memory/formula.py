@@ -88,8 +88,8 @@ def _layer_params(
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(name, shape) of every parameter of one layer's TP shard (rank 0, the largest) in module order,
     then its buffers as ("buffer:<name>", shape); built once on the meta device."""
-    from tessera.models.nn_common import TPShare
-    from tessera.models.zoo import build_model
+    from tessera.nn.common import TPShare
+    from tessera.nn.zoo import build_model
 
     arch = TransformerArch(**dict(arch_items))
     share = TPShare(tp, 0) if tp > 1 else None

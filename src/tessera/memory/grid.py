@@ -84,7 +84,7 @@ class GridPoint:
 
 def arch_factory(*, arch: dict[str, Any], family: str, **kw: Any) -> Any:
     """Trace-worker factory: a zoo nn model of any transformer shape."""
-    from tessera.models.zoo import build_model
+    from tessera.nn.zoo import build_model
 
     return build_model(TransformerArch(**arch), family=family, **kw)
 

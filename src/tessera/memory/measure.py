@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from tessera.dtensor_tp import fake_process_group
 from tessera.memory.trace import (
     StageTraceRequest,
     _NullTracker,
@@ -36,6 +35,7 @@ from tessera.memory.trace import (
     build_stage_model,
     reference_cpu_peak,
 )
+from tessera.nn.dtensor_tp import fake_process_group
 
 
 @dataclass(frozen=True)

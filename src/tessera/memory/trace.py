@@ -74,9 +74,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TextIO
 
-from tessera.dtensor_tp import fake_process_group
 from tessera.memory import fakecuda
 from tessera.memory.breakdown import PHASES, TraceResult
+from tessera.nn.dtensor_tp import fake_process_group
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -798,7 +798,7 @@ def reference_cpu_peak(
 class StageTraceRequest:
     """One device of one plan, JSON-able: what :func:`trace_stage` builds and runs in the worker.
 
-    ``model`` is a zoo name (``tessera.models.zoo.build_model``) or ``"package.module:function"`` /
+    ``model`` is a zoo name (``tessera.nn.zoo.build_model``) or ``"package.module:function"`` /
     ``"/path/file.py:function"``: a factory called with ``attention``, ``recompute``, ``layer_range``,
     ``tp`` (``TPShare`` or None) and ``**model_kwargs``, returning a zoo-like ``BlockModel`` (``layers``,
     ``make_batch(batch, seq_len, device=...)``, ``loss(out, targets)``, ``has_head``).
@@ -888,7 +888,7 @@ def build_stage_model(req: StageTraceRequest) -> nn.Module:
     """Build the request's model shard (call under the trace's fake mode and device)."""
     tp = None
     if req.tp_degree > 1:
-        from tessera.models.nn_common import TPShare
+        from tessera.nn.common import TPShare
 
         tp = TPShare(req.tp_degree, req.tp_rank, req.tp_ratios)
     kwargs: dict[str, Any] = {"attention": req.attention, "recompute": req.recompute, "tp": tp}
@@ -897,13 +897,13 @@ def build_stage_model(req: StageTraceRequest) -> nn.Module:
     kwargs.update(req.model_kwargs)
     if req.arch is not None:
         from tessera.models.spec import ConvArch, TransformerArch
-        from tessera.models.zoo import build_model
+        from tessera.nn.zoo import build_model
 
         arch = ConvArch(**req.arch) if "depth" in req.arch else TransformerArch(**req.arch)
         return build_model(arch, **kwargs)  # model_kwargs may carry family=
     if ":" in req.model:
         return _load_factory(req.model)(**kwargs)
-    from tessera.models.zoo import build_model
+    from tessera.nn.zoo import build_model
 
     return build_model(req.model, **kwargs)
 

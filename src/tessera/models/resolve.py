@@ -36,7 +36,7 @@ def _is_file(path: str) -> bool:
 
 def analytic_spec(model: str, seq_len: int | None = None) -> ModelSpec:
     """The closed-form spec of a zoo model or of a Hugging Face model's config (no weights, no torch, no
-    download). What plans a job is :func:`tessera.models.zoo.resolve_nn.resolve_spec`: it traces a Hugging Face
+    download). What plans a job is :func:`tessera.nn.resolve.resolve_spec`: it traces a Hugging Face
     model directory's own modules instead."""
     if is_hf_model_dir(model):
         from tessera.models.hf import spec_from_hf_config

@@ -1,7 +1,7 @@
 """ModelSpec: a model as an ordered list of layers — the planner's and memory model's view of a network.
 
 A spec is built for one sequence length (tokens per sample), so per-sample figures are exact for it. The
-zoo's analytic specs and specs traced from `nn.Module`s (``models.trace``) must agree field for field.
+zoo's analytic specs and specs traced from `nn.Module`s (``tessera.nn.trace``) must agree field for field.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from typing import Any
 
 from scipy.optimize import isotonic_regression
 
-from tessera import cpu_affinity
+from tessera.nn import cpu_affinity
 from tessera.perf.comm import Arrival, Collective, CommTable
 
 KiB = 1024

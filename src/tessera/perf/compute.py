@@ -182,7 +182,7 @@ def measured_kernels(gpu: GPUSpec) -> MeasuredKernels:
 # 2 in half precision, 4 in fp32) plus 1-byte dropout masks; every kernel reads its inputs and writes its output
 # once, a view moves nothing. Two implementations (:class:`Kernels`):
 #
-# * eager — Tessera's runtime, op by op over ``tessera.models.nn_common``:
+# * eager — Tessera's runtime, op by op over ``tessera.nn.common``:
 #     LayerNorm (``F.layer_norm``, one kernel): read x, write y = 2
 #     RMSNorm written out: ``x.pow(2)`` r+w, ``.mean`` r, ``x * rstd`` r+w, ``* weight`` r+w = 7
 #     residual add ``x + f(x)``: read 2, write 1 = 3; residual dropout (``native_dropout``): r+w 2 + a mask byte

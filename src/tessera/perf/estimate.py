@@ -46,12 +46,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tessera.dtensor_tp import uses_dtensor
 from tessera.hardware import ClusterSpec, GPUSpec, Node, get_gpu
 from tessera.memory.formula import evaluate
 from tessera.memory.layout import DeviceView, pipeline_in_flight
 from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION, overhead_for
 from tessera.models.spec import Layer, ModelSpec, TPShard, TransformerArch, per_spec
+from tessera.nn.dtensor_tp import uses_dtensor
 from tessera.perf.comm import (
     Arrival,
     Collective,

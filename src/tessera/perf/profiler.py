@@ -35,7 +35,7 @@ What is timed mirrors what the runtime runs on a rank:
 Identical layers (same :func:`~tessera.perf.compute.layer_signature`, e.g. blocks 0..L-1 of a GPT) are timed
 once; each figure is the median over ``passes`` passes of the median of ``repeats / passes`` runs after ``warmup``
 untimed ones. CPU ranks are pinned one per core as the
-runtime pins them (:mod:`tessera.cpu_affinity`): this process takes rank 0's core, the co-runners the next.
+runtime pins them (:mod:`tessera.nn.cpu_affinity`): this process takes rank 0's core, the co-runners the next.
 """
 
 from __future__ import annotations
@@ -53,14 +53,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from tessera import cpu_affinity
-from tessera.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.hardware import GPUSpec, get_gpu, gpu_catalog
 from tessera.hardware.catalog import CPU_HALF_DEVICE
 from tessera.models.spec import Layer, ModelSpec
+from tessera.nn import cpu_affinity
+from tessera.nn.dtensor_tp import block_tp_plan, fake_process_group
 from tessera.nn.optimizers import make_optimizer
+from tessera.nn.vocab_parallel import vocab_parallel_cross_entropy
 from tessera.perf.compute import PROFILED_RECOMPUTES, Profile, layer_signature, profile_device, runtime_splits
-from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 PRECISIONS = ("fp32", "bf16", "fp16", "bf16-master")
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -192,7 +192,7 @@ def _co_runner(kwargs: dict[str, Any], ready: Any, stop: Any, batch: Any) -> Non
     this rank; re-running the profiler here instead spent most of its time building modules, so the main
     process's medians drifted with the peer's phase (±40 % on small micro-batches). ``batch`` (shared) is the
     micro-batch the main process is timing: peers run the same size, as in a real step."""
-    from tessera.models.zoo import build_model
+    from tessera.nn.zoo import build_model
 
     spec: ModelSpec = kwargs["spec"]
     start, end = kwargs["layer_range"] or (0, spec.n_layers)
@@ -299,8 +299,8 @@ def _build(
 ) -> nn.Module:
     """Layer ``index`` alone (rank 0's shard when ``tp > 1``), the way the runtime builds it: from the zoo, or
     from ``factory`` (a user's own model, which the runtime builds the same way)."""
-    from tessera.models.nn_common import TPShare
-    from tessera.models.zoo import build_model
+    from tessera.nn.common import TPShare
+    from tessera.nn.zoo import build_model
 
     share = TPShare(degree=tp, rank=0) if tp > 1 else None
     kw = dict(layer_range=(index, index + 1), tp=share, attention=attention, recompute=recompute)

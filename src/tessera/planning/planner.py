@@ -15,7 +15,7 @@ from typing import Any
 from tessera.hardware import ClusterSpec, get_cluster, get_gpu
 from tessera.jobs import JobSpec, load_job
 from tessera.models.spec import ModelSpec
-from tessera.models.zoo.resolve_nn import resolve_spec
+from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.planning.cells import Cell, CellEstimator, CellShape, job_shapes, rank_cells, stage_counts
 from tessera.planning.space import TrainSettings

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tessera.dtensor_tp import uses_dtensor
+from tessera.nn.dtensor_tp import uses_dtensor
 from tessera.nn.optimizers import make_optimizer
 from tessera.plan import Plan, PlanError, Precision, fsdp_stage
 from tessera.runtime.checkpoint import Want

@@ -59,7 +59,7 @@ class ZooModel:
 
     A name that is not in the zoo but names a Hugging Face model this machine holds (a ``save_pretrained``
     directory or a repository in the local cache) builds the real ``transformers`` model with its weights
-    (``tessera.models.zoo.hf_nn.HFModel``), so a Plan whose model is such a directory runs as it is.
+    (``tessera.nn.hf.HFModel``), so a Plan whose model is such a directory runs as it is.
     """
 
     name: str
@@ -68,13 +68,13 @@ class ZooModel:
     def __call__(
         self, *, layer_range: tuple[int, int] | None, tp: TPSpec | None, attention: str, recompute: str
     ) -> nn.Module:
-        from tessera.models.zoo import hf_nn
+        from tessera.nn import hf as hf_nn
 
         if hf_nn.names_hf_model(self.name):
             hf = hf_nn.HFModel(self.name, overrides=self.overrides)
             return hf(layer_range=layer_range, tp=tp, attention=attention, recompute=recompute)
-        from tessera.models.nn_common import TPShare
-        from tessera.models.zoo.build_nn import build_named
+        from tessera.nn.common import TPShare
+        from tessera.nn.zoo import build_named
 
         share = None
         if tp is not None:
@@ -97,7 +97,7 @@ class ZooModel:
         return self._hf().read_rows(rows)
 
     def _hf(self) -> Any:
-        from tessera.models.zoo import hf_nn
+        from tessera.nn import hf as hf_nn
 
         if not hf_nn.names_hf_model(self.name):
             raise TypeError(

@@ -15,13 +15,13 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 
-from tessera.dtensor_tp import block_tp_plan
+from tessera.nn.dtensor_tp import block_tp_plan
+from tessera.nn.vocab_parallel import vocab_parallel_cross_entropy
 from tessera.plan import PlanError, kv_heads_reason
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
 from tessera.runtime.torch_parallel import dtensor_spec, is_dtensor, local, mesh_of, parallelize_block
-from tessera.vocab_parallel import vocab_parallel_cross_entropy
 
 
 @dataclass(frozen=True)

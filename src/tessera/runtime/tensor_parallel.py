@@ -13,7 +13,7 @@ Embeddings and output heads split along the vocabulary (Megatron's VocabParallel
 cross-entropy), so the last stage of a deep pipeline holds and computes only its share of the V x h head:
 a vocab-sharded token embedding (a module with ``vocab_start``, ids outside its rows give zeros) is followed
 by ``g``; a column-parallel Linear with no row-parallel partner is the model's output, its logits stay
-vocab-sharded and :func:`tessera.vocab_parallel.vocab_parallel_cross_entropy` computes the loss with three
+vocab-sharded and :func:`tessera.nn.vocab_parallel.vocab_parallel_cross_entropy` computes the loss with three
 small all-reduces.
 
 Which Linear is which is read from the shapes, not from names: a Linear whose output dimension shrank under
@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tessera.models.nn_common import weight_out_dim
+from tessera.nn.common import weight_out_dim
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer
 from tessera.runtime.shards import ShardSpec
 

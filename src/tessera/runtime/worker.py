@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tessera import cpu_affinity
+from tessera.nn import cpu_affinity
 from tessera.plan import Plan
 from tessera.runtime.data import SyntheticData
 from tessera.runtime.loop import LoopEnd, RankRun, divergence, prepare, train_steps

@@ -159,7 +159,7 @@ class CatalogModels:
     def spec(self, config: JobConfig) -> Any:
         if config.entrypoint:
             raise ConfigError("entrypoint", "a user model is planned only where its code may be loaded")
-        from tessera.models.zoo.resolve_nn import resolve_spec
+        from tessera.nn.resolve import resolve_spec
 
         try:
             return resolve_spec(config.model, config.seq_len)
@@ -979,7 +979,7 @@ def _model_cost(configs: Sequence[JobConfig]) -> float:
     """A guess of a pool task's cost (bigger models have more stage counts and climb more memory rungs), so
     the largest start first and the pool's workers finish together."""
     try:
-        from tessera.models.zoo.resolve_nn import resolve_spec
+        from tessera.nn.resolve import resolve_spec
 
         spec = resolve_spec(configs[0].model, configs[0].seq_len)
         return float(spec.params) * len(configs)

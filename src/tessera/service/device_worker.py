@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from tessera import cpu_affinity
+from tessera.nn import cpu_affinity
 from tessera.plan import Plan
 
 

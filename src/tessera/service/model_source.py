@@ -3,7 +3,7 @@
 The planner needs an analytic ModelSpec; the runtime needs a picklable factory that builds any layer range on
 a worker. For an entrypoint both come from the user's code: the factory imports it on the worker
 (:class:`EntrypointModel` carries only the ``source:attribute`` string), and the spec is traced from the
-module on meta tensors (``tessera.models.trace``), so a user model is planned exactly like a zoo model.
+module on meta tensors (``tessera.nn.trace``), so a user model is planned exactly like a zoo model.
 
 The user's code never runs in the server: :func:`entrypoint_info` has a short-lived child process
 (:mod:`tessera.service.user_code`, with a timeout and a memory limit) import and trace it and hand back plain
@@ -148,7 +148,7 @@ def inspect_entrypoint(entrypoint: str, model: str, seq_len: int) -> dict[str, A
     """Everything the server needs of a user model, as plain JSON data: its ModelSpec (traced on meta
     tensors), each layer's TaskGraph and the stage count its annotations make. Runs the user's code, so it
     is called in the child process only (``tessera.service.user_code``)."""
-    from tessera.models.trace import trace_spec
+    from tessera.nn.trace import trace_spec
     from tessera.runtime.annotations import _groups, current_config, taskgraph_of
 
     module = build_entrypoint_module(entrypoint)
@@ -476,7 +476,7 @@ def model_spec(job: JobSpec):
     """The analytic ModelSpec the planner needs (zoo, Hugging Face config, or traced from the entrypoint in
     a child process)."""
     if not job.entrypoint:
-        from tessera.models.zoo.resolve_nn import resolve_spec
+        from tessera.nn.resolve import resolve_spec
 
         try:
             return resolve_spec(job.model, job.seq_len)

@@ -51,7 +51,7 @@ def path_policy(config: ServiceConfig) -> PathPolicy:
 def warm_planning() -> None:
     """Import torch and build one tiny model on the meta device, as every Cell estimate first does: the first
     submission's feasibility check would otherwise pay both (~10 s on a busy 2-core host) and time out."""
-    from tessera.models.zoo import build_model
+    from tessera.nn.zoo import build_model
 
     build_model("gpt-tiny", layer_range=(0, 2), device="meta")
 

@@ -1,24 +1,19 @@
-"""The model zoo: named models of every family, as analytic ModelSpecs and as PyTorch modules.
+"""The model zoo's catalog: named models of every family, as analytic ModelSpecs.
 
-Specs (``get_spec``, ``list_models``, ``get_arch``) are closed forms and need no torch; ``build_model``
-imports the family's ``*_nn`` module (and torch) on first use.
+Specs (``get_spec``, ``list_models``, ``get_arch``) are closed forms and need no torch. The families' PyTorch
+modules are the torch side's (``tessera.nn.zoo``, whose ``build_model`` builds a name or an arch listed here).
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 from tessera.models.spec import ConvArch, ModelSpec, TransformerArch
 from tessera.models.zoo import bert, gpt, llama, moe, wide_resnet
 from tessera.models.zoo.base import ModelInfo
-
-if TYPE_CHECKING:
-    from torch import nn
 
 FAMILIES: dict[str, ModuleType] = {
     gpt.FAMILY: gpt,
@@ -107,44 +102,11 @@ def infer_family(arch: TransformerArch | ConvArch) -> str:
     return gpt.FAMILY
 
 
-_NN_MODULES = {
-    gpt.FAMILY: "gpt_nn",
-    llama.FAMILY: "llama_nn",
-    bert.FAMILY: "bert_nn",
-    moe.FAMILY: "moe_nn",
-    wide_resnet.FAMILY: "wide_resnet_nn",
-}
-
-
-def build_model(
-    name_or_arch: str | TransformerArch | ConvArch, *, family: str | None = None, **kw: Any
-) -> nn.Module:
-    """PyTorch model (a ``tessera.models.nn_common.BlockModel``: the torch side's type, not named here so the
-    catalog imports nothing of it) of a zoo name or an arch.
-
-    Keywords: ``attention`` "flash" | "math"; ``recompute`` "none" | "selective" | "full";
-    ``layer_range`` (start, end) of the spec's layers (default all); ``tp`` a ``TPShare`` to build one
-    rank's shard; ``max_seq_len`` rows of the RoPE tables (LLaMA; default ``arch.max_positions``);
-    ``device`` to build on ("meta" allocates nothing). ``family`` overrides ``infer_family`` for an arch.
-    """
-    if isinstance(name_or_arch, str):
-        fam, info = _lookup(name_or_arch)
-        arch = info.arch
-    else:
-        arch = name_or_arch
-        fam = family or infer_family(arch)
-    if fam not in _NN_MODULES:
-        raise ValueError(f"family: {fam!r} is not one of {', '.join(_NN_MODULES)}")
-    nn_module = importlib.import_module(f"tessera.models.zoo.{_NN_MODULES[fam]}")
-    return nn_module.build(arch, **kw)
-
-
 __all__ = [
     "FAMILIES",
     "ModelInfo",
     "UnknownModelError",
     "ZooEntry",
-    "build_model",
     "family_of",
     "get_arch",
     "get_spec",

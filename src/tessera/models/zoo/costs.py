@@ -1,6 +1,6 @@
 """Closed-form parameter, FLOP and saved-activation figures of the zoo's building blocks (torch-free).
 
-Each figure mirrors what the PyTorch implementation (``*_nn.py``) does, op by op, for one sample of T
+Each figure mirrors what the PyTorch implementation (``tessera.nn.zoo``) does, op by op, for one sample of T
 tokens in fp32 with flash attention and no recompute: ``act`` is the bytes of the unique storages autograd
 saves for backward (parameters and buffers excluded), FLOPs count 2 per multiply-add of matmuls and of
 attention's two score/value matmuls, as ``torch.utils.flop_counter.FlopCounterMode`` does. The tests hold

@@ -68,7 +68,7 @@ def capacity(a: TransformerArch, T: int) -> int:
 
 
 def moe_mlp_cost(a: TransformerArch, T: int) -> costs.Cost:
-    """Router, top-k, scatter dispatch, two expert bmm's, gather combine (see ``moe_nn.MoEMLP``)."""
+    """Router, top-k, scatter dispatch, two expert bmm's, gather combine (see ``tessera.nn.zoo.moe.MoEMLP``)."""
     h, f, e, k = a.hidden, a.ffn_hidden, a.n_experts, a.top_k
     c = capacity(a, T)
     params = h * e + 2 * e * h * f

@@ -1,8 +1,8 @@
 """Megatron's parallel cross-entropy over logits sharded along the classes — shared by the runtime (the loss of
 a vocab-parallel head) and the profiler (which times that head's loss on one device under a fake group).
 
-It sits beside ``plan.py``, as ``dtensor_tp.py`` does, because it imports only torch: the runtime can use it
-while a worker still loads nothing of Tessera but the plan and these.
+It imports only torch, so a runtime worker that uses it loads nothing of Tessera but the plan and the torch
+side.
 """
 
 from __future__ import annotations

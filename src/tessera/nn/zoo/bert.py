@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tessera.models.nn_common import (
+from tessera.models.spec import TPShard, TransformerArch
+from tessera.nn.common import (
     Block,
     BlockModel,
     Dropout,
@@ -22,8 +23,7 @@ from tessera.models.nn_common import (
     check_modes,
     linear,
 )
-from tessera.models.spec import TPShard, TransformerArch
-from tessera.models.zoo.gpt_nn import transformer_model, vocab_shard
+from tessera.nn.zoo.gpt import transformer_model, vocab_shard
 
 NORM_EPS = 1e-12
 

@@ -6,8 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from tessera.models import TPShard, trace_spec
-from tessera.models.zoo import build_model, get_spec
+from tessera.models import TPShard
+from tessera.models.zoo import get_spec
+from tessera.nn.trace import trace_spec
+from tessera.nn.zoo import build_model
 
 
 class Scaled(nn.Module):

@@ -15,8 +15,8 @@ from hf_models import FAMILY_NAMES, N_DECODER, save_tiny  # noqa: E402
 from tessera.models import hf_weights  # noqa: E402
 from tessera.models.hf_weights import HFModelNotFound, locate_model  # noqa: E402
 from tessera.models.resolve import is_config_path  # noqa: E402
-from tessera.models.zoo.hf_nn import FAMILIES, HFModel, HFModelError, hf_key, tessera_key  # noqa: E402
-from tessera.models.zoo.resolve_nn import resolve_spec  # noqa: E402
+from tessera.nn.hf import FAMILIES, HFModel, HFModelError, hf_key, tessera_key  # noqa: E402
+from tessera.nn.resolve import resolve_spec  # noqa: E402
 from tessera.runtime.model import TPSpec, build_layer, initial_state, tied_groups  # noqa: E402
 
 N = N_DECODER + 2
@@ -221,7 +221,7 @@ def test_planning_description_from_the_module_agrees_with_the_zoo(dirs, family):
     included: every family's blocks split by heads). The difference that is the description being truer: the
     zoo's llama form gives qwen2 biases on every Linear where the real module has them on q/k/v only."""
     from tessera.models.hf import spec_from_hf_config
-    from tessera.models.zoo.hf_nn import hf_model_spec
+    from tessera.nn.hf import hf_model_spec
 
     traced, zoo = hf_model_spec(str(dirs[family]), 16), spec_from_hf_config(dirs[family], 16)
     assert traced.family == zoo.family and traced.n_layers == zoo.n_layers == N

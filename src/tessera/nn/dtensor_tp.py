@@ -1,8 +1,8 @@
 """How blocks map onto PyTorch DTensor tensor parallelism — shared by the runtime (which runs it), the profiler
 (which times it) and the memory trace, so the estimate prices the very implementation a rank executes.
 
-It sits beside ``plan.py``, not under a layer: it imports only torch (lazily), so the runtime can use it and a
-worker still loads nothing of Tessera but the plan and this (importing ``tessera.models`` would load the zoo).
+It imports only torch (lazily), so a runtime worker that uses it still loads nothing of Tessera but the plan
+and the torch side, and the estimator can ask ``uses_dtensor`` without importing torch at all.
 
 Even TP splits go through ``parallelize_module``: q/k/v and fc_in/gate/up ``ColwiseParallel``, proj and
 fc_out/down ``RowwiseParallel``; anything else (embeddings, vocab heads, fused projections) has no plan and

@@ -7,8 +7,9 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tessera.models.nn_common import BlockModel, Dropout, SelfAttention
-from tessera.models.zoo import build_model, get_arch, get_spec
+from tessera.models.zoo import get_arch, get_spec
+from tessera.nn.common import BlockModel, Dropout, SelfAttention
+from tessera.nn.zoo import build_model
 
 TINY = ["gpt-tiny", "llama-tiny", "bert-tiny", "moe-tiny", "wrn-tiny"]
 TRANSFORMERS = TINY[:4]
@@ -191,7 +192,7 @@ def test_moe_routing_matches_a_token_loop(capacity_factor: float) -> None:
     import torch.nn.functional as F
 
     from tessera.models.zoo.moe import capacity
-    from tessera.models.zoo.moe_nn import MoEMLP
+    from tessera.nn.zoo.moe import MoEMLP
 
     torch.manual_seed(0)
     arch = dataclasses.replace(get_arch("moe-tiny"), dropout=0.0, capacity_factor=capacity_factor)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from tessera.models.nn_common import (
+from tessera.models.spec import TPShard, TransformerArch
+from tessera.nn.common import (
     Block,
     BlockModel,
     RMSNorm,
@@ -20,8 +21,7 @@ from tessera.models.nn_common import (
     check_modes,
     linear,
 )
-from tessera.models.spec import TPShard, TransformerArch
-from tessera.models.zoo.gpt_nn import transformer_model, vocab_shard
+from tessera.nn.zoo.gpt import transformer_model, vocab_shard
 
 NORM_EPS = 1e-5
 

@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tessera.models.nn_common import (
+from tessera.models.spec import ConvArch, TPShard
+from tessera.models.zoo.wide_resnet import BlockShape, block_shapes
+from tessera.nn.common import (
     Block,
     BlockModel,
     TPShare,
@@ -21,8 +23,6 @@ from tessera.models.nn_common import (
     local_units,
     resolve_range,
 )
-from tessera.models.spec import ConvArch, TPShard
-from tessera.models.zoo.wide_resnet import BlockShape, block_shapes
 
 
 def conv(c_in: int, c_out: int, k: int, stride: int = 1) -> nn.Conv2d:

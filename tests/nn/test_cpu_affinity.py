@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tessera import cpu_affinity
+from tessera.nn import cpu_affinity
 
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs at least 2 usable cores")

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tessera.models.nn_common import (
+from tessera.models.spec import TPShard, TransformerArch
+from tessera.nn.common import (
     Block,
     BlockModel,
     Dropout,
@@ -24,7 +25,6 @@ from tessera.models.nn_common import (
     linear,
     resolve_range,
 )
-from tessera.models.spec import TPShard, TransformerArch
 
 
 def vocab_shard(arch: TransformerArch, tp: TPShare | None) -> tuple[int, int, bool]:

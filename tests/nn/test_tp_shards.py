@@ -6,9 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from tessera.models import trace_spec
-from tessera.models.nn_common import Dropout, SelfAttention, TPShare, shard_sizes
-from tessera.models.zoo import build_model, get_arch
+from tessera.models.zoo import get_arch
+from tessera.nn.common import Dropout, SelfAttention, TPShare, shard_sizes
+from tessera.nn.trace import trace_spec
+from tessera.nn.zoo import build_model
 
 
 @pytest.mark.parametrize(

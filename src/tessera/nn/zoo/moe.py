@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tessera.models.nn_common import BlockModel, Dropout, TPShare, linear, local_units
 from tessera.models.spec import TransformerArch
-from tessera.models.zoo import gpt_nn
 from tessera.models.zoo.moe import capacity
+from tessera.nn.common import BlockModel, Dropout, TPShare, linear, local_units
+from tessera.nn.zoo import gpt as gpt_nn
 
 
 class Experts(nn.Module):

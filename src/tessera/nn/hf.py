@@ -53,7 +53,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tessera.models.hf_weights import Part, locate_model, read_tensors
-from tessera.models.nn_common import LayerRange, shard_sizes, weight_out_dim
+from tessera.nn.common import LayerRange, shard_sizes, weight_out_dim
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
 
@@ -578,12 +578,12 @@ def hf_model_spec(source: str, seq_len: int | None = None, *, name: str | None =
     """The planner's ModelSpec of a Hugging Face model, read from the ``transformers`` module itself.
 
     The layer list is built on the meta device (no weights, no memory) and traced layer by layer
-    (``tessera.models.trace``): parameters, forward FLOPs and saved activations are those of the real modules,
+    (``tessera.nn.trace``): parameters, forward FLOPs and saved activations are those of the real modules,
     so a family needs no hand-written closed form; where the zoo has one (``spec_from_hf_config``) the two
-    agree on layers, parameters, FLOPs and TP sharding (tests/models/test_hf_nn.py).
+    agree on layers, parameters, FLOPs and TP sharding (tests/nn/test_hf_modules.py).
     """
     from tessera.models.hf import arch_from_hf_config
-    from tessera.models.trace import trace_spec
+    from tessera.nn.trace import trace_spec
 
     factory = HFModel(source)
     config = factory.config()

@@ -6,7 +6,8 @@ the host varies from launch to launch; pinned, each rank (and the profiler stand
 Pinning only applies where it cannot crowd ranks together: more than one rank and no more ranks than cores this
 process may use. ``TESSERA_PIN_CPUS=0`` turns it off.
 
-Torch-free and beside ``plan.py`` so the runtime (which imports only the plan and torch) and ``perf`` share it.
+Torch-free, in the torch side's package so the runtime (which imports only the plan, ``nn`` and torch) and
+``perf`` share it.
 """
 
 from __future__ import annotations
