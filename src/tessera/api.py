@@ -14,7 +14,8 @@ from typing import Any
 
 from tessera.hardware import ClusterSpec, Node, get_cluster, get_gpu
 from tessera.hardware.cluster import cluster_of_gpus
-from tessera.jobs import JobSpec
+from tessera.jobs import JobSpec, load_job
+from tessera.jobs.spec import DataSpec
 from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, estimate_plan
@@ -153,9 +154,35 @@ def plan(
 ) -> PlanningResult:
     """The job's Cells on the cluster, ranked, and the tuned plan of the best (``tessera plan``). As the CLI:
     ``gpus`` alone plans on exactly those GPUs; with ``cluster``, on those GPUs of it (default cluster:
-    ``local``)."""
+    ``local``). Plans are ranked with the job's clipping and validation (:func:`job_extras`)."""
     if cluster is None:
         cluster = (
             cluster_of_gpus(parse_gpus(gpus) if isinstance(gpus, str) else dict(gpus)) if gpus else "local"
         )
-    return plan_job(job, cluster, gpus, cost=cost if cost is not None else CostModel.load(), guided=guided)
+    spec = job if isinstance(job, JobSpec) else load_job(job)
+    cost = cost if cost is not None else CostModel.load()
+    return plan_job(spec, cluster, gpus, cost=cost, guided=guided, extras=job_extras(spec))
+
+
+def job_extras(job: JobSpec, seq_len: int | None = None) -> StepExtras:
+    """The job's gradient clipping and validation as its run will spend them (:meth:`StepExtras.of_job`).
+
+    A ``data.val_fraction`` split is a fraction of the dataset's packed sequences, so it is counted here, on
+    this machine, through the runtime's own tokenized cache (``runtime.dataset.TokenizedData``: tokenized
+    once, the run then reuses the cache) at ``seq_len`` tokens (default: the job's, else the model's). Only
+    the CLI and this API call it, in the user's own process: the service never tokenizes user data in the
+    server and prices such a job at the one validation batch the runtime runs at least. Where the dataset
+    cannot be read here (its files lie on the cluster only, its tokenizer is missing), the same lower bound."""
+    data = job.data
+    if not isinstance(data, DataSpec) or data.val_samples is not None or data.val_fraction <= 0:
+        return StepExtras.of_job(job)
+    from tessera.runtime.data import data_source
+    from tessera.runtime.dataset import DataError, TokenizedData
+
+    seq = seq_len or job.seq_len or resolve_spec(job.model, None).seq_len
+    source = data_source(job.data_options(), seed=job.seed, model=job.model)
+    try:
+        n = source.sequence_count(seq) if isinstance(source, TokenizedData) else None
+    except (DataError, OSError):
+        n = None
+    return StepExtras.of_job(job, dataset_sequences=n)

@@ -18,11 +18,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tessera.api import job_extras
 from tessera.commands.common import GiB
 from tessera.hardware.cluster import ClusterSpec, cluster_of_gpus, get_cluster, with_network
-from tessera.jobs import load_job
+from tessera.jobs import JobSpec, load_job
 from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
+from tessera.perf.estimate import Estimate
+from tessera.perf.extras import StepExtras
 from tessera.plan import Plan, torch_schedule_refusal
 from tessera.planning.cells import CellEstimator
 from tessera.planning.planner import PlanningResult, parse_gpus, plan_job, settings_for
@@ -84,12 +87,17 @@ def plan_command(
         target = with_network(get_cluster(target) if isinstance(target, str) else target, **network)
     where = target if isinstance(target, str) else f"the cluster of {target.name}"
     cost = CostModel.load(cost_dir)
-    estimator = _interleaved_estimator(job, target, cost, virtual_stages) if virtual_stages > 1 else None
+    spec_job = load_job(job)
+    # the job's clipping and validation, a val_fraction counted on the local dataset: plans are ranked with them
+    extras = job_extras(spec_job)
+    estimator = (
+        _interleaved_estimator(spec_job, target, cost, virtual_stages, extras) if virtual_stages > 1 else None
+    )
     with console.status("estimating Cells…") if not as_json else _Null():
-        result = plan_job(job, target, gpus, cost=cost, guided=not exhaustive)
+        result = plan_job(spec_job, target, gpus, cost=cost, guided=not exhaustive, extras=extras)
         choice = None
         if estimator is not None:
-            inter = plan_job(job, target, gpus, cost=cost, guided=not exhaustive, estimator=estimator)
+            inter = plan_job(spec_job, target, gpus, cost=cost, guided=not exhaustive, estimator=estimator)
             result, choice = _faster_schedule(result, inter, virtual_stages)
     path = Path(out) if out else Path("runs") / result.job.name / "plan.json"
     if result.chosen is not None:
@@ -113,18 +121,19 @@ def plan_command(
     console.print(
         f"chosen: [bold]{ch.cell.label}[/] tuned over {ch.evaluations} plans → "
         f"{ch.iteration_time_s:.3g} s/iteration, {ch.estimate.samples_per_s:.3g} samples/s, "
-        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\n{_interleaving(ch.plan, virtual_stages, choice)}"
+        f"MFU {ch.estimate.mfu:.0%}\n  {stages}\n{_extras_line(ch.estimate)}"
+        f"{_interleaving(ch.plan, virtual_stages, choice)}"
         f"plan written to {path}",
         highlight=False,
     )
 
 
 def _interleaved_estimator(
-    job: str, target: ClusterSpec | str, cost: CostModel, virtual_stages: int
+    spec_job: JobSpec, target: ClusterSpec | str, cost: CostModel, virtual_stages: int, extras: StepExtras
 ) -> CellEstimator:
     """``plan_job``'s own estimator, its settings asking for ``virtual_stages`` chunks per device (the Cells'
-    spaces carry them into the plans where they apply, priced as the interleaved schedule)."""
-    spec_job = load_job(job)
+    spaces carry them into the plans where they apply, priced as the interleaved schedule), with the job's
+    ``extras`` as the plain search's."""
     spec = resolve_spec(spec_job.model, spec_job.seq_len)
     if spec.n_layers < 2 * virtual_stages:
         raise ValueError(
@@ -133,7 +142,7 @@ def _interleaved_estimator(
         )
     settings = replace(settings_for(spec_job, spec), virtual_stages=virtual_stages)
     cluster = target if isinstance(target, ClusterSpec) else get_cluster(target)
-    return CellEstimator(spec, settings, cluster, cost, recompute=spec_job.recompute)
+    return CellEstimator(spec, settings, cluster, cost, recompute=spec_job.recompute, extras=extras)
 
 
 _NOT_APPLIED = (
@@ -178,6 +187,15 @@ def _faster_schedule(
         "reason": reason,
     }
     return won, choice
+
+
+def _extras_line(e: Estimate) -> str:
+    """What the job's clipping and validation add to the chosen plan's iteration (ranked with them)."""
+    if not (e.clip_s or e.validation_s):
+        return ""
+    return (
+        f"  of which grad clipping {e.clip_s:.3g} s, validation {e.validation_s:.3g} s (amortized per step)\n"
+    )
 
 
 def _interleaving(plan: Plan, asked: int, choice: dict[str, object] | None) -> str:

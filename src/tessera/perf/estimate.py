@@ -1008,26 +1008,42 @@ def clip_s(plan: Plan, spec: ModelSpec, topo: Topology, cost: CostModel | None =
     (a few microseconds each; they matter only for models of a few million parameters). A tied embedding
     split over two stages is counted on both (the runtime counts it once: a small overestimate)."""
     cost = cost or CostModel()
+    parts = [clip_stage_s(plan, spec, st, topo, cost) for st in plan.stages]
+    norm = max(n for n, _ in parts)
+    scale = max(c for _, c in parts)
+    return norm + clip_allreduce_s(plan, topo, cost) + scale
+
+
+def clip_stage_s(
+    plan: Plan, spec: ModelSpec, st: Stage, topo: Topology, cost: CostModel
+) -> tuple[float, float]:
+    """(norm_s, scale_s): the slowest rank of stage ``st`` in each of :func:`clip_s`'s two passes. A stage's
+    figures depend on the stage and on plan-wide settings only (ZeRO, and whether the plan runs its ZeRO-2/3
+    through FSDP2), so a planner prices each stage option once, in a plan carrying it, and assembles any
+    combination (``planning.space``, as it does the stages' times)."""
     norm = scale = 0.0
-    for st in plan.stages:
-        tp = st.tp_degree
-        sharded = plan.zero >= 1 and st.dp_degree > 1
-        fsdp = _uses_fsdp(plan, st)
-        for j, d in enumerate(st.devices):
-            k, replica = j % tp, j // tp
-            gpu = topo.gpu(d)
-            bw = gpu.memory_bandwidth_Bps * curve_for(gpu, cost.curves).memory_fraction
-            f = cost.compute_factor(gpu.name)
-            if sharded:
-                counted = _counted_params(spec, st, k) / st.dp_degree
-            else:
-                counted = _counted_params(spec, st, k) if replica == 0 else 0.0
-            local = _rank_params(spec, st, k) / (st.dp_degree if fsdp else 1)
-            norm = max(norm, CLIP_NORM_BYTES_PER_ELEM * counted / bw * f)
-            scale = max(scale, CLIP_SCALE_BYTES_PER_ELEM * local / bw * f)
-    reduce = _comm(cost, Collective.ALL_REDUCE, CLIP_NORM_ALLREDUCE_BYTES, plan.world_size,
-                   topo.link(plan.devices))  # fmt: skip
-    return norm + reduce + scale
+    tp = st.tp_degree
+    sharded = plan.zero >= 1 and st.dp_degree > 1
+    fsdp = _uses_fsdp(plan, st)
+    for j, d in enumerate(st.devices):
+        k, replica = j % tp, j // tp
+        gpu = topo.gpu(d)
+        bw = gpu.memory_bandwidth_Bps * curve_for(gpu, cost.curves).memory_fraction
+        f = cost.compute_factor(gpu.name)
+        if sharded:
+            counted = _counted_params(spec, st, k) / st.dp_degree
+        else:
+            counted = _counted_params(spec, st, k) if replica == 0 else 0.0
+        local = _rank_params(spec, st, k) / (st.dp_degree if fsdp else 1)
+        norm = max(norm, CLIP_NORM_BYTES_PER_ELEM * counted / bw * f)
+        scale = max(scale, CLIP_SCALE_BYTES_PER_ELEM * local / bw * f)
+    return norm, scale
+
+
+def clip_allreduce_s(plan: Plan, topo: Topology, cost: CostModel) -> float:
+    """The 1-element all-reduce of the squared norm over every rank of the plan (its world and links)."""
+    return _comm(cost, Collective.ALL_REDUCE, CLIP_NORM_ALLREDUCE_BYTES, plan.world_size,
+                 topo.link(plan.devices))  # fmt: skip
 
 
 def forward_pass_s(plan: Plan, costs: list[StageCost], p2p_s: list[float]) -> float:

@@ -25,6 +25,7 @@ from tessera.memory.overhead import DEFAULT_HEADROOM_FRACTION
 from tessera.models.spec import ModelSpec
 from tessera.perf.costmodel import CostModel
 from tessera.perf.estimate import Estimate, Topology, peak_bytes
+from tessera.perf.extras import StepExtras
 from tessera.plan import Device, Plan
 from tessera.planning.partition import partition_by_speed, partition_model
 from tessera.planning.space import Rung, StageSpace, TrainSettings, default_micro_batches, rungs_for
@@ -103,7 +104,12 @@ class Cell:
 
 
 class CellEstimator:
-    """Estimates Cells of one job on one cluster (or the catalog), caching every Cell and stage space."""
+    """Estimates Cells of one job on one cluster (or the catalog), caching every Cell and stage space.
+
+    ``extras``: the job's gradient clipping and validation (:class:`~tessera.perf.extras.StepExtras`; none by
+    default). Given, every plan the Cells and the tuner compare is priced with them, so the ranking and the
+    chosen plan's estimate are those of the job's whole step, not of the plan alone with the extras added
+    after the choice."""
 
     space_class: type[StageSpace] = StageSpace  # the stage-space implementation (the simulator's is faster)
 
@@ -116,8 +122,10 @@ class CellEstimator:
         *,
         recompute: str = "auto",
         headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+        extras: StepExtras | None = None,
     ) -> None:
         self.spec, self.settings, self.cluster = spec, settings, cluster
+        self.extras = extras if extras else None
         self.cost = cost or CostModel()
         self.rungs = rungs_for(recompute)
         self.headroom_fraction = headroom_fraction
@@ -192,6 +200,7 @@ class CellEstimator:
             self._spaces[key] = self.space_class(
                 self.spec, self.settings, bounds, groups, self.topo, self.cost,
                 micro_batches=B, rung=rung, headroom_fraction=self.headroom_fraction, memo=self._times,
+                extras=self.extras,
             )  # fmt: skip
         return self._spaces[key]
 

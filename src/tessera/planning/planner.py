@@ -17,6 +17,7 @@ from tessera.jobs import JobSpec, load_job
 from tessera.models.spec import ModelSpec
 from tessera.nn.resolve import resolve_spec
 from tessera.perf.costmodel import CostModel
+from tessera.perf.extras import StepExtras
 from tessera.planning.cells import Cell, CellEstimator, CellShape, job_shapes, rank_cells, stage_counts
 from tessera.planning.space import TrainSettings
 from tessera.planning.tuner import TuneResult, tune
@@ -81,6 +82,8 @@ class PlanningResult:
                 "samples_per_s": e.samples_per_s,
                 "mfu": e.mfu,
                 "feasible": e.feasible,
+                "clip_s": e.clip_s,
+                "validation_s": e.validation_s,
                 "evaluations": self.chosen.evaluations,
                 "plan": self.chosen.plan.to_dict(),
             }
@@ -106,16 +109,25 @@ def plan_job(
     guided: bool = True,
     mixes: bool = True,
     estimator: CellEstimator | None = None,
+    extras: StepExtras | None = None,
 ) -> PlanningResult:
     """Rank the job's Cells on ``cluster`` (only within ``gpus`` when given, e.g. ``"4xA100-40GB"``) and tune
-    the best ones; the chosen plan is the fastest feasible tuned plan."""
+    the best ones; the chosen plan is the fastest feasible tuned plan.
+
+    Plans are ranked by the job's whole step: with its gradient clipping and validation passes
+    (``extras``; default :meth:`StepExtras.of_job` of the job, which prices a ``data.val_fraction`` split at
+    the one batch the runtime runs at least — a caller that can read the dataset passes its packed sequence
+    count through ``StepExtras.of_job(job, dataset_sequences=)``, as ``tessera plan`` does). An
+    ``estimator`` given prices with its own extras."""
     job = job if isinstance(job, JobSpec) else load_job(job)
     cl = cluster if isinstance(cluster, ClusterSpec) else get_cluster(cluster)
     asked = parse_gpus(gpus) if isinstance(gpus, str) else gpus
     available = _available(cl, asked)
     spec = resolve_spec(job.model, job.seq_len)
     settings = settings_for(job, spec)
-    est = estimator or CellEstimator(spec, settings, cl, cost, recompute=job.recompute)
+    if extras is None:
+        extras = StepExtras.of_job(job)
+    est = estimator or CellEstimator(spec, settings, cl, cost, recompute=job.recompute, extras=extras)
     shapes = set(
         job_shapes(
             spec, settings, available, prefer=job.gpu_types, exclude=job.exclude_gpu_types,

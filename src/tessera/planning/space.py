@@ -33,11 +33,14 @@ from tessera.perf.estimate import (
     StageCost,
     Topology,
     boundary_s,
+    clip_allreduce_s,
+    clip_stage_s,
     compose,
     option_views,
     peak_bytes,
     stage_cost,
 )
+from tessera.perf.extras import StepExtras
 from tessera.plan import (
     Attention,
     Device,
@@ -147,6 +150,10 @@ class StageSpace:
 
     ``stage_devices[s]`` are stage ``s``'s devices in order (ranks are assigned here); ``bounds[s]`` its layer
     range. Options that cannot run (TP degree not dividing the heads, more replicas than samples) are absent.
+    ``extras``: the job's gradient clipping and validation (:class:`~tessera.perf.extras.StepExtras`), priced
+    into every combination's iteration time, so the search ranks plans by what a step of the job costs (a
+    validation pass is forward-only, a clipping pass reads every gradient: they favour other plans than the
+    training step alone does).
     """
 
     def __init__(
@@ -162,6 +169,7 @@ class StageSpace:
         rung: Rung = Rung(),
         headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
         memo: dict[tuple, Any] | None = None,
+        extras: StepExtras | None = None,
     ) -> None:
         if len(bounds) != len(stage_devices):
             raise ValueError(f"{len(bounds)} layer ranges for {len(stage_devices)} stages")
@@ -169,6 +177,7 @@ class StageSpace:
         self.cost = cost or CostModel()
         self.rung = rung
         self.headroom_fraction = headroom_fraction
+        self.extras = extras if extras else None
         # per-layer times shared by spaces of one spec, topology and cost model (stage_cost's memo)
         self._memo: dict[tuple, Any] = {} if memo is None else memo
         self.n_stages = len(bounds)
@@ -202,6 +211,7 @@ class StageSpace:
         self.options: list[list[Stage]] = [list(o) for o in options]
         self._costs: dict[tuple[int, int], StageCost] = {}
         self._p2p: dict[tuple[int, int, int], float] = {}
+        self._clip: dict[tuple[int, int], tuple[float, float]] = {}
         self._carriers: dict[tuple[int, int], Plan] = {}
         self._priced: set[tuple[int, int]] = set()  # (stage, option) pairs whose memory views are priced
         # the plan-wide fields of this space's plans that memory views read (perf.estimate._plan_wide)
@@ -370,7 +380,48 @@ class StageSpace:
         plan = self.plan(choice)
         costs = [self.stage_cost(s, j) for s, j in enumerate(choice)]
         p2p = [self.p2p(s, choice[s], choice[s + 1]) for s in range(self.n_stages - 1)]
-        return compose(plan, self.spec, costs, p2p, self.topo)
+        return compose(plan, self.spec, costs, p2p, self.topo, extras=self.extras, cost=self.cost)
+
+    def clip(self, s: int, j: int) -> tuple[float, float]:
+        """(norm_s, scale_s) of gradient clipping on option ``j`` of stage ``s`` (:func:`clip_stage_s`)."""
+        hit = self._clip.get((s, j))
+        if hit is None:
+            carrier = self._carrier(s, j)
+            hit = self._clip[(s, j)] = clip_stage_s(
+                carrier, self.spec, carrier.stages[s], self.topo, self.cost
+            )
+        return hit
+
+    def _extras_s(
+        self, allowed: Sequence[Sequence[int]], idx: np.ndarray, p2p: Sequence[np.ndarray]
+    ) -> np.ndarray | float:
+        """Seconds the extras add to each combination (rows of ``idx``, local indices into ``allowed``): the
+        clipping passes' slowest stage each plus the norm's all-reduce, and the validation passes'
+        :func:`~tessera.perf.estimate.forward_pass_s` times the validation batches per step — the figures
+        :func:`~tessera.perf.estimate.extras_s` gives each plan."""
+        ex = self.extras
+        if ex is None:
+            return 0.0
+        S = self.n_stages
+        out = np.zeros(len(idx))
+        if ex.grad_clip:
+            parts = [np.array([self.clip(s, j) for j in a]).reshape(-1, 2) for s, a in enumerate(allowed)]
+            norm = np.stack([parts[s][idx[:, s], 0] for s in range(S)], axis=1).max(axis=1)
+            scale = np.stack([parts[s][idx[:, s], 1] for s in range(S)], axis=1).max(axis=1)
+            reduce = clip_allreduce_s(self._carrier(0, allowed[0][0]), self.topo, self.cost)
+            out += norm + scale + reduce
+        per_batch = ex.val_batches * ex.validations_per_step
+        if per_batch:
+            fwd = [
+                np.array([(c := self.stage_cost(s, j)).fwd_s + c.tp_comm_s / 2 for j in a])
+                for s, a in enumerate(allowed)
+            ]
+            F = np.stack([fwd[s][idx[:, s]] for s in range(S)], axis=1)
+            one = self.micro_batches * F.max(axis=1) + F.sum(axis=1) - F.max(axis=1)
+            for s in range(S - 1):
+                one += p2p[s][idx[:, s], idx[:, s + 1]]
+            out += per_batch * one
+        return out
 
     # --------------------------------------------------------------------------------- assembly
     def assemble(self, allowed: Sequence[Sequence[int]] | None = None) -> Choice | None:
@@ -404,6 +455,7 @@ class StageSpace:
             w = p2p_weight(v, S)
             for s in range(S - 1):
                 it += w * p2p[s][idx[:, s], idx[:, s + 1]]
+            it += self._extras_s(allowed, idx, p2p)
             feas = np.stack([ok[s][idx[:, s]] for s in range(S)], axis=1).all(axis=1)
             pick = np.where(feas, it, np.inf)
             best = int(np.argmin(pick)) if feas.any() else int(np.argmin(it))
@@ -428,7 +480,7 @@ class StageSpace:
     ) -> Choice | None:
         """Too many combinations to list: fix the bottleneck stage time τ (one of the options' times), then
         a Viterbi pass minimizes Σ t + 2 Σ p2p over options with t ≤ τ; the best over τ of the exact total.
-        Exact but for the tail (DP sync + optimizer step), which is added after the choice."""
+        Exact but for the tail (DP sync + optimizer step) and the extras, which are added after the choice."""
         B, S, v = self.micro_batches, self.n_stages, self.virtual_stages
         w = v * p2p_weight(v, S)  # the pass minimizes v × (Σ t / v + weighted Σ p2p)
         taus = np.unique(np.concatenate([x[o] for x, o in zip(t, ok, strict=True)]))
@@ -457,6 +509,8 @@ class StageSpace:
             else:
                 total_s = float(cost[j]) / v + (B - 1 / v) * max(times)
             total_s += max(float(sync[s][path[s]]) for s in range(S))
+            if self.extras is not None:  # exact for the path, though the pass that found it left them out
+                total_s += float(self._extras_s(allowed, np.array([path]), p2p)[0])
             if best is None or total_s < best[0]:
                 best = (total_s, path)
         if best is None:

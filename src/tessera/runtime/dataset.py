@@ -111,6 +111,12 @@ class TokenizedData:
             rows.append(int(train[_epoch_perm(self.seed, j // n, n)[j % n]]))
         return rows
 
+    def sequence_count(self, seq_len: int) -> int:
+        """Packed sequences of ``seq_len`` tokens in the whole dataset (training and validation split), from
+        the tokenized cache — tokenized now and cached if it is not yet, so a planner that asks first saves
+        the runtime the work. What ``data.val_fraction`` is a fraction of."""
+        return (len(_load_tokens(self)[0]) - 1) // seq_len
+
     def val_batch_count(self, batch_size: int, seq_len: int) -> int:
         """Full batches of the validation split (at least one when it has any sequence); 0: no validation."""
         n = len(self._split(seq_len).val)
