@@ -107,6 +107,27 @@ def check_modes(attention: str, recompute: str) -> None:
         raise ValueError(f"recompute: {recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    """The keywords every zoo family's ``build(arch, **options)`` takes, checked once here so the families
+    share one signature instead of repeating it (``tessera.nn.zoo.build_model`` documents them).
+
+    ``layer_range`` (start, end) of the spec's layers (``None``: all); ``tp`` one rank's ``TPShare``;
+    ``max_seq_len`` rows of the RoPE tables (LLaMA; ``None``: ``arch.max_positions``); ``device`` to build on.
+    A family without attention (Wide-ResNet) or RoPE ignores those fields.
+    """
+
+    attention: str = "flash"
+    recompute: str = "none"
+    layer_range: tuple[int, int] | None = None
+    tp: TPShare | None = None
+    max_seq_len: int | None = None
+    device: torch.device | str | None = None
+
+    def __post_init__(self) -> None:
+        check_modes(self.attention, self.recompute)
+
+
 # ------------------------------------------------------------------------------------------ small layers
 class Dropout(nn.Module):
     """Dropout through ``native_dropout`` so every device saves the same 1-byte mask (CUDA's kernel does;
@@ -374,14 +395,27 @@ class Block(nn.Module):
         return self._forward(x)
 
 
+@dataclass(frozen=True)
+class BatchLayout:
+    """What a layer range's random batch looks like: the first layer's input shape, the loss's target shape
+    and class count, and the vocabulary of token inputs (``None``: the first layer takes float features)."""
+
+    input_shape: tuple[int, ...]
+    target_shape: tuple[int, ...]
+    n_targets: int
+    token_vocab: int | None
+
+
 class LayerRange(nn.Module):
     """Layers ``[layer_start, layer_start + len(layers))`` of a model run in order, the loss on the head's
     output — what a stage is to the runtime, whoever built the layers (the zoo's or a Hugging Face model's).
-    Subclasses set ``layers``, ``layer_start`` and ``n_model_layers``."""
+    Subclasses say their ``batch_layout``."""
 
-    layers: nn.ModuleList
-    layer_start: int
-    n_model_layers: int
+    def __init__(self, layers: Sequence[nn.Module], *, layer_start: int, n_model_layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.layer_start = layer_start
+        self.n_model_layers = n_model_layers
 
     @property
     def layer_end(self) -> int:
@@ -404,6 +438,42 @@ class LayerRange(nn.Module):
             )
         return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), targets.reshape(-1))
 
+    def batch_layout(self, batch_size: int, seq_len: int) -> BatchLayout:
+        """The shapes ``make_batch`` draws for this range; each kind of layer list says its own."""
+        raise NotImplementedError
+
+    def make_batch(
+        self,
+        batch_size: int,
+        seq_len: int,
+        *,
+        device: torch.device | str | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs for the first layer of the range, targets for the model's loss), drawn the one way for the
+        zoo's and the Hugging Face layer lists, so a seeded batch is the same whichever built the model:
+        targets first, then token ids or standard-normal features in the range's float dtype; drawn on the
+        generator's device, moved to ``device`` (default: the range's). On meta, empty tensors of those shapes."""
+        layout = self.batch_layout(batch_size, seq_len)
+        device = torch.device(device) if device is not None else _param_device(self)
+        gen_device = generator.device if generator is not None else device
+        if device.type == "meta":
+            targets = torch.empty(layout.target_shape, dtype=torch.long, device=device)
+            dtype = torch.long if layout.token_vocab is not None else _param_dtype(self)
+            return torch.empty(layout.input_shape, dtype=dtype, device=device), targets
+        targets = torch.randint(
+            0, layout.n_targets, layout.target_shape, generator=generator, device=gen_device
+        ).to(device)
+        if layout.token_vocab is not None:
+            inputs = torch.randint(
+                0, layout.token_vocab, layout.input_shape, generator=generator, device=gen_device
+            )
+        else:
+            inputs = torch.randn(
+                layout.input_shape, generator=generator, device=gen_device, dtype=_param_dtype(self)
+            )
+        return inputs.to(device), targets
+
 
 class BlockModel(LayerRange):
     """Layers ``[layer_start, layer_start + len(layers))`` of a zoo model; the runtime cuts stages by slicing.
@@ -425,11 +495,8 @@ class BlockModel(LayerRange):
         tp: TPShare | None = None,
         ties: Sequence[tuple[str, str]] = (),
     ) -> None:
-        super().__init__()
+        super().__init__(layers, layer_start=layer_start, n_model_layers=n_model_layers)
         self.arch = arch
-        self.layers = nn.ModuleList(layers)
-        self.layer_start = layer_start
-        self.n_model_layers = n_model_layers
         self.input_kind = input_kind
         self.feature_shape = feature_shape
         self.tp = tp
@@ -469,33 +536,13 @@ class BlockModel(LayerRange):
             return (batch_size, 3, a.image_size, a.image_size)
         return (batch_size, *self.feature_shape)
 
-    def make_batch(
-        self,
-        batch_size: int,
-        seq_len: int,
-        *,
-        device: torch.device | str | None = None,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs for the first layer of the range, targets for the model's loss)."""
-        device = torch.device(device) if device is not None else _param_device(self)
-        gen_device = generator.device if generator is not None else device
-        a = self.arch
-        shape = self.stage_input_shape(batch_size, seq_len)
-        n_out = a.vocab if isinstance(a, TransformerArch) else a.n_classes
-        t_shape = (batch_size, seq_len) if isinstance(a, TransformerArch) else (batch_size,)
-        if device.type == "meta":
-            targets = torch.empty(t_shape, dtype=torch.long, device=device)
-            if self.input_kind == "tokens":
-                return torch.empty(shape, dtype=torch.long, device=device), targets
-            return torch.empty(shape, dtype=_param_dtype(self), device=device), targets
-        targets = torch.randint(0, n_out, t_shape, generator=generator, device=gen_device).to(device)
-        if self.input_kind == "tokens":
-            assert isinstance(a, TransformerArch)
-            inputs = torch.randint(0, a.vocab, shape, generator=generator, device=gen_device)
-        else:
-            inputs = torch.randn(shape, generator=generator, device=gen_device, dtype=_param_dtype(self))
-        return inputs.to(device), targets
+    def batch_layout(self, batch_size: int, seq_len: int) -> BatchLayout:
+        """A transformer's target is a token per position, a conv net's a class per image."""
+        a, inputs = self.arch, self.stage_input_shape(batch_size, seq_len)
+        if isinstance(a, TransformerArch):
+            tokens = a.vocab if self.input_kind == "tokens" else None
+            return BatchLayout(inputs, (batch_size, seq_len), a.vocab, tokens)
+        return BatchLayout(inputs, (batch_size,), a.n_classes, None)
 
 
 def _param_device(m: nn.Module) -> torch.device:

@@ -53,7 +53,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tessera.models.hf_weights import Part, locate_model, read_tensors
-from tessera.nn.common import LayerRange, shard_sizes, weight_out_dim
+from tessera.nn.common import BatchLayout, LayerRange, shard_sizes, weight_out_dim
 
 ATTN_IMPL = {"flash": "sdpa", "math": "eager"}
 
@@ -270,39 +270,17 @@ class HFLayers(LayerRange):
         n_model_layers: int,
         loads_own_shards: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(layers, layer_start=layer_start, n_model_layers=n_model_layers)
         self.config = config
-        self.layers = nn.ModuleList(layers)
-        self.layer_start = layer_start
-        self.n_model_layers = n_model_layers
         self.loads_own_shards = loads_own_shards
         self.vocab = int(config.vocab_size)
         self.hidden = int(_hidden(config))
 
-    def make_batch(
-        self,
-        batch_size: int,
-        seq_len: int,
-        *,
-        device: torch.device | str | None = None,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs for the first layer of the range, targets): random tokens, drawn as the zoo draws them."""
-        p = next(self.parameters(), None)
-        device = torch.device(device) if device is not None else (p.device if p is not None else "cpu")
-        gen_device = generator.device if generator is not None else device
+    def batch_layout(self, batch_size: int, seq_len: int) -> BatchLayout:
+        """Tokens into the embedding, hidden states into a later stage; a target token per position."""
         tokens = self.layer_start == 0
-        shape = (batch_size, seq_len) if tokens else (batch_size, seq_len, self.hidden)
-        dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
-        if torch.device(device).type == "meta":
-            targets = torch.empty((batch_size, seq_len), dtype=torch.long, device=device)
-            return torch.empty(shape, dtype=torch.long if tokens else dtype, device=device), targets
-        targets = torch.randint(0, self.vocab, (batch_size, seq_len), generator=generator, device=gen_device)
-        if tokens:
-            inputs = torch.randint(0, self.vocab, shape, generator=generator, device=gen_device)
-        else:
-            inputs = torch.randn(shape, generator=generator, device=gen_device, dtype=dtype)
-        return inputs.to(device), targets.to(device)
+        inputs = (batch_size, seq_len) if tokens else (batch_size, seq_len, self.hidden)
+        return BatchLayout(inputs, (batch_size, seq_len), self.vocab, self.vocab if tokens else None)
 
 
 def _hidden(config: Any) -> int:

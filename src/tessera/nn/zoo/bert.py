@@ -7,38 +7,30 @@ head's ``transform`` and all LayerNorms are replicated. Every sequence is one se
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tessera.models.spec import TPShard, TransformerArch
-from tessera.nn.common import (
-    Block,
-    BlockModel,
-    Dropout,
-    GeluMLP,
-    SelfAttention,
-    TokenEmbedding,
-    TPShare,
-    check_modes,
-    linear,
+from tessera.models.spec import TransformerArch
+from tessera.nn.common import BlockModel, BuildOptions, Dropout, GeluMLP, linear
+from tessera.nn.zoo.transformer import (
+    TransformerBlock,
+    VocabEmbedding,
+    VocabHead,
+    transformer_model,
+    vocab_shard,
 )
-from tessera.nn.zoo.gpt import transformer_model, vocab_shard
 
 NORM_EPS = 1e-12
 
 
-class BertEmbedding(Block):
+class BertEmbedding(VocabEmbedding):
     """Token + position + token-type-0 embeddings, LayerNorm, dropout (positions/types by slicing)."""
 
-    kind = "embedding"
-    tp_shard = TPShard.VOCAB
-
-    def __init__(self, arch: TransformerArch, *, tp: TPShare | None) -> None:
-        super().__init__("embedding")
-        rows, start, sharded = vocab_shard(arch, tp)
-        self.tp_units = arch.vocab
-        self.tok = TokenEmbedding(rows, arch.hidden, start, sharded)
+    def __init__(self, arch: TransformerArch, opts: BuildOptions) -> None:
+        super().__init__(arch, opts)
         self.pos = nn.Parameter(torch.empty(arch.max_positions, arch.hidden))
         self.token_type = nn.Parameter(torch.empty(arch.type_vocab, arch.hidden))
         self.norm = nn.LayerNorm(arch.hidden, eps=NORM_EPS)
@@ -54,20 +46,14 @@ class BertEmbedding(Block):
         return self.dropout(self.norm(x))
 
 
-class BertBlock(Block):
+class BertBlock(TransformerBlock):
     """Post-LN: x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))."""
 
-    kind = "transformer"
-    tp_shard = TPShard.HEADS
-
-    def __init__(
-        self, arch: TransformerArch, i: int, *, attention: str, recompute: str, tp: TPShare | None
-    ) -> None:
-        super().__init__(f"block_{i}", recompute_full=recompute == "full")
-        self.tp_units = arch.n_kv_heads
-        self.attn = SelfAttention(arch, attention=attention, selective=recompute == "selective", tp=tp)
+    def __init__(self, arch: TransformerArch, i: int, opts: BuildOptions) -> None:
+        super().__init__(arch, i, opts)
+        self.attn = self.self_attention(arch, opts)
         self.ln_1 = nn.LayerNorm(arch.hidden, eps=NORM_EPS)
-        self.mlp = GeluMLP(arch, tp=tp)
+        self.mlp = GeluMLP(arch, tp=opts.tp)
         self.ln_2 = nn.LayerNorm(arch.hidden, eps=NORM_EPS)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -75,41 +61,22 @@ class BertBlock(Block):
         return self.ln_2(x + self.mlp(x))
 
 
-class BertHead(Block):
+class BertHead(VocabHead):
     """MLM head: GELU(transform(x)) -> LayerNorm -> decoder to (this rank's rows of) the vocabulary."""
 
-    kind = "head"
-    tp_shard = TPShard.VOCAB
+    projection = "decoder"
 
-    def __init__(self, arch: TransformerArch, *, tp: TPShare | None) -> None:
-        super().__init__("head")
-        self.tp_units = arch.vocab
+    def __init__(self, arch: TransformerArch, opts: BuildOptions) -> None:
+        super().__init__(arch)
         self.transform = linear(arch.hidden, arch.hidden, bias=True)
         self.norm = nn.LayerNorm(arch.hidden, eps=NORM_EPS)
-        self.decoder = linear(arch.hidden, vocab_shard(arch, tp)[0], bias=True)
+        self.decoder = linear(arch.hidden, vocab_shard(arch, opts.tp)[0], bias=True)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(F.gelu(self.transform(x))))
 
 
-def build(
-    arch: TransformerArch,
-    *,
-    attention: str = "flash",
-    recompute: str = "none",
-    layer_range: tuple[int, int] | None = None,
-    tp: TPShare | None = None,
-    max_seq_len: int | None = None,
-    device: torch.device | str | None = None,
-) -> BlockModel:
-    check_modes(attention, recompute)
-    return transformer_model(
-        arch,
-        layer_range=layer_range,
-        tp=tp,
-        device=device,
-        embedding=lambda: BertEmbedding(arch, tp=tp),
-        block=lambda i: BertBlock(arch, i, attention=attention, recompute=recompute, tp=tp),
-        head=lambda: BertHead(arch, tp=tp),
-        head_out="decoder",
-    )
+def build(arch: TransformerArch, **options: Any) -> BlockModel:
+    """Layers ``layer_range`` of a BERT (all by default), ``options`` a ``BuildOptions``'s fields."""
+    opts = BuildOptions(**options)
+    return transformer_model(arch, opts, embedding=BertEmbedding, block=BertBlock, head=BertHead)

@@ -13,14 +13,17 @@ is a partial sum the runtime all-reduces (before the routing weights and the res
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tessera.models.spec import TransformerArch
 from tessera.models.zoo.moe import capacity
-from tessera.nn.common import BlockModel, Dropout, TPShare, linear, local_units
+from tessera.nn.common import BlockModel, BuildOptions, Dropout, TPShare, linear, local_units
 from tessera.nn.zoo import gpt as gpt_nn
+from tessera.nn.zoo.transformer import transformer_model
 
 
 class Experts(nn.Module):
@@ -93,32 +96,17 @@ class MoEMLP(nn.Module):
             return slot.reshape(-1), keep.reshape(-1, 1).to(dtype)
 
 
-def build(
-    arch: TransformerArch,
-    *,
-    attention: str = "flash",
-    recompute: str = "none",
-    layer_range: tuple[int, int] | None = None,
-    tp: TPShare | None = None,
-    max_seq_len: int | None = None,
-    device: torch.device | str | None = None,
-) -> BlockModel:
-    """A GPT (``gpt_nn``) whose MoE blocks (``arch.is_moe_block``) carry an ``MoEMLP`` as their ``mlp``."""
+def moe_block(arch: TransformerArch, i: int, opts: BuildOptions) -> nn.Module:
+    """GPT's block ``i``, with an ``MoEMLP`` as its ``mlp`` (and kind "moe") when ``arch.is_moe_block(i)``."""
+    mlp = MoEMLP(arch, tp=opts.tp) if arch.is_moe_block(i) else None  # built first: its draws come first
+    block = gpt_nn.GPTBlock(arch, i, opts, mlp=mlp)
+    if mlp is not None:
+        block.kind = "moe"
+    return block
 
-    def block(i: int) -> nn.Module:
-        mlp = MoEMLP(arch, tp=tp) if arch.is_moe_block(i) else None
-        blk = gpt_nn.GPTBlock(arch, i, attention=attention, recompute=recompute, tp=tp, mlp=mlp)
-        if mlp is not None:
-            blk.kind = "moe"
-        return blk
 
-    return gpt_nn.build(
-        arch,
-        attention=attention,
-        recompute=recompute,
-        layer_range=layer_range,
-        tp=tp,
-        max_seq_len=max_seq_len,
-        device=device,
-        block_factory=block,
-    )
+def build(arch: TransformerArch, **options: Any) -> BlockModel:
+    """Layers ``layer_range`` of a GPT (``gpt_nn``) whose MoE blocks carry an ``MoEMLP``; ``options`` a
+    ``BuildOptions``'s fields."""
+    opts = BuildOptions(**options)
+    return transformer_model(arch, opts, embedding=gpt_nn.GPTEmbedding, block=moe_block, head=gpt_nn.GPTHead)

@@ -8,6 +8,8 @@ and the projection stay whole. ``classifier.fc`` is split by classes. The stem i
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,9 +19,9 @@ from tessera.models.zoo.wide_resnet import BlockShape, block_shapes
 from tessera.nn.common import (
     Block,
     BlockModel,
+    BuildOptions,
     TPShare,
     build_context,
-    check_modes,
     local_units,
     resolve_range,
 )
@@ -91,28 +93,21 @@ class Classifier(Block):
         return self.fc(x.mean(dim=(2, 3)))
 
 
-def build(
-    arch: ConvArch,
-    *,
-    attention: str = "flash",
-    recompute: str = "none",
-    layer_range: tuple[int, int] | None = None,
-    tp: TPShare | None = None,
-    max_seq_len: int | None = None,
-    device: torch.device | str | None = None,
-) -> BlockModel:
-    """Layers ``layer_range`` of [stem, blocks..., classifier]; ``attention``/``max_seq_len`` are unused.
+def build(arch: ConvArch, **options: Any) -> BlockModel:
+    """Layers ``layer_range`` of [stem, blocks..., classifier], ``options`` a ``BuildOptions``'s fields
+    (``attention``/``max_seq_len`` unused).
 
     Selective recompute has no attention core to recompute here and equals no recompute. Full recompute
     re-runs each block's BatchNorms in backward, so running statistics see every batch twice (gradients
     are exact; as with ``torch.utils.checkpoint`` on any BN network).
     """
-    check_modes(attention, recompute)
+    opts = BuildOptions(**options)
+    recompute, tp = opts.recompute, opts.tp
     shapes = block_shapes(arch)
     n = len(shapes) + 2
-    start, end = resolve_range(layer_range, n)
+    start, end = resolve_range(opts.layer_range, n)
     layers: list[nn.Module] = []
-    with build_context(device):
+    with build_context(opts.device):
         for j in range(start, end):
             if j == 0:
                 layers.append(Stem(arch))
