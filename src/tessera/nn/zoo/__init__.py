@@ -1,7 +1,8 @@
 """The zoo's PyTorch modules: a zoo name or an arch to its family's ``BlockModel``.
 
-One module per family (``gpt``, ``llama``, ``bert``, ``moe``, ``wide_resnet``), each imported on first use. The
-catalog they build from (names, archs, analytic specs) is the base layer's ``tessera.models.zoo``: this package
+One module per family (``gpt``, ``llama``, ``bert``, ``moe``, ``wide_resnet``), each imported on first use; what the
+transformer families share (the vocabulary-sharded embedding, the LM head, the block header, the model assembly)
+is in ``transformer``, which is not a family. The catalog they build from (names, archs, analytic specs) is the base layer's ``tessera.models.zoo``: this package
 reads it, it never imports this one, so specs stay torch-free. The runtime (which may use only the plan, this
 package and torch) builds its models here and never imports the catalog itself.
 """
