@@ -238,3 +238,22 @@ def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
     # a job of 100 steps writes 10 checkpoints; one of 15 steps (interval 1) 15; an unknown config the median
     extra = fid.checkpoint_costs({"ids": [5, 6]}, {5: spec, 6: {**spec, "steps": 15, "global_batch": 4}}, per)
     assert extra == {5: pytest.approx(0.2), 6: pytest.approx(0.3)}
+
+
+def test_a_resume_after_a_preemption_is_a_launch() -> None:
+    # one GPU, Gavel time-sharing two long jobs: each swap preempts one and resumes the other. The service
+    # releases a preempted gang's workers, so a resume launches cold (6 s) — not the 1 s a rescale that keeps
+    # its workers pays
+    one = parse_cluster(
+        {"name": "one", "node_groups": [{"name": "a", "count": 1, "gpu": "A100-40GB", "gpus_per_node": 1}]}
+    )
+    long = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 400_000, "max_gpus": 1}
+    jobs = [job_of(parse_job({**long, "name": f"j{i}"}), i + 1, t) for i, t in enumerate([0.0, 1.0])]
+    sim = ReplaySimulator(
+        one, jobs, speed_table(SpeedSource(one)), get_policy("gavel"),
+        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed_restart_s=20.0,
+        service_round_s=20.0,
+    )  # fmt: skip
+    res = sim.run()
+    resumes = [e.paused_until_s - e.time_s for e in res.allocation_log if e.kind == "resume"]
+    assert resumes and all(p == pytest.approx(6.0) for p in resumes), resumes

@@ -138,6 +138,16 @@ class ReplaySimulator(Simulator):
         plus the job's own fixed cost (``job_extra_s``)."""
         return self._launch_s(job, placement, now) + self._job_extra_s.get(job.job_id, 0.0)
 
+    def pause_s(self, ch: Change, job, now: float) -> float:  # type: ignore[no-untyped-def, override]
+        """As the service pays them: a rescale or migration keeps the workers that stay (the measured
+        ``restart_s``); a resume after a preemption is a launch — the preempted gang's workers were released, so
+        it starts cold, or warm on a finished job's spares — and its fixed cost was charged at its first start.
+        (Charging a resume the fast restart made every time-sharing swap of a Gavel replay 5 s too cheap.)"""
+        assert ch.new is not None
+        if ch.kind == "resume":
+            return self._launch_s(job, ch.new.placement, now)
+        return super().pause_s(ch, job, now)
+
     def _launch_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def]
         if self._warm_start_s is None:
             return super().start_s(job, placement, now)

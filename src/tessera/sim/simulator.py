@@ -236,6 +236,12 @@ class Simulator:
         """The pause before a first start computes (a launch): ``startup_s`` here."""
         return self.cfg.startup_s
 
+    def pause_s(self, ch: Change, job: Job, now: float) -> float:
+        """The pause before a changed job computes: a launch for its first start, a restart (checkpoint save and
+        load, start-up) for any other change."""
+        assert ch.new is not None
+        return self.start_s(job, ch.new.placement, now) if ch.kind == "start" else self.restart_s(job)
+
     def _release_gpus(self, jid: int, placement: Sequence[tuple[int, int]], now: float) -> None:
         for i, n in placement:
             self._busy[self.state.type_index[i]] -= n
@@ -259,7 +265,7 @@ class Simulator:
             self._busy[self.state.type_index[i]] += n
         self._held_since[jid] = now
         rate = self.true_rate(js.job, ch.new.gpus)
-        delay = self.start_s(js.job, ch.new.placement, now) if ch.kind == "start" else self.restart_s(js.job)
+        delay = self.pause_s(ch, js.job, now)
         js.rate_iters_per_s = rate
         js.paused_until_s = now + delay
         js.as_of_s = now
