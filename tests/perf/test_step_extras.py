@@ -257,6 +257,15 @@ def test_the_speed_source_prices_a_jobs_extras_under_its_own_configuration():
     with_extras = estimate_plan(cell.plan, src.job(extra).spec, get_cluster("local"), cost=src.job(extra).cost,
                                 extras=StepExtras(grad_clip=True, val_every_steps=20, val_batches=4))  # fmt: skip
     assert src.cell(extra, gpus, 1) == pytest.approx(1.0 / with_extras.iteration_time_s, rel=1e-9)
+    # ranked with the extras, as the planner ranks them: the same Cell plan as the planner's own estimator's
+    from tessera.planning.cells import CellEstimator, CellShape
+
+    js = src.job(extra)
+    planner = CellEstimator(js.spec, js.settings, get_cluster("local"), js.cost, recompute=extra.recompute,
+                            extras=js.extras)  # fmt: skip
+    mine = planner.estimate(CellShape.of(gpus, 1))
+    assert mine is not None and mine.plan == cell.plan
+    assert mine.iteration_time_s == pytest.approx(cell.iteration_time_s, rel=1e-9)
 
 
 def _time_steps_and_evaluations(rank: int, out: dict) -> None:

@@ -311,8 +311,9 @@ class FastStageSpace(StageSpace):
         total = math.prod(len(a) for a in allowed)
         if any(not a for a in allowed):
             return None
-        if total <= _SMALL_ENUMERATION or total > MAX_ENUMERATED or self.virtual_stages > 1:
-            return super().assemble(allowed)  # (interleaved: the planner's own assembly prices it)
+        if total <= _SMALL_ENUMERATION or total > MAX_ENUMERATED or self.virtual_stages > 1 or self.extras:
+            # (interleaved, or a job's clipping and validation: the planner's own assembly prices them)
+            return super().assemble(allowed)
         self.warm_memory([(s, j) for s, a in enumerate(allowed) for j in a])
         S = self.n_stages
         costs = [[self.stage_cost(s, j) for j in a] for s, a in enumerate(allowed)]
@@ -484,12 +485,14 @@ class JobSpeed:
             optimizer=config.optimizer,
         )
         est = FastCellEstimator if fast else CellEstimator  # the same figures; the fast one assembles faster
-        self.estimator = est(self.spec, self.settings, cluster, cost, recompute=config.recompute)
+        # clipping and validation priced into every plan compared (the ranking is the job's whole step's)
+        self.extras = extras_of(config)
+        self.estimator = est(
+            self.spec, self.settings, cluster, cost, recompute=config.recompute, extras=self.extras
+        )
         self.annotated_stages = models.annotation_stage_count(config) if config.entrypoint else None
         self.failures: list[str] = []
         self._tuned: dict[tuple[Any, tuple | None], Tuned | None] = {}
-        self.extras = extras_of(config)
-        self._extra_s: dict[tuple, float] = {}
         self._usable: dict[GPUs, bool] = {}
         self._ranked: list[CellChoice] | None = None
 
@@ -541,23 +544,7 @@ class JobSpeed:
             return 0.0
         if c is None or not c.feasible:
             return 0.0
-        if self.extras is None:
-            return c.samples_per_s / self.config.global_batch
-        return 1.0 / (c.iteration_time_s + self.extra_s(("cell", gpus, n_stages), c.plan))
-
-    def extra_s(self, key: tuple, plan: Plan) -> float:
-        """Seconds the configuration's training extras add to an iteration of ``plan`` (clipping and amortized
-        validation, :func:`~tessera.perf.estimate.extras_s`), kept under ``key``; 0 without extras. Priced on
-        the planner's chosen plan, after the choice: the planner ranks plans without them."""
-        if self.extras is None:
-            return 0.0
-        hit = self._extra_s.get(key)
-        if hit is None:
-            from tessera.perf.estimate import estimate_plan
-
-            e = estimate_plan(plan, self.spec, self.cluster, cost=self.cost, extras=self.extras)
-            hit = self._extra_s[key] = e.clip_s + e.validation_s
-        return hit
+        return c.samples_per_s / self.config.global_batch
 
     def best_stages(self, gpus: GPUs) -> int | None:
         best, arg = 0.0, None
@@ -589,13 +576,8 @@ class JobSpeed:
                     if j is None:
                         return 0.0
                     choice = space.assemble([[j]])
-                    if choice is not None and choice.feasible:
-                        extra = (
-                            self.extra_s(("dp", gpus, rung, B), space.plan(choice.options))
-                            if self.extras
-                            else 0.0
-                        )
-                        best = max(best, gb / (choice.iteration_time_s + extra))
+                    if choice is not None and choice.feasible:  # (the job's extras included)
+                        best = max(best, gb / choice.iteration_time_s)
                 if best > 0:
                     break  # the cheapest memory setting that fits: more recompute only costs time
         except _CELL_ERRORS as e:
@@ -656,13 +638,8 @@ class JobSpeed:
 
             t = tune(self.estimator, shape)
             out = None
-            if t is not None:
-                est = t.estimate
-                if self.extras is not None:  # the tuned plan with the job's clipping and validation
-                    from tessera.perf.estimate import estimate_plan
-
-                    est = estimate_plan(t.plan, self.spec, self.cluster, cost=self.cost, extras=self.extras)
-                out = Tuned(t.plan, est, t.cell.label)
+            if t is not None:  # ranked and estimated with the job's clipping and validation
+                out = Tuned(t.plan, t.estimate, t.cell.label)
         self._tuned[key] = out
         return out
 
