@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from nn_helpers import no_dropout
 from torch import nn
 
 from tessera.models.zoo import get_arch
-from tessera.nn.common import Dropout, SelfAttention, TPShare, shard_sizes
+from tessera.nn.common import TPShare, shard_sizes
 from tessera.nn.trace import trace_spec
 from tessera.nn.zoo import build_model
 
@@ -107,15 +108,6 @@ def test_gqa_shards_whole_kv_groups() -> None:
         build_model("llama-tiny", tp=TPShare(4, 0), device="meta")
 
 
-def _no_dropout(m: nn.Module) -> nn.Module:
-    for mod in m.modules():
-        if isinstance(mod, Dropout):
-            mod.p = 0.0
-        if isinstance(mod, SelfAttention):
-            mod.attn_dropout = 0.0
-    return m
-
-
 def _load_shards(full: nn.Module, parts: list[nn.Module]) -> None:
     """Give each shard its contiguous slice of every parameter/buffer the TP split made smaller."""
     full_state = full.state_dict()
@@ -136,7 +128,7 @@ def _load_shards(full: nn.Module, parts: list[nn.Module]) -> None:
 
 def _build_cpu(name: str, tp: TPShare | None) -> nn.Module:
     torch.manual_seed(0)
-    return _no_dropout(build_model(name, tp=tp)).eval()
+    return no_dropout(build_model(name, tp=tp)).eval()
 
 
 @pytest.mark.parametrize(

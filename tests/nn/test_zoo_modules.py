@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
+from nn_helpers import no_dropout
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tessera.models.zoo import get_arch, get_spec
-from tessera.nn.common import BlockModel, Dropout, SelfAttention
+from tessera.nn.common import BlockModel
 from tessera.nn.zoo import build_model
 
 TINY = ["gpt-tiny", "llama-tiny", "bert-tiny", "moe-tiny", "wrn-tiny"]
 TRANSFORMERS = TINY[:4]
-
-
-def no_dropout(model: nn.Module) -> nn.Module:
-    for m in model.modules():
-        if isinstance(m, Dropout):
-            m.p = 0.0
-        if isinstance(m, SelfAttention):
-            m.attn_dropout = 0.0
-    return model
 
 
 def step(model: BlockModel, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:

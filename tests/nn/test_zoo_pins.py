@@ -12,9 +12,9 @@ import hashlib
 
 import pytest
 import torch
-from torch import nn
+from nn_helpers import no_dropout
 
-from tessera.nn.common import BlockModel, Dropout, SelfAttention, TPShare
+from tessera.nn.common import BlockModel, TPShare
 from tessera.nn.zoo import build_model
 
 # an uneven two-way TP share (rank 1 of ratios 1:3), so sharded shapes differ from any even split
@@ -82,15 +82,6 @@ def test_structure_is_pinned(name: str, tp: TPShare | None, layer_range: tuple[i
     n_params = sum(p.numel() for p in model.parameters())
     got = (digest(lines), len(model.state_dict()), n_params)
     assert got == STRUCTURE[(name, tp, layer_range)], "\n".join(lines)
-
-
-def no_dropout(model: nn.Module) -> nn.Module:
-    for m in model.modules():
-        if isinstance(m, Dropout):
-            m.p = 0.0
-        if isinstance(m, SelfAttention):
-            m.attn_dropout = 0.0
-    return model
 
 
 @pytest.mark.parametrize("name", list(NUMERICS))
