@@ -106,3 +106,17 @@ def test_a_model_name_with_an_unknown_users_home_is_an_unknown_model():
     """``~nosuchuser/x`` made pathlib raise RuntimeError (no such home) and the API answer 500 (schemathesis)."""
     with pytest.raises(JobSpecError, match="unknown model"):
         parse_job({"model": "~nosuchuser/x", "global_batch": 8, "steps": 3})
+
+
+def test_a_hugging_face_model_directory_beside_the_spec_resolves_against_its_folder(tmp_path):
+    """`model: tiny-llama` in a spec names the directory beside the spec (config.json inside), wherever the user
+    runs the command from; a zoo name stays as written."""
+    from tessera.jobs import load_job
+
+    (tmp_path / "tiny-llama").mkdir()
+    (tmp_path / "tiny-llama" / "config.json").write_text("{}")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: j\nmodel: tiny-llama\nglobal_batch: 8\nsteps: 4\n")
+    assert load_job(spec).model == str((tmp_path / "tiny-llama").resolve())
+    spec.write_text("name: j\nmodel: gpt-tiny\nglobal_batch: 8\nsteps: 4\n")
+    assert load_job(spec).model == "gpt-tiny"

@@ -379,12 +379,14 @@ def load_job(path: str | Path) -> JobSpec:
 
 
 def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative file references of a spec (HF config, entrypoint file, data file) made absolute against
+    """Relative file references of a spec (HF config or model directory, entrypoint file, data) made absolute against
     ``base`` when the file exists there, so the spec means the same thing wherever it is sent."""
     out = dict(data)
     model = out.get("model")
     if isinstance(model, str) and model.endswith(".json") and (base / model).is_file():
         out["model"] = str((base / model).resolve())
+    elif isinstance(model, str) and model and (base / model / "config.json").is_file():
+        out["model"] = str((base / model).resolve())  # a Hugging Face model directory beside the spec
     entry = out.get("entrypoint")
     if isinstance(entry, str) and ":" in entry:
         source, _, attr = entry.rpartition(":")
