@@ -131,39 +131,6 @@ def test_archive_is_deterministic_and_localize_rewrites_every_path(tmp_path):
         jf.unpacked({**shipped, "digest": "0" * 24}, tmp_path / "other")
 
 
-def test_a_model_directory_travels_with_its_links_followed(tmp_path):
-    """A Hugging Face model directory (here laid out like a hub cache snapshot: files are links to blobs)
-    travels as regular files; the worker builds the model and finds the tokenizer in its copy."""
-    from tessera.runtime.dataset import tokenizer_of_model
-    from tessera.runtime.model import ZooModel
-
-    blobs, snap = tmp_path / "blobs", tmp_path / "snapshot"
-    blobs.mkdir()
-    snap.mkdir()
-    for name, text in {"config.json": '{"model_type": "gpt2"}', "tokenizer.json": "{}"}.items():
-        (blobs / name).write_text(text)
-        (snap / name).symlink_to(blobs / name)
-    data = tmp_path / "train.jsonl"
-    data.write_text('{"text": "hello"}\n')
-    spec = JobSpec.model_validate(
-        {"model": str(snap), "global_batch": 4, "steps": 2, "data": {"path": str(data)}}
-    )
-    files = jf.job_files(spec)
-    assert [(f.field, f.path) for f in files] == [("model", snap), ("data.path", data)]
-    packed = jf.pack(files, 1 << 20)
-    run = RunSpec(
-        job_id=1, attempt=1, total_steps=2, learning_rate=1e-3, seed=0, checkpoint_dir="/ck",
-        checkpoint_every=1, resume=False, backend="gloo", pg_timeout_s=10.0, data_config=spec.data_options(),
-        files={"digest": packed.digest, "archive": packed.data, "paths": packed.paths},
-    )  # fmt: skip
-    local, model_dir = jf.localize(run, tmp_path / "node")
-    copy = tmp_path / "node" / packed.digest / "model" / "snapshot"
-    assert model_dir == str(copy) and local.model_factory == ZooModel(str(copy))
-    assert not (copy / "config.json").is_symlink() and (copy / "config.json").read_text().startswith("{")
-    assert local.data_config["tokenizer"] is None  # the runtime takes the model copy's own tokenizer:
-    assert tokenizer_of_model(model_dir) == str(copy)
-
-
 def test_files_above_the_limit_get_one_error_naming_the_field_and_sizes(tmp_path):
     model, corpus, _ = user_files(tmp_path)
     big = tmp_path / "user" / "big.txt"
