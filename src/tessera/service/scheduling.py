@@ -308,17 +308,12 @@ class SchedulingAdapter:
         for key, vals in seen.items():
             m = sorted(vals, key=lambda m: m.step_s)[len(vals) // 2]
             was = self._measured.get(key)
-            if (
-                was is not None
-                and was.gpus == m.gpus
-                and abs(math.log(m.step_s / was.step_s)) <= math.log(1.15)
-            ):
+            if was is not None and was.gpus == m.gpus and not _moved(m.step_s, was.step_s):
                 continue  # on the same GPUs the factor moves as the measurement does: not enough to refresh
             f = factors_of(self.speed, {key: m}).get(key)
             old = factors.get(key)
-            if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
-                kept = was.finals_s if was is not None and was.gpus == m.gpus else ()
-                self._measured[key] = Measured(m.gpus, m.step_s, kept)
+            if f is not None and (old is None or _moved(f, old)):
+                self._measured[key] = Measured(m.gpus, m.step_s, _finals_on(was, m.gpus))
                 factors[key] = f
                 changed = True
         if changed:
@@ -339,16 +334,14 @@ class SchedulingAdapter:
             held = gpus_of(gpus.items())
             key = (config_of(spec).speed_key, types_of(held))
             was = self._measured.get(key)
-            finals = ((was.finals_s if was is not None and was.gpus == held else ()) + (step_s,))[
-                -FINALS_KEPT:
-            ]
+            finals = (_finals_on(was, held) + (step_s,))[-FINALS_KEPT:]
             m = Measured(held, statistics.median(finals), finals)
             self._measured[key] = m
             if self.measured_path is not None:
                 save_measured(self.measured_path, self._measured)
             f = factors_of(self.speed, {key: m}).get(key)
             old = self.speed.factors.measured.get(key)
-            if f is not None and (old is None or abs(math.log(f / old)) > math.log(1.15)):
+            if f is not None and (old is None or _moved(f, old)):
                 self.speed.factors = SpeedFactors({**self.speed.factors.measured, key: f})
                 self._refresh_knowledge()
 
@@ -540,6 +533,17 @@ __all__ = [
     "Slot",
     "pin_plan",
 ]
+
+
+def _moved(new: float, old: float) -> bool:
+    """Whether a measurement or factor moved enough (more than 15 %) to re-price what the policy sees: smaller
+    moves are noise on a shared machine, and every re-pricing makes the policy forget its copies."""
+    return abs(math.log(new / old)) > math.log(1.15)
+
+
+def _finals_on(was: Measured | None, gpus: GPUs) -> tuple[float, ...]:
+    """The ended allocations' figures a configuration's measurement keeps: those on the same GPUs only."""
+    return was.finals_s if was is not None and was.gpus == gpus else ()
 
 
 def _progress_s(job: JobInput) -> float | None:
