@@ -1,7 +1,9 @@
 """`tessera server --ray-address`: join a Ray cluster started elsewhere (here: two emulated GPU nodes that
 advertise only Ray's own accelerator types, as real GPU nodes do). Kill the server mid-run: the job's actors
 keep training (they are detached), and the restarted server reattaches to them — same attempt, no relaunch,
-no step lost from the telemetry."""
+no step lost from the telemetry. The restarted server runs with a loaded box's thread timing
+(``interleave/sitecustomize.py``): its gang threads' first Ray call overlaps the main thread building the HTTP
+app, which once failed the reattach with ``KeyError: 'pydantic.v1'``."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from conftest import EXAMPLES, free_port, start_server_process, wait_for
 
 pytestmark = pytest.mark.ray
+INTERLEAVE = Path(__file__).parent / "interleave"  # the thread-timing aid (its sitecustomize.py)
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +54,15 @@ def external_ray(tmp_path_factory):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def start(state, port: int, address: str, tmp: str) -> subprocess.Popen:
+def start(state, port: int, address: str, tmp: str, *, interleave: bool = False) -> subprocess.Popen:
     env = {
         **os.environ,
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_AUTH_MODE": "disabled",
         "RAY_TMPDIR": tmp,
     }
+    if interleave:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(INTERLEAVE), os.environ.get("PYTHONPATH")) if p)
     return start_server_process(
         ["--round", "2", "--ray-address", address], state, port, env=env, timeout_s=90
     )
@@ -88,7 +94,7 @@ def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(timeout=30)
         time.sleep(2.0)  # the detached actors train on without a server
-        procs.append(start(state, port, address, tmp))
+        procs.append(start(state, port, address, tmp, interleave=True))
         final = wait_for(
             lambda: (j := httpx.get(f"{url}/api/jobs/{jid}", timeout=60).json())["state"] in ("SUCCEEDED", "FAILED") and j,
             200, "the reattached job to finish",

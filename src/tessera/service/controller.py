@@ -79,6 +79,7 @@ class Controller:
         cost = CostModel.load(self.config.cost_dir)
         if self.cluster is not None:
             self.cluster.start()
+            _serialize_first_here()
             self.live = self.cluster.refresh()
         else:
             self.live = LiveCluster.from_spec(emulated_spec(self.config.cluster))
@@ -819,3 +820,18 @@ def _plan_text(a: Assignment) -> str:
         + "+".join(sorted({d.gpu_type for d in s.devices}))
         for s in a.plan.stages
     )
+
+
+def _serialize_first_here() -> None:
+    """Make this process's first Ray serialization now, in the thread that starts the service, before any
+    gang thread or the HTTP API runs.
+
+    Ray builds its serialization context at a process's first put/get/task and imports ``pydantic.v1`` then
+    (``ray._common.pydantic_compat``); FastAPI imports ``pydantic.v1`` when it builds its routes. That package
+    imports itself in a cycle, and two threads importing it for the first time at once break it: the second
+    gets ``KeyError: 'pydantic.v1'``. A restarted server's reattached gang threads made their first Ray call
+    beside the main thread building the app; on a loaded box the reattach failed so, and every relaunch then
+    waited for GPUs the failed reattach's placement groups still held."""
+    import ray
+
+    ray.put(None)
