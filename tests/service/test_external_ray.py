@@ -1,9 +1,10 @@
 """`tessera server --ray-address`: join a Ray cluster started elsewhere (here: two emulated GPU nodes that
 advertise only Ray's own accelerator types, as real GPU nodes do). Kill the server mid-run: the job's actors
 keep training (they are detached), and the restarted server reattaches to them — same attempt, no relaunch,
-no step lost from the telemetry. The restarted server runs with a loaded box's thread timing
-(``interleave/sitecustomize.py``): its gang threads' first Ray call overlaps the main thread building the HTTP
-app, which once failed the reattach with ``KeyError: 'pydantic.v1'``."""
+no step lost from the telemetry. The job's data file travels to the nodes (their own ``TESSERA_HOME``), and the
+restarted server runs with a loaded box's thread timing (``interleave/sitecustomize.py``): its gang threads'
+first Ray call overlaps the main thread building the HTTP app, which once failed the reattach with
+``KeyError: 'pydantic.v1'``."""
 
 from __future__ import annotations
 
@@ -24,25 +25,29 @@ INTERLEAVE = Path(__file__).parent / "interleave"  # the thread-timing aid (its 
 
 @pytest.fixture(scope="module")
 def external_ray(tmp_path_factory):
-    """A Ray cluster this test starts and owns: A100-40G ×2 on the head, V100 ×2 on a second node."""
+    """A Ray cluster this test starts and owns: A100-40G ×2 on the head, V100 ×2 on a second node, each node's
+    workers with their own TESSERA_HOME (where shipped job files are unpacked)."""
     from ray.cluster_utils import Cluster
 
     tmp = f"/tmp/tsr-ext-{os.getpid()}"
     old = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = tmp
     os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+    homes = [tmp_path_factory.mktemp("home-a100"), tmp_path_factory.mktemp("home-v100")]
     common = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "num_gpus": 2, "object_store_memory": 100 * 2**20,
               "dashboard_agent_listen_port": None}  # fmt: skip
     cluster = Cluster(
         initialize_head=True,
         head_node_args={**common, "include_dashboard": False, "resources": {"accelerator_type:A100-40G": 1},
-                        "labels": {"ray.io/accelerator-type": "A100-40G"}},
+                        "labels": {"ray.io/accelerator-type": "A100-40G"},
+                        "env_vars": {"TESSERA_HOME": str(homes[0])}},
     )  # fmt: skip
     cluster.add_node(
-        **common, resources={"accelerator_type:V100": 1}, labels={"ray.io/accelerator-type": "V100"}
-    )
+        **common, resources={"accelerator_type:V100": 1}, labels={"ray.io/accelerator-type": "V100"},
+        env_vars={"TESSERA_HOME": str(homes[1])},
+    )  # fmt: skip
     try:
-        yield cluster.address, tmp
+        yield cluster.address, tmp, homes
     finally:
         cluster.shutdown()
         if old is None:
@@ -70,7 +75,7 @@ def start(state, port: int, address: str, tmp: str, *, interleave: bool = False)
 
 @pytest.mark.timeout(300)
 def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_path):
-    address, tmp = external_ray
+    address, tmp, homes = external_ray
     state = tmp_path / "state"
     state.mkdir()
     port = free_port()
@@ -107,6 +112,11 @@ def test_join_existing_cluster_and_reattach_after_server_kill(external_ray, tmp_
             and len(final["history"]) == len(before["history"])
         ), logs  # never relaunched
         assert any(f"reattached to attempt {before['attempt']}" in line for line in logs)
+        # the data file travelled: unpacked on the nodes that ran the ranks, read from there
+        digest = next(line for line in logs if "job files: archive" in line).split("archive ")[1].split()[0]
+        copies = [h / "job-files" / digest / "data" / "corpus.txt" for h in homes]
+        assert any(c.is_file() for c in copies), copies
+        assert all(c.read_bytes() == corpus.read_bytes() for c in copies if c.exists())
         steps = httpx.get(
             f"{url}/api/jobs/{jid}/telemetry", params={"max_points": 100000}, timeout=60
         ).json()["steps"]

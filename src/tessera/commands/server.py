@@ -61,6 +61,18 @@ def server(
         help="a directory job specs may name files under (data, config.json, entrypoint .py); repeatable "
         "(default: the current directory, the state dir and the package's examples)",
     ),
+    shared_files: bool = typer.Option(
+        False,
+        "--shared-files",
+        help="a job's files (entrypoint, model directory, data) are on every Ray node already, at the same "
+        "paths (a shared filesystem): use them as they are instead of sending them with the job",
+    ),
+    job_files_limit_mib: int = typer.Option(
+        512,
+        "--job-files-limit-mib",
+        min=1,
+        help="on a Ray cluster of other machines: the most a job's files may weigh to travel with it (MiB)",
+    ),
 ) -> None:
     """Run the Tessera service: submit jobs without GPU counts; it places, scales and recovers them."""
     from tessera.service.server import serve
@@ -69,6 +81,7 @@ def server(
         host=host, port=port, state_dir=state_dir or default_state_dir(), db_url=db, ray_address=ray_address,
         cluster=cluster, round_s=round_s, policy=policy, token=token, scheduler=not api_only,
         allow_user_code=allow_user_code, allow_paths=tuple(p.resolve() for p in allow_path or ()),
+        shared_files=shared_files, job_files_limit_bytes=job_files_limit_mib << 20,
     )  # fmt: skip
 
     def announce(service) -> None:  # type: ignore[no-untyped-def]

@@ -267,6 +267,10 @@ def create_app(service: Any) -> FastAPI:
         try:
             check_data(spec)
             model_spec(spec)  # zoo: cheap, and catches e.g. a seq_len beyond the model's positions
+            if getattr(service.controller, "ships_files", False):  # its files travel: within the limit
+                from tessera.service.job_files import check_size, job_files
+
+                check_size(job_files(spec), config.job_files_limit_bytes)
         except ModelSourceError as e:
             field = "seq_len" if e.field == "model" and "seq_len" in e.reason else e.field
             raise unprocessable(field, e.reason) from None

@@ -54,6 +54,12 @@ class ServiceConfig:
     # working directory at start, the state dir and the package's examples).
     allow_paths: tuple[Path, ...] = ()
     max_body_bytes: int = 1 << 20  # larger request bodies get 413 before they are parsed
+    # Code and data travel with the job (``tessera.service.job_files``): on a Ray cluster of other machines the
+    # files a job names (entrypoint .py, model directory, data, tokenizer) are packed and sent to its nodes, up
+    # to this many bytes per job; ``shared_files``: they are on every node already (a shared filesystem), and
+    # the paths are used as they are. The embedded cluster never packs (every node is this machine).
+    job_files_limit_bytes: int = 512 << 20
+    shared_files: bool = False
 
     @property
     def exposed(self) -> bool:

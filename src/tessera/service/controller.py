@@ -34,6 +34,7 @@ from tessera.perf.compute import Profile
 from tessera.perf.costmodel import CostModel
 from tessera.service.config import ServiceConfig
 from tessera.service.device_worker import RunSpec
+from tessera.service.job_files import Shipper
 from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
 from tessera.service.profiles import ProfileKeeper
 from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
@@ -52,6 +53,7 @@ class Controller:
         self.adapter: SchedulingAdapter | None = None
         self.live: LiveCluster | None = None
         self.profiles: ProfileKeeper | None = None
+        self.shipper = Shipper(config.job_files_limit_bytes)  # a job's files, sent to other machines
         self.gangs: dict[int, Gang] = {}
         # job → the relaunch waiting for its gang to stop: (kind, assignment, the scheduler's note)
         self._next: dict[int, tuple[str, Assignment, str]] = {}
@@ -147,13 +149,23 @@ class Controller:
         if self.cluster is not None:
             self.cluster.shutdown()
 
+    @property
+    def ships_files(self) -> bool:
+        """Whether a job's files travel to its nodes (:mod:`tessera.service.job_files`): on a Ray cluster of
+        other machines, unless the operator says they are on every node already (``--shared-files``). The
+        embedded cluster's nodes are all this machine: its paths are right as they are."""
+        return self.cluster is not None and not self.cluster.embedded and not self.config.shared_files
+
     def wake(self) -> None:
         """Something changed (a submission, a cancel): run a round soon."""
         self._dirty.set()
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
-        for job in self.store.list_jobs(list(ACTIVE)):
+        active = self.store.list_jobs(list(ACTIVE))
+        if self.ships_files:  # archives of jobs that ended while no server ran leave the object store
+            self.shipper.keep_only({job.id for job in active})
+        for job in active:
             a = Assignment.from_dict(job.allocation) if job.allocation else None
             if (
                 a is not None
@@ -331,6 +343,12 @@ class Controller:
         cells = self.adapter.cells_of(spec)
         every = spec.checkpoint_interval_steps
         backend = "gloo" if self.cluster is None or self.cluster.embedded else "auto"
+        files = self.shipper.ship(job.id, spec) if self.ships_files else None
+        if files is not None:
+            self.store.log(
+                job.id, f"job files: archive {files['digest']} ({files['bytes'] / 2**20:.1f} MiB: "
+                f"{', '.join(files['paths'])}) travels to the nodes",
+            )  # fmt: skip
         run = RunSpec(
             job_id=job.id, attempt=attempt, total_steps=spec.total_steps, learning_rate=spec.learning_rate,
             seed=spec.seed, checkpoint_dir=str(ckdir.resolve()), checkpoint_every=every, resume=resume,
@@ -339,6 +357,7 @@ class Controller:
             data_config=None if isinstance(spec.data, str) else spec.data_options(),
             training=spec.training_options(), force_data_change=spec.force_data_change,
             loopback=self.cluster is None or self.cluster.embedded, on_nonfinite_loss=spec.on_nonfinite_loss,
+            files=files,
         )  # fmt: skip
         return {
             f.name: getattr(run, f.name) for f in dataclasses.fields(run)
@@ -544,6 +563,9 @@ class Controller:
             self._ended(gang, outcome, err, ck)
         finally:
             gang.release_kept()  # actors kept for a fast rescale that no relaunch took
+            job = self.store.get(gang.job_id)
+            if self.ships_files and (job is None or job.state.terminal):
+                self.shipper.forget(gang.job_id)
 
     def _ended(self, gang: Gang, outcome: str, err: str | None, ck: int | None) -> None:
         jid = gang.job_id
@@ -677,6 +699,8 @@ class Controller:
                     job.id, state=JobState.CANCELLED, finished_at=time.time(), reason=None, log="cancelled"
                 )
                 self._not_before.pop(job.id, None)
+                if self.ships_files:
+                    self.shipper.forget(job.id)
                 self._dirty.set()
 
     # ------------------------------------------------------------------ calibration

@@ -11,7 +11,8 @@ with ``on_nonfinite_loss="fail"`` every rank ends at that step, writes no checkp
 updated are not finite), and the actor's state is ``diverged`` with "loss diverged (NaN) at step N" — the
 service fails the job without relaunching it. With ``"skip"`` the trainer skips such steps' updates itself.
 
-Imports only ``tessera.plan``, the runtime and torch (the worker stays light, as the runtime promises).
+Imports only ``tessera.plan``, the runtime, torch and the stdlib-only :mod:`tessera.service.job_files`
+(the worker stays light, as the runtime promises).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class RunSpec:
     data_config: Any = None  # a dataset mapping (JobSpec.data_options()); data_path stays the text-file form
     training: dict[str, Any] | None = None  # JobSpec.training_options(): schedule, clipping, decay, dropout
     force_data_change: bool = False
+    # the job's files shipped to the nodes (``tessera.service.job_files``): archive digest, its Ray object and
+    # where each field's copy lies in it; None: the paths above are used as they are (embedded, shared files)
+    files: dict[str, Any] | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -202,6 +206,11 @@ class DeviceWorker:
             TESSERA_GPU_TYPE=self.gpu_type, TESSERA_JOB_ID=str(run.job_id), TESSERA_ATTEMPT=str(run.attempt),
         )  # fmt: skip
         faulthandler.dump_traceback_later(max(60.0, 4 * run.pg_timeout_s), exit=False, file=sys.stderr)
+        model_dir = None
+        if run.files:  # the job's files, unpacked on this node: the RunSpec's paths now name the copies
+            from tessera.service.job_files import localize
+
+            run, model_dir = localize(run)
         torch.set_num_threads(1 if run.backend == "gloo" else max(1, (os.cpu_count() or 1) // 2))
         dist.init_process_group(
             run.backend,
@@ -219,7 +228,7 @@ class DeviceWorker:
             else:
                 device = torch.device("cpu")
             if run.data_config is not None:
-                data = data_source(run.data_config, seed=run.seed, model=plan.model)
+                data = data_source(run.data_config, seed=run.seed, model=model_dir or plan.model)
             else:
                 data = TextData(run.data_path, vocab=run.vocab) if run.data_path else SyntheticData(run.seed)
             training = Training(**run.training) if run.training else Training(learning_rate=run.learning_rate)
