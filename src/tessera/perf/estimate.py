@@ -134,6 +134,9 @@ class Topology:
             self.gpu_map = cluster_or_gpu_map
         self._gpus: dict[str, GPUSpec] = {}  # resolved names: Cells ask thousands of times per job
         self._links: dict[tuple[tuple[str | None, str], ...], Link] = {}
+        # by the identity of device tuples (held, so their ids stay theirs): a stage's devices are one tuple
+        # shared by all its options, and its boundary and DP groups are priced again for every option
+        self._by_ids: dict[tuple, tuple[tuple, Any]] = {}
 
     def gpu(self, d: Device) -> GPUSpec:
         hit = self._gpus.get(d.gpu_type)
@@ -149,6 +152,30 @@ class Topology:
         if hit is None:
             hit = self._links[key] = self._link(devices)
         return hit
+
+    def link_of(self, *groups: tuple[Device, ...]) -> Link:
+        """:meth:`link` of the groups' devices together, kept by the groups' identities."""
+        key = ("link", *map(id, groups))
+        hit = self._by_ids.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], groups, strict=True)):
+            return hit[1]
+        link = self.link(groups[0] if len(groups) == 1 else tuple(itertools.chain(*groups)))
+        self._by_ids[key] = (groups, link)
+        return link
+
+    def dp_group(
+        self, devices: tuple[Device, ...], k: int, tp: int
+    ) -> tuple[tuple[Device, ...], Link, float]:
+        """TP rank ``k``'s DP group of a stage's ``devices`` (every ``tp``-th from ``k``), its link and its
+        members' slowest memory bandwidth, kept by the devices' identity."""
+        key = ("dp", id(devices), k, tp)
+        hit = self._by_ids.get(key)
+        if hit is not None and hit[0] is devices:
+            return hit[1]
+        group = devices[k::tp]
+        out = (group, self.link(group), min(self.gpu(d).memory_bandwidth_Bps for d in group))
+        self._by_ids[key] = (devices, out)
+        return out
 
     def _link(self, devices: tuple[Device, ...]) -> Link:
         per_node = Counter(d.node for d in devices)
@@ -355,6 +382,96 @@ def _active_micro_batches(plan: Plan, share: int) -> int:
     return min(plan.micro_batches, share)
 
 
+@dataclass(frozen=True)
+class _Replicas:
+    """What a stage's replicas are on one topology at one global batch — built once per stage object (a
+    Cell's spaces under every memory rung and micro-batch count share their stage objects, and each prices
+    them again at its own micro-batch count): batch shares, shard ratios, and the distinct replicas in
+    first-occurrence order — (share, per device its GPU and profile key, TP link or None) — so a stage of
+    64 alike replicas is priced once, not walked 64 times per price. Only GPU devices (a CPU stand-in's
+    profile key depends on the plan)."""
+
+    shares: tuple[int, ...]
+    ratios: tuple[float, ...]
+    even_tp: bool
+    groups: tuple[tuple[int, tuple[tuple[GPUSpec, str], ...], Link | None], ...]
+    max_share: int
+
+
+def _replicas(
+    st: Stage, global_batch: int, topo: Topology, memo: dict[tuple, Any] | None
+) -> _Replicas | None:
+    """The stage's :class:`_Replicas`, kept in ``memo`` (by the stage object, which the entry holds so its id
+    stays its own); None without a memo or on a CPU device."""
+    if memo is None:
+        return None
+    key = ("replicas", id(st), id(topo), global_batch)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is st and hit[1] is topo:
+        return hit[2]
+    shares = st.shares(global_batch)
+    tp = st.tp_degree
+    gpus: dict[str, GPUSpec] = {}
+    groups: list[tuple[int, tuple[tuple[GPUSpec, str], ...], Link | None]] = []
+    seen: set[tuple] = set()
+    info: _Replicas | None = None
+    for r, share in enumerate(shares):
+        devices = st.replica(r)
+        per_dev = []
+        for d in devices:
+            gpu = gpus.get(d.gpu_type)
+            if gpu is None:
+                gpu = gpus[d.gpu_type] = topo.gpu(d)
+            if gpu.arch == "cpu":
+                break
+            per_dev.append((gpu, gpu.name))  # a GPU's profile key is its name (device_key)
+        else:
+            link = topo.link(devices) if tp > 1 else None
+            k = (share, tuple(d.gpu_type for d in devices), link)
+            if k not in seen:  # an alike replica (its links too) costs the same
+                seen.add(k)
+                groups.append((share, tuple(per_dev), link))
+            continue
+        break
+    else:
+        ratios = st.ratios()
+        even = all(math.isclose(x, ratios[0], rel_tol=1e-9) for x in ratios)  # Stage.even_tp
+        info = _Replicas(shares, ratios, even, tuple(groups), max(shares))
+    memo[key] = (st, topo, info)
+    return info
+
+
+def _replica_rows(plan: Plan, stage: Stage, topo: Topology, info: _Replicas | None) -> Any:
+    """(share, per device (GPU, profile key), TP link or None) of each replica the stage time must price:
+    the distinct ones of ``info``, else every replica (those alike to an earlier one skipped where TP = 1)."""
+    if info is not None:
+        yield from info.groups
+        return
+    tp_degree = stage.tp_degree
+    seen: set[tuple] = set()
+    devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
+    links: dict[tuple, Link] = {}
+    for r, share in enumerate(stage.shares(plan.global_batch)):
+        devices = stage.replica(r)
+        what = (share, tuple(d.gpu_type for d in devices))  # the share fixes (samples, weight)
+        if what in seen and tp_degree == 1:
+            continue  # an identical replica costs the same (TP replicas may differ in their links)
+        seen.add(what)
+        per_dev = []
+        for d in devices:
+            hit = devs.get((d.gpu_type, d.node))
+            if hit is None:
+                hit = devs[(d.gpu_type, d.node)] = (topo.gpu(d), device_key(plan, d, topo))
+            per_dev.append(hit)
+        link = None
+        if tp_degree > 1:
+            where = tuple((d.node, d.gpu_type) for d in devices)  # what the topology's link depends on
+            link = links.get(where)
+            if link is None:
+                link = links[where] = topo.link(devices)
+        yield share, tuple(per_dev), link
+
+
 def _stage_time(
     plan: Plan,
     spec: ModelSpec,
@@ -366,14 +483,17 @@ def _stage_time(
 ) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, tp_comm_s) per micro-batch of the stage's slowest replica.
 
-    ``memo``: layer times kept across calls (one spec, topology and cost model per memo); ``kernels``: which
-    kernels run the blocks' memory-bound work (Tessera's eager runtime unless a caller prices another)."""
+    ``memo``: layer times kept across calls (one spec, topology and cost model per memo), and the stage's
+    replicas (:func:`_replicas`); ``kernels``: which kernels run the blocks' memory-bound work (Tessera's
+    eager runtime unless a caller prices another)."""
     precision = plan.precision.value
     recompute = plan.recompute.value
     runs = _layer_runs(spec, stage.layer_start, stage.layer_end)
-    ratios = stage.ratios()
+    info = _replicas(stage, plan.global_batch, topo, memo)
+    ratios = info.ratios if info is not None else stage.ratios()
     tp_degree = stage.tp_degree
-    impl = "dtensor" if uses_dtensor(tp_degree, stage.even_tp) else "own"
+    even = info.even_tp if info is not None else stage.even_tp
+    impl = "dtensor" if uses_dtensor(tp_degree, even) else "own"
     # AMP over fp32 parameters keeps the residual stream fp32; FSDP2 gathers bf16 parameters, so its stream is
     # half like bf16-master's (tessera.perf.compute: the AMP note above NORM_BYTES)
     amp = plan.precision in (Precision.FP16, Precision.BF16) and not _uses_fsdp(plan, stage)
@@ -381,28 +501,19 @@ def _stage_time(
     elem = _elem_scale(precision)
     cache: dict[tuple, tuple[float, float, float, float]] = {} if memo is None else memo
     best = (0.0, 0.0, 0.0)
-    seen: set[tuple] = set()
-    devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
-    computed: dict[tuple, tuple[float, float, list[float], Arrival]] = {}  # replicas that compute alike
-    links: dict[tuple, Link] = {}
-    comms: dict[tuple, float] = {}  # TP groups on one link that arrive alike
-    for r, share in enumerate(stage.shares(plan.global_batch)):
+    # replicas that compute alike, and TP groups on alike links that arrive alike: kept in ``memo`` by what
+    # they depend on (stages of other Cells hold the same layers on the same GPU types at the same samples)
+    computed: dict[tuple, tuple[float, float, list[float], Arrival]] = {} if memo is None else memo
+    comms: dict[tuple, float] = {} if memo is None else memo
+    where = ("stage-c", stage.layer_start, stage.layer_end, ratios, tp_degree, precision, recompute, impl,
+             plan.attention.value, kernels, amp)  # fmt: skip
+    B = plan.micro_batches
+    for share, per_dev, link in _replica_rows(plan, stage, topo, info):
         # averaged over the B micro-batches: not B passes of a fractional sample
-        active = _active_micro_batches(plan, share)
-        mb, weight = share / active, active / plan.micro_batches
-        devices = stage.replica(r)
-        what = (mb, weight, tuple(d.gpu_type for d in devices))
-        if what in seen and tp_degree == 1:
-            continue  # an identical replica costs the same (TP replicas may differ in their links)
-        seen.add(what)
-        per_dev = []
-        for d in devices:
-            hit = devs.get((d.gpu_type, d.node))
-            if hit is None:
-                hit = devs[(d.gpu_type, d.node)] = (topo.gpu(d), device_key(plan, d, topo))
-            per_dev.append(hit)
+        active = min(B, share)  # _active_micro_batches
+        mb, weight = share / active, active / B
         # the compute of a replica depends on its devices' GPUs and profile keys, its samples and weight
-        ckey = (mb, weight, tuple((gpu.name, dkey) for gpu, dkey in per_dev))
+        ckey = (where, mb, weight, tuple((gpu.name, dkey) for gpu, dkey in per_dev))
         done = computed.get(ckey)
         if done is None:
             # ranks alike (GPU, profile key and, where the layer is split, shard ratio) price a layer once
@@ -452,11 +563,8 @@ def _stage_time(
         fwd, bwd, totals, arrival = done
         tp_comm = 0.0
         if tp_degree > 1:
-            where = tuple((d.node, d.gpu_type) for d in devices)  # what the topology's link depends on
-            link = links.get(where)
-            if link is None:
-                link = links[where] = topo.link(devices)
-            tkey = (id(link), arrival, mb, weight)  # links are kept by the topology: their ids are stable
+            assert link is not None
+            tkey = ("stage-tp", where, link, arrival, mb, weight)
             tp_comm = comms.get(tkey, -1.0)
             if tp_comm < 0.0:
                 counts: dict[float, int] = {}  # all-reduces by size: most layers move the same activation
@@ -479,15 +587,25 @@ def _stage_time(
     return best
 
 
+_BLOCK_SHAPES: dict[int, tuple[Any, dict[tuple, BlockShape | None]]] = {}
+
+
 def _block_shape(
     spec: ModelSpec, attention: str, kernels: Kernels = EAGER, stream_bytes: float = 0.0
 ) -> BlockShape | None:
     """The dense block shape of a transformer spec (GPT/LLaMA/BERT families), for the measured kernel curves;
     None for other families (their layers keep the whole-layer roofline)."""
+    memo: dict[tuple, BlockShape | None] = per_spec(_BLOCK_SHAPES, spec, dict)  # asked once per stage price
+    key = (attention, kernels, stream_bytes)
+    if key in memo:
+        return memo[key]
     arch = spec.arch
     if not isinstance(arch, TransformerArch) or spec.seq_len < 1:
-        return None
-    return block_shape(arch, spec.seq_len, attention, kernels, stream_bytes)
+        out = None
+    else:
+        out = block_shape(arch, spec.seq_len, attention, kernels, stream_bytes)
+    memo[key] = out
+    return out
 
 
 def _uses_fsdp(plan: Plan, stage: Stage) -> bool:
@@ -513,17 +631,23 @@ def _tied_params(spec: ModelSpec) -> int:
 
 
 def _bucketed_s(
-    cost: CostModel, collective: Collective, nbytes: float, group: tuple[Device, ...], topo: Topology
+    cost: CostModel,
+    collective: Collective,
+    nbytes: float,
+    group: tuple[Device, ...],
+    topo: Topology,
+    known: tuple[Link, float] | None = None,
 ) -> float:
     """The runtime's gradient buckets, issued back to back on one group (they run one after another), plus
     the copies around them: each bucket is flattened from the gradients and copied back after the collective
     (read + write twice, at the slowest member's memory bandwidth: on CPU, where the loopback all-reduce runs
     at memory speed too, the copies are a sizeable share of the sync)."""
-    link, n = topo.link(group), len(group)
+    link, n = (known[0] if known else topo.link(group)), len(group)  # known: (link, slowest bandwidth)
     full, rest = divmod(nbytes, GRAD_BUCKET_BYTES)
     t = full * _comm(cost, collective, GRAD_BUCKET_BYTES, n, link) if full else 0.0
     t += _comm(cost, collective, rest, n, link) if rest else 0.0
-    return t + 4.0 * nbytes / min(topo.gpu(d).memory_bandwidth_Bps for d in group)
+    bandwidth = known[1] if known else min(topo.gpu(d).memory_bandwidth_Bps for d in group)
+    return t + 4.0 * nbytes / bandwidth
 
 
 def _param_sums(spec: ModelSpec) -> tuple[list[float], list[float]]:
@@ -554,21 +678,35 @@ def _rank_params(spec: ModelSpec, stage: Stage, k: int) -> float:
     return total - (split[b] - split[a]) * (1.0 - stage.ratios()[k])
 
 
-def _accumulate_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology) -> float:
+def _accumulate_s(
+    plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, memo: dict[tuple, Any] | None = None
+) -> float:
     """Gradient accumulation per micro-batch, averaged over the iteration: every micro-batch after the first
     that a replica computes adds its gradients into the parameters' (read both, write one, in the parameters'
     dtype) — a pass the layer profiles, timed from cleared gradients, leave out; over the micro-batches each
-    replica computes (:func:`_active_micro_batches`). The slowest TP rank."""
+    replica computes (:func:`_active_micro_batches`). The slowest TP rank. ``memo``: the stage's replicas
+    (:func:`_replicas`) and its per-pass time, kept across the micro-batch counts a Cell's spaces try."""
     m = plan.micro_batches
-    passes = max(_active_micro_batches(plan, share) for share in stage.shares(plan.global_batch)) - 1
+    info = _replicas(stage, plan.global_batch, topo, memo)
+    if info is not None:
+        passes = min(m, info.max_share) - 1  # the most micro-batches a replica computes, less the first
+    else:
+        passes = max(_active_micro_batches(plan, share) for share in stage.shares(plan.global_batch)) - 1
     if passes <= 0:
         return 0.0
     elem = 2.0 if plan.precision == Precision.BF16_MASTER else 4.0
     owned = stage.dp_degree if _uses_fsdp(plan, stage) else 1  # FSDP keeps only its gradient shard
-    nbytes = [3.0 * elem * _rank_params(spec, stage, k) / owned for k in range(stage.tp_degree)]
-    tp = stage.tp_degree
-    alike = {(j % tp, d.gpu_type): d for j, d in enumerate(stage.devices)}  # replicas repeat the ranks' pairs
-    slowest = max(nbytes[k] / topo.gpu(d).memory_bandwidth_Bps for (k, _), d in alike.items())
+    key = ("accumulate", id(stage), id(topo), elem, owned)
+    hit = memo.get(key) if info is not None and memo is not None else None
+    if hit is not None and hit[0] is stage and hit[1] is topo:
+        slowest = hit[2]
+    else:
+        nbytes = [3.0 * elem * _rank_params(spec, stage, k) / owned for k in range(stage.tp_degree)]
+        tp = stage.tp_degree
+        alike = {(j % tp, d.gpu_type): d for j, d in enumerate(stage.devices)}  # replicas repeat ranks' pairs
+        slowest = max(nbytes[k] / topo.gpu(d).memory_bandwidth_Bps for (k, _), d in alike.items())
+        if info is not None and memo is not None:
+            memo[key] = (stage, topo, slowest)
     return slowest * passes / m
 
 
@@ -591,11 +729,12 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
     tied_sync = worst
     for k in range(stage.tp_degree):
         grad_bytes = 4.0 * _rank_params(spec, stage, k)
-        group = tuple(stage.devices[r * stage.tp_degree + k] for r in range(stage.dp_degree))
+        # (every tp-th device from k: the rank's replicas, dp of them)
+        group, link, bandwidth = topo.dp_group(stage.devices, k, stage.tp_degree)
         reduce = Collective.REDUCE_SCATTER if plan.zero >= 2 else Collective.ALL_REDUCE
-        t = _bucketed_s(cost, reduce, grad_bytes, group, topo)
+        t = _bucketed_s(cost, reduce, grad_bytes, group, topo, (link, bandwidth))
         if plan.zero >= 1:  # the owners' updated fp32 parameters, broadcast back
-            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, group, topo)
+            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, group, topo, (link, bandwidth))
         worst = max(worst, t + tied_sync)
     return worst
 
@@ -659,7 +798,7 @@ def fsdp_comm(
         return FSDPComm(0.0, 0.0, 0.0, 0.0)
     precision = plan.precision.value
     gather_b, reduce_b = FSDP_GATHER_BYTES.get(precision, 4.0), FSDP_REDUCE_BYTES.get(precision, 4.0)
-    link = topo.link(stage.devices)
+    link = topo.link_of(stage.devices)
     n = stage.dp_degree
     memo: dict[tuple[str, float], float] = {}
 
@@ -770,7 +909,7 @@ def boundary_s(
     elem = 0.5 if plan.precision.value in HALF_PRECISIONS else 1.0
     samples = plan.global_batch / plan.micro_batches / min(a.dp_degree, b.dp_degree)
     nbytes = spec.layers[a.layer_end - 1].out_bytes_per_sample * samples * elem
-    return _comm(cost or CostModel(), Collective.SEND_RECV, nbytes, 2, topo.link(a.devices + b.devices))
+    return _comm(cost or CostModel(), Collective.SEND_RECV, nbytes, 2, topo.link_of(a.devices, b.devices))
 
 
 # The memory formula costs ~2 ms per call whatever the batch, so Cells and tuners that ask for the same
@@ -831,6 +970,38 @@ def option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
             made[mb] = _view(st, index, mb, wide)
         out.append(made[mb])
     return out
+
+
+_PEAKS_BY_KEY: dict[int, tuple[Any, dict[tuple, float]]] = {}
+
+
+def _stage_peaks(spec: ModelSpec, st: Stage, index: int, sizes: Any, wide: tuple) -> dict[int, float]:
+    """Tensor peak per micro-batch size of a stage's views (:func:`peak_bytes`), read by a plain tuple that
+    names the view (its layers, degrees, position and the plan-wide fields): cheaper to hash than the view,
+    and no view is built where the peak is known."""
+    memo: dict[tuple, float] = per_spec(_PEAKS_BY_KEY, spec, dict)
+    out: dict[int, float] = {}
+    missing = []
+    for mb in sizes:
+        k = (st.layer_start, st.layer_end, st.dp_degree, st.tp_degree, index, mb, wide)
+        hit = memo.get(k)
+        if hit is None:
+            missing.append((mb, k))
+        else:
+            out[mb] = hit
+    if missing:
+        got = peak_bytes(spec, [_view(st, index, mb, wide) for mb, _ in missing])
+        for (mb, k), peak in zip(missing, got, strict=True):
+            memo[k] = out[mb] = peak
+    return out
+
+
+def distinct_option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
+    """:func:`option_views` without repeats, in first-occurrence order (what pricing them needs: one view
+    per distinct micro-batch size)."""
+    B, gb = wide[1], wide[2]
+    sizes = dict.fromkeys(max(1, math.ceil(share / B)) for share in st.shares(gb))
+    return [_view(st, index, mb, wide) for mb in sizes]
 
 
 def peak_bytes(spec: ModelSpec, views: list[DeviceView]) -> list[float]:
@@ -911,8 +1082,8 @@ def stage_cost(
     plan's devices elsewhere — among plans that differ only in their plan-wide settings (a Cell's spaces under
     each memory rung and micro-batch count). The stage's parts are then kept in ``memo`` by what each depends
     on, so plans that share it price it once: its compute, accumulation and TP time by micro-batches and
-    recompute (not by ZeRO-0/1, which leave them alone), its gradient sync by ZeRO stage, its optimizer step
-    by whether ZeRO shards it."""
+    recompute (not by ZeRO-0/1, which leave them alone), its gradient sync by ZeRO stage (and under ZeRO-2/3
+    by micro-batch count, which decides whether FSDP2 runs it), its optimizer step by whether ZeRO shards it."""
     cost = cost or CostModel()
     st = plan.stages[index]
     if shared is not None and memo is not None:
@@ -922,7 +1093,8 @@ def stage_cost(
         times = memo.get(kt)
         if times is None:
             times = memo[kt] = _stage_times(plan, spec, st, topo, cost, memo, kernels)
-        ky = ("stage-y", base, zero)
+        # (under ZeRO-2/3 whether FSDP2 runs the sync depends on the micro-batch count: torch's schedule)
+        ky = ("stage-y", base, zero, plan.micro_batches if zero >= 2 else 0)
         sync = memo.get(ky)
         if sync is None:
             sync = memo[ky] = _dp_sync_s(plan, spec, st, topo, cost)
@@ -935,7 +1107,15 @@ def stage_cost(
         sync = _dp_sync_s(plan, spec, st, topo, cost)
         opt = _optimizer_s(plan, spec, st, topo, cost, memo)
     fwd, bwd, tp_comm = times
-    peaks = peak_bytes(spec, stage_views(plan, index))
+    info = _replicas(st, plan.global_batch, topo, memo) if memo is not None else None
+    if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
+        wide = _plan_wide(plan)
+        B = plan.micro_batches
+        sizes = [max(1, math.ceil(share / B)) for share in info.shares]
+        by_size = _stage_peaks(spec, st, index, dict.fromkeys(sizes), wide)
+        peaks = [by_size[mb] for mb in sizes]
+    else:
+        peaks = peak_bytes(spec, stage_views(plan, index))
     dev_peak, dev_bytes = [], []
     feasible = True
     fits: dict[tuple[str, float], tuple[float, bool]] = {}  # replicas mostly share one GPU type and peak
@@ -972,7 +1152,7 @@ def _stage_times(
 ) -> tuple[float, float, float]:
     """(fwd_s, bwd_s, tp_comm_s) of a stage per micro-batch: compute, gradient accumulation, TP and FSDP."""
     fwd, bwd, tp_comm = _stage_time(plan, spec, st, topo, cost, memo, kernels)
-    bwd += _accumulate_s(plan, spec, st, topo)
+    bwd += _accumulate_s(plan, spec, st, topo, memo)
     tp_comm += _fsdp_s(plan, spec, st, topo, cost, fwd, bwd)
     return fwd, bwd, tp_comm
 

@@ -36,7 +36,7 @@ from tessera.perf.estimate import (
     clip_allreduce_s,
     clip_stage_s,
     compose,
-    option_views,
+    distinct_option_views,
     peak_bytes,
     stage_cost,
 )
@@ -333,7 +333,7 @@ class StageSpace:
         for p in pairs:
             if p not in priced and p not in self._costs:
                 priced.add(p)
-                views.extend(option_views(self.options[p[0]][p[1]], p[0], self._wide))
+                views.extend(distinct_option_views(self.options[p[0]][p[1]], p[0], self._wide))
         return views
 
     def warm_memory(self, pairs: Sequence[tuple[int, int]] | None = None) -> None:
