@@ -33,7 +33,7 @@ def _group(pgid: int) -> set[int]:
 MODELS = "bert-1.3b,wrn-1b,moe-1.3b,bert-6.7b,gpt3-6.7b,llama2-7b"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_simulate_leaves_no_workers(tmp_path, sig):
@@ -59,7 +59,7 @@ def test_interrupted_simulate_leaves_no_workers(tmp_path, sig):
         workers = _group(pgid) - {proc.pid}
         time.sleep(0.2)  # mid-build
         proc.send_signal(sig)
-        proc.wait(timeout=60)
+        proc.wait(timeout=240)  # generous: on CI's 2 cores under other load 60 s did not suffice once
         assert proc.returncode != 0
         deadline = time.monotonic() + 10
         while _group(pgid) and time.monotonic() < deadline:

@@ -31,6 +31,8 @@ from tessera.scheduler.state import ClusterState, GPUs, Job, JobState, JobStatus
 
 # a job status's name, read once per job at the end of a run (an Enum's .value costs a descriptor call)
 _STATUS = {s: s.value for s in JobStatus}
+# runs of at least this many jobs freeze the heap before they start (:func:`_frozen_heap`)
+FREEZE_MIN_JOBS = 1000
 
 # event kinds, in the order events at the same instant are handled
 COMPLETE, FAIL, REPAIR, ARRIVE, RESUME, ROUND = range(6)
@@ -133,11 +135,16 @@ def reference_rate(table: PerfTable, job: Job, rate: Callable[[Job, GPUs], float
 
 
 @contextlib.contextmanager
-def _frozen_heap() -> Iterator[None]:
+def _frozen_heap(n_jobs: int) -> Iterator[None]:
     """What exists before a run (the tables, the jobs, the caller's objects) out of the garbage collector's
     sight while it runs: its full collections then walk only what the run creates. Over 100 hours of ten Philly
     copies on 12,800 GPUs this cut the tessera policy's p99 decision time 244 → 201 ms with identical decisions
-    (``bench/sched_profile.py --gc-freeze``)."""
+    (``bench/sched_profile.py --gc-freeze``). Only for runs of :data:`FREEZE_MIN_JOBS` jobs or more: the
+    collection before the freeze costs 0.1-0.5 s in a large process, more than a small run takes (a test
+    suite's hundreds of tiny runs paid it every time)."""
+    if n_jobs < FREEZE_MIN_JOBS:
+        yield
+        return
     gc.collect()
     gc.freeze()
     try:
@@ -321,7 +328,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
-        with _frozen_heap():
+        with _frozen_heap(len(self.jobs)):
             return self._run()
 
     def _run(self) -> SimResult:
