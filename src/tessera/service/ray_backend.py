@@ -625,11 +625,14 @@ class Gang:
         from ray.util.placement_group import get_placement_group
 
         world = self.plan.world_size
-        self.actors = [ray.get_actor(self.actor_name(r), namespace=NAMESPACE) for r in range(world)]
-        self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=30)
+        # the placement groups first: a reattach that fails after this (a worker that does not answer) still
+        # removes them in its teardown — recorded after the first call, such a failure left them holding the
+        # GPUs and every relaunch waited for placement groups that never became ready
         for r in range(world):
             with contextlib.suppress(Exception):
                 self.pgs.append(get_placement_group(f"{self.name}-r{r}"))
+        self.actors = [ray.get_actor(self.actor_name(r), namespace=NAMESPACE) for r in range(world)]
+        self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=30)
         self.ready_at = time.time()  # its "ready" messages went to the previous server
 
     def _watch(self) -> tuple[str, str | None, int | None]:
