@@ -88,9 +88,16 @@ def main() -> int:
     work = out / "sim_philly_report"
     t0 = time.perf_counter()
 
+    tenths: dict[str, int] = {}  # per phase, the last tenth of it reported: plain lines, no terminal needed
+
     def on_phase(label: str, done: float, total: float) -> None:
         if done >= total:
             print(f"  {label}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+            return
+        tenth = int(10 * done / total) if total > 0 else 0
+        if tenth > tenths.get(label, -1):
+            tenths[label] = tenth
+            print(f"  {label}: {10 * tenth} % ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     from tessera.scheduler.speed import cache_dir
 
