@@ -924,6 +924,19 @@ def _rare_collections(threshold: int = 100_000) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
+def _preload() -> None:
+    """Import in the parent what every pool worker imports for its first configuration (torch among it:
+    ~2.4 CPU-s a process), where workers are forked: they then share it instead of each importing it."""
+    import importlib
+    import multiprocessing
+
+    if multiprocessing.get_start_method(allow_none=False) != "fork":
+        return
+    for name in ("tessera.models.hf_weights", "tessera.nn.common", "tessera.nn.resolve", "tessera.nn.zoo",
+                 "tessera.memory.formula", "tessera.planning.tuner"):  # fmt: skip
+        importlib.import_module(name)
+
+
 def _worker_init() -> None:
     """Pool workers die with their parent (Linux: even a kill -9 of it) and leave interrupts to it: the
     parent tears the pool down on SIGINT / SIGTERM, so an interrupted study leaves no process behind."""
@@ -1035,6 +1048,7 @@ def cell_table(
 
     main = __import__("threading").current_thread() is __import__("threading").main_thread()
     old = signal.signal(signal.SIGTERM, on_term) if main else None
+    _preload()
     pool = ProcessPoolExecutor(n, initializer=_worker_init)
     try:
         futures = [pool.submit(_warm_many, j) for j in jobs]
