@@ -91,13 +91,11 @@ def main() -> int:
     tenths: dict[str, int] = {}  # per phase, the last tenth of it reported: plain lines, no terminal needed
 
     def on_phase(label: str, done: float, total: float) -> None:
-        if done >= total:
-            print(f"  {label}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
-            return
-        tenth = int(10 * done / total) if total > 0 else 0
-        if tenth > tenths.get(label, -1):
+        tenth = min(10, int(10 * done / total)) if total > 0 else 10
+        if tenth > tenths.get(label, -1):  # each tenth once (a phase may report its end more than once)
             tenths[label] = tenth
-            print(f"  {label}: {10 * tenth} % ({time.perf_counter() - t0:.0f} s)", flush=True)
+            said = "done" if tenth == 10 else f"{10 * tenth} %"
+            print(f"  {label}: {said} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
     from tessera.scheduler.speed import cache_dir
 
