@@ -62,6 +62,26 @@ class Served:
         self.thread.join(timeout=20)
 
 
+@contextlib.contextmanager
+def ray_tmpdir(tag: str):
+    """A short RAY_TMPDIR of this process for a Ray cluster a test starts (Ray's socket paths must stay under
+    107 bytes), set while the cluster lives, then restored and removed."""
+    import shutil
+
+    tmp = f"/tmp/tsr-{tag}-{os.getpid()}"
+    old = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = tmp
+    os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+    try:
+        yield tmp
+    finally:
+        if old is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = old
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def submit(s: Served, body: dict) -> int:
     r = httpx.post(f"{s.url}/api/jobs", json=body, timeout=30)
     assert r.status_code == 201, r.text

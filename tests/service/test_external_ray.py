@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import EXAMPLES, free_port, start_server_process, wait_for
+from conftest import EXAMPLES, free_port, ray_tmpdir, start_server_process, wait_for
 
 pytestmark = pytest.mark.ray
 INTERLEAVE = Path(__file__).parent / "interleave"  # the thread-timing aid (its sitecustomize.py)
@@ -29,34 +29,24 @@ def external_ray(tmp_path_factory):
     workers with their own TESSERA_HOME (where shipped job files are unpacked)."""
     from ray.cluster_utils import Cluster
 
-    tmp = f"/tmp/tsr-ext-{os.getpid()}"
-    old = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = tmp
-    os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
     homes = [tmp_path_factory.mktemp("home-a100"), tmp_path_factory.mktemp("home-v100")]
     common = {"node_ip_address": "127.0.0.1", "num_cpus": 2, "num_gpus": 2, "object_store_memory": 100 * 2**20,
               "dashboard_agent_listen_port": None}  # fmt: skip
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**common, "include_dashboard": False, "resources": {"accelerator_type:A100-40G": 1},
-                        "labels": {"ray.io/accelerator-type": "A100-40G"},
-                        "env_vars": {"TESSERA_HOME": str(homes[0])}},
-    )  # fmt: skip
-    cluster.add_node(
-        **common, resources={"accelerator_type:V100": 1}, labels={"ray.io/accelerator-type": "V100"},
-        env_vars={"TESSERA_HOME": str(homes[1])},
-    )  # fmt: skip
-    try:
-        yield cluster.address, tmp, homes
-    finally:
-        cluster.shutdown()
-        if old is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = old
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_tmpdir("ext") as tmp:
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={**common, "include_dashboard": False, "resources": {"accelerator_type:A100-40G": 1},
+                            "labels": {"ray.io/accelerator-type": "A100-40G"},
+                            "env_vars": {"TESSERA_HOME": str(homes[0])}},
+        )  # fmt: skip
+        cluster.add_node(
+            **common, resources={"accelerator_type:V100": 1}, labels={"ray.io/accelerator-type": "V100"},
+            env_vars={"TESSERA_HOME": str(homes[1])},
+        )  # fmt: skip
+        try:
+            yield cluster.address, tmp, homes
+        finally:
+            cluster.shutdown()
 
 
 def start(state, port: int, address: str, tmp: str, *, interleave: bool = False) -> subprocess.Popen:

@@ -18,12 +18,11 @@ import contextlib
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Served, job, submit, wait_for
+from conftest import Served, job, ray_tmpdir, submit, wait_for
 
 from tessera.jobs import JobSpec
 from tessera.service import job_files as jf
@@ -190,36 +189,29 @@ def two_node_ray(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     root = tmp_path_factory.mktemp("nodes")
-    tmp = f"/tmp/tsr-jf-{os.getpid()}"
-    old_tmp, old_cwd = os.environ.get("RAY_TMPDIR"), os.getcwd()
-    os.environ["RAY_TMPDIR"] = tmp
-    os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+    old_cwd = os.getcwd()
     common = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 2**20,
               "dashboard_agent_listen_port": None}  # fmt: skip
     head = {**common, "num_cpus": 1, "num_gpus": 0, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args=head)
-    nodes = []
-    try:
-        for i in range(2):
-            cwd, home = root / f"node{i}-cwd", root / f"node{i}-home"
-            cwd.mkdir()
-            home.mkdir()
-            os.chdir(cwd)  # the raylet, and the workers it starts, run here
-            cluster.add_node(
-                **common, num_cpus=1, num_gpus=1, resources={"accelerator_type:V100": 1},
-                labels={"ray.io/accelerator-type": "V100"}, env_vars={"TESSERA_HOME": str(home)},
-            )  # fmt: skip
-            nodes.append((cwd, home))
-        os.chdir(old_cwd)
-        yield cluster.address, nodes
-    finally:
-        os.chdir(old_cwd)
-        cluster.shutdown()
-        if old_tmp is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = old_tmp
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_tmpdir("jf"):
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+        nodes = []
+        try:
+            for i in range(2):
+                cwd, home = root / f"node{i}-cwd", root / f"node{i}-home"
+                cwd.mkdir()
+                home.mkdir()
+                os.chdir(cwd)  # the raylet, and the workers it starts, run here
+                cluster.add_node(
+                    **common, num_cpus=1, num_gpus=1, resources={"accelerator_type:V100": 1},
+                    labels={"ray.io/accelerator-type": "V100"}, env_vars={"TESSERA_HOME": str(home)},
+                )  # fmt: skip
+                nodes.append((cwd, home))
+            os.chdir(old_cwd)
+            yield cluster.address, nodes
+        finally:
+            os.chdir(old_cwd)
+            cluster.shutdown()
 
 
 @pytest.mark.ray
