@@ -398,64 +398,52 @@ class _Replicas:
     max_share: int
 
 
-def _replicas(
-    st: Stage, global_batch: int, topo: Topology, memo: dict[tuple, Any] | None
-) -> _Replicas | None:
+def _replicas(plan: Plan, st: Stage, topo: Topology, memo: dict[tuple, Any] | None) -> _Replicas | None:
     """The stage's :class:`_Replicas`, kept in ``memo`` (by the stage object, which the entry holds so its id
-    stays its own); None without a memo or on a CPU device."""
+    stays its own, the topology and the global batch); None without a memo or on a CPU device (its profile
+    key depends on the plan)."""
     if memo is None:
         return None
-    key = ("replicas", id(st), id(topo), global_batch)
+    key = ("replicas", id(st), id(topo), plan.global_batch)
     hit = memo.get(key)
     if hit is not None and hit[0] is st and hit[1] is topo:
         return hit[2]
-    shares = st.shares(global_batch)
-    tp = st.tp_degree
-    gpus: dict[str, GPUSpec] = {}
-    groups: list[tuple[int, tuple[tuple[GPUSpec, str], ...], Link | None]] = []
-    seen: set[tuple] = set()
     info: _Replicas | None = None
-    for r, share in enumerate(shares):
-        devices = st.replica(r)
-        per_dev = []
-        for d in devices:
-            gpu = gpus.get(d.gpu_type)
-            if gpu is None:
-                gpu = gpus[d.gpu_type] = topo.gpu(d)
-            if gpu.arch == "cpu":
-                break
-            per_dev.append((gpu, gpu.name))  # a GPU's profile key is its name (device_key)
-        else:
-            link = topo.link(devices) if tp > 1 else None
-            k = (share, tuple(d.gpu_type for d in devices), link)
-            if k not in seen:  # an alike replica (its links too) costs the same
-                seen.add(k)
-                groups.append((share, tuple(per_dev), link))
-            continue
-        break
-    else:
+    if all(topo.gpu(d).arch != "cpu" for d in st.devices):
+        shares = st.shares(plan.global_batch)
         ratios = st.ratios()
         even = all(math.isclose(x, ratios[0], rel_tol=1e-9) for x in ratios)  # Stage.even_tp
-        info = _Replicas(shares, ratios, even, tuple(groups), max(shares))
+        groups = tuple(_replica_groups(plan, st, topo))
+        info = _Replicas(shares, ratios, even, groups, max(shares))
     memo[key] = (st, topo, info)
     return info
 
 
 def _replica_rows(plan: Plan, stage: Stage, topo: Topology, info: _Replicas | None) -> Any:
     """(share, per device (GPU, profile key), TP link or None) of each replica the stage time must price:
-    the distinct ones of ``info``, else every replica (those alike to an earlier one skipped where TP = 1)."""
-    if info is not None:
-        yield from info.groups
-        return
+    the distinct ones of ``info``, else :func:`_replica_groups` afresh."""
+    return info.groups if info is not None else _replica_groups(plan, stage, topo)
+
+
+def _replica_groups(plan: Plan, stage: Stage, topo: Topology) -> Any:
+    """(share, per device (GPU, profile key), TP link or None) of each distinct replica, in first-occurrence
+    order: one alike to an earlier one (its share, GPU types and TP link) costs the same and is skipped, so
+    a stage of 64 alike replicas is priced once."""
     tp_degree = stage.tp_degree
     seen: set[tuple] = set()
     devs: dict[tuple[str, str], tuple[GPUSpec, str]] = {}  # (type, node) -> (GPU, profile key)
     links: dict[tuple, Link] = {}
     for r, share in enumerate(stage.shares(plan.global_batch)):
         devices = stage.replica(r)
-        what = (share, tuple(d.gpu_type for d in devices))  # the share fixes (samples, weight)
-        if what in seen and tp_degree == 1:
-            continue  # an identical replica costs the same (TP replicas may differ in their links)
+        link = None
+        if tp_degree > 1:
+            where = tuple((d.node, d.gpu_type) for d in devices)  # what the topology's link depends on
+            link = links.get(where)
+            if link is None:
+                link = links[where] = topo.link(devices)
+        what = (share, tuple(d.gpu_type for d in devices), link)  # the share fixes (samples, weight)
+        if what in seen:
+            continue
         seen.add(what)
         per_dev = []
         for d in devices:
@@ -463,12 +451,6 @@ def _replica_rows(plan: Plan, stage: Stage, topo: Topology, info: _Replicas | No
             if hit is None:
                 hit = devs[(d.gpu_type, d.node)] = (topo.gpu(d), device_key(plan, d, topo))
             per_dev.append(hit)
-        link = None
-        if tp_degree > 1:
-            where = tuple((d.node, d.gpu_type) for d in devices)  # what the topology's link depends on
-            link = links.get(where)
-            if link is None:
-                link = links[where] = topo.link(devices)
         yield share, tuple(per_dev), link
 
 
@@ -489,7 +471,7 @@ def _stage_time(
     precision = plan.precision.value
     recompute = plan.recompute.value
     runs = _layer_runs(spec, stage.layer_start, stage.layer_end)
-    info = _replicas(stage, plan.global_batch, topo, memo)
+    info = _replicas(plan, stage, topo, memo)
     ratios = info.ratios if info is not None else stage.ratios()
     tp_degree = stage.tp_degree
     even = info.even_tp if info is not None else stage.even_tp
@@ -687,7 +669,7 @@ def _accumulate_s(
     replica computes (:func:`_active_micro_batches`). The slowest TP rank. ``memo``: the stage's replicas
     (:func:`_replicas`) and its per-pass time, kept across the micro-batch counts a Cell's spaces try."""
     m = plan.micro_batches
-    info = _replicas(stage, plan.global_batch, topo, memo)
+    info = _replicas(plan, stage, topo, memo)
     if info is not None:
         passes = min(m, info.max_share) - 1  # the most micro-batches a replica computes, less the first
     else:
@@ -1107,7 +1089,7 @@ def stage_cost(
         sync = _dp_sync_s(plan, spec, st, topo, cost)
         opt = _optimizer_s(plan, spec, st, topo, cost, memo)
     fwd, bwd, tp_comm = times
-    info = _replicas(st, plan.global_batch, topo, memo) if memo is not None else None
+    info = _replicas(plan, st, topo, memo)
     if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
         wide = _plan_wide(plan)
         B = plan.micro_batches
