@@ -943,15 +943,18 @@ def stage_views(plan: Plan, index: int) -> list[DeviceView]:
 def option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
     """:func:`stage_views` of stage ``st`` at position ``index`` of a plan whose plan-wide fields are
     ``wide`` (:func:`_plan_wide`'s tuple) — for a planner that has the stage and the settings but no plan."""
-    B, gb = wide[1], wide[2]
     made: dict[int, DeviceView] = {}  # one view per distinct micro-batch size (replicas mostly share one)
     out = []
-    for share in st.shares(gb):
-        mb = max(1, math.ceil(share / B))
+    for mb in _micro_sizes(st.shares(wide[2]), wide[1]):
         if mb not in made:
             made[mb] = _view(st, index, mb, wide)
         out.append(made[mb])
     return out
+
+
+def _micro_sizes(shares: tuple[int, ...] | list[int], micro_batches: int) -> list[int]:
+    """Each replica's micro-batch in samples: the largest of its batch share split into ``micro_batches``."""
+    return [max(1, math.ceil(share / micro_batches)) for share in shares]
 
 
 _PEAKS_BY_KEY: dict[int, tuple[Any, dict[tuple, float]]] = {}
@@ -981,8 +984,7 @@ def _stage_peaks(spec: ModelSpec, st: Stage, index: int, sizes: Any, wide: tuple
 def distinct_option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
     """:func:`option_views` without repeats, in first-occurrence order (what pricing them needs: one view
     per distinct micro-batch size)."""
-    B, gb = wide[1], wide[2]
-    sizes = dict.fromkeys(max(1, math.ceil(share / B)) for share in st.shares(gb))
+    sizes = dict.fromkeys(_micro_sizes(st.shares(wide[2]), wide[1]))
     return [_view(st, index, mb, wide) for mb in sizes]
 
 
@@ -1092,8 +1094,7 @@ def stage_cost(
     info = _replicas(plan, st, topo, memo)
     if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
         wide = _plan_wide(plan)
-        B = plan.micro_batches
-        sizes = [max(1, math.ceil(share / B)) for share in info.shares]
+        sizes = _micro_sizes(info.shares, plan.micro_batches)
         by_size = _stage_peaks(spec, st, index, dict.fromkeys(sizes), wide)
         peaks = [by_size[mb] for mb in sizes]
     else:
