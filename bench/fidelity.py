@@ -30,8 +30,13 @@ What the replay may know is what the service knew BEFORE the run — never the r
   first steps' extra, the final checkpoint and the teardown, measured on this machine under the same load.
   The costs ``bench/service.py`` measured on an idle cluster (``bench/results/service.json``:
   ``rescale_pause_s_p50``, ``cold_launch_s_p50``, ``submit_to_running_s_p50``) give a second replay,
-  reported beside it (``with_service_bench_restart_costs``); the service's own initial restart-cost belief
-  (``ServiceConfig.restart_cost_s``) is what the policy is told in both.
+  reported beside it (``with_service_bench_restart_costs``);
+* what the policy is told a move costs: the service's own restart-cost belief, kept beside its cost model
+  (``restart_measured.json``) — seeded before the warm-up with ``bench/service.py``'s measured rescale pauses
+  (as on a machine where that bench ran first: the configured 20 s guess is for real clusters, and under it
+  no policy moves a job here), then learnt by the service from each move it makes; the replay starts from the
+  belief the live run started from and folds its own moves in by the same rule
+  (:class:`~tessera.scheduler.restart.RestartBelief`).
 
 Writes ``bench/results/fidelity.json``: per policy ``mean_abs_jct_error``, ``throughput_error``,
 ``decision_match`` (fractions), ``jobs`` (live vs replay JCT per job), makespans. See
@@ -71,13 +76,22 @@ from tessera.jobs.spec import parse_job  # noqa: E402
 from tessera.perf.costmodel import CostModel  # noqa: E402
 from tessera.scheduler.factors import SpeedFactors  # noqa: E402
 from tessera.scheduler.policy import get_policy  # noqa: E402
+from tessera.scheduler.restart import RestartBelief  # noqa: E402
 from tessera.scheduler.speed import SpeedSource, config_of, job_of, speed_table  # noqa: E402
 from tessera.scheduler.state import JobConfig  # noqa: E402
 from tessera.service.client import Client  # noqa: E402
 from tessera.service.config import ServiceConfig  # noqa: E402
 from tessera.service.controller import SPARE_S  # noqa: E402
 from tessera.service.job_models import ServiceModels  # noqa: E402
-from tessera.service.scheduling import MEASURED_FILE, MeasuredKey, factors_of, load_measured  # noqa: E402
+from tessera.service.scheduling import (  # noqa: E402
+    MEASURED_FILE,
+    RESTART_FILE,
+    MeasuredKey,
+    factors_of,
+    load_measured,
+    load_restart_belief,
+    save_restart_belief,
+)
 from tessera.sim.replay import (  # noqa: E402
     ReplaySimulator,
     decision_match,
@@ -253,6 +267,16 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
     }  # fmt: skip
 
 
+def service_bench_belief() -> RestartBelief:
+    """The restart-cost belief of ``bench/service.py``'s measured rescale pauses (last step before → first
+    step after, fast rescale), as a service on this machine would have learnt it from those moves."""
+    data = json.loads(SERVICE_JSON.read_text())
+    belief = RestartBelief(ServiceConfig().restart_cost_s)
+    for pause in data.get("rescale_pause_s_all") or [data["rescale_pause_s_p50"]]:
+        belief = belief.observed(float(pause))
+    return belief
+
+
 def restart_costs() -> dict[str, Any]:
     """Start-up and restart pauses as ``bench/service.py`` measured them (before this bench runs)."""
     data = json.loads(SERVICE_JSON.read_text())
@@ -372,7 +396,7 @@ def replay_origin(views: dict[int, dict[str, Any]]) -> float:
 
 
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
-           cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any],
+           cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any], believed: RestartBelief,
            job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
     """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
     cluster = get_cluster(CLUSTER)
@@ -387,7 +411,7 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
     sim = ReplaySimulator(
         cluster, jobs, speed_table(speed), get_policy(policy),
         SimConfig(round_s=TICK_S, startup_s=costs["startup_s"]),
-        restart_s=costs["restart_s"], believed_restart_s=ServiceConfig().restart_cost_s,
+        restart_s=costs["restart_s"], believed=believed,
         service_round_s=round_s, service_round_phase_s=phase, warm_start_s=costs.get("warm_start_s"),
         spare_s=SPARE_S,
         job_extra_s=job_extra_s,
@@ -484,6 +508,10 @@ def main() -> None:
     t_all = time.time()
     load_at_start = list(os.getloadavg())
     try:
+        seed = service_bench_belief()
+        save_restart_belief(ServiceConfig(state_dir=state).cost_dir / RESTART_FILE, seed)
+        print(f"restart-cost belief seeded from {SERVICE_JSON.name}'s rescale pauses: {seed.restart_s:.2f} s "
+              f"({seed.moves_seen} moves)", flush=True)  # fmt: skip
         print("warm-up (calibration for the first run, same state dir)…", flush=True)
         warm_specs = [(t, {**BASE, **s}) for t, s in WARMUP]
         run_live(state, "fcfs", args.round_s, warm_specs, args.timeout)  # profiles + first calibration
@@ -510,6 +538,9 @@ def main() -> None:
                 f"  [{policy}] prior speed factors (estimated ÷ measured, the service kept): {prior}",
                 flush=True,
             )
+            believed = load_restart_belief(snap / RESTART_FILE, ServiceConfig().restart_cost_s)
+            print(f"  [{policy}] restart-cost belief before the run (the service kept): "
+                  f"{believed.restart_s:.2f} s from {believed.moves_seen} moves", flush=True)  # fmt: skip
             round_s = rounds.get(policy, args.round_s)
             print(f"[{policy}] live run of {len(jobs)} jobs (round {round_s} s)…", flush=True)
             t = time.time()
@@ -526,15 +557,20 @@ def main() -> None:
             used = earlier or costs
             per_ckpt = checkpoint_seconds(runs, specs_by_id)
             extra = checkpoint_costs(live, specs, per_ckpt)
-            sim = replay(policy, round_s, live, specs, cost, factors, used, extra)
+            sim = replay(policy, round_s, live, specs, cost, factors, used, believed, extra)
             fig = compare(policy, round_s, live, sim, specs)
+            after = load_restart_belief(cost_dir / RESTART_FILE, ServiceConfig().restart_cost_s)
+            fig["believed_restart_s"] = {
+                "before": believed.restart_s, "live_after": after.restart_s, "replay_after": sim.belief.restart_s,
+                "live_moves_measured": after.moves_seen - believed.moves_seen,
+            }  # fmt: skip
             fig["round_s"] = round_s
             fig["restart_costs"] = used
             fig["prior_speed_factors"] = prior
             fig["checkpoint_s_by_config"] = {config_label(k): v for k, v in per_ckpt.items()}
             if earlier is not None:
                 alt = compare(policy, round_s, live, replay(policy, round_s, live, specs, cost, factors,
-                              costs, extra), specs)  # fmt: skip
+                              costs, believed, extra), specs)  # fmt: skip
                 keys = ("mean_abs_jct_error", "throughput_error", "decision_match", "makespan_replay_s")
                 fig["with_service_bench_restart_costs"] = {
                     "restart_costs": costs, **{k: alt[k] for k in keys},

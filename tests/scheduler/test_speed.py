@@ -104,8 +104,9 @@ def test_simulator_and_service_price_and_decide_identically():
     table = cell_table(LOCAL, configs, max_gpus=4, workers=1, use_cache=False)
     jobs = {j: job_of(s, j, float(j)) for j, s in specs.items()}
     sim = Simulator(LOCAL, list(jobs.values()), table, get_policy("tessera"), SimConfig(round_s=60.0))
-    adapter = SchedulingAdapter(LiveCluster.from_spec(LOCAL), round_s=60.0)
-    adapter.restart_cost_s = sim.restart_s(jobs[1])
+    adapter = SchedulingAdapter(
+        LiveCluster.from_spec(LOCAL), round_s=60.0, restart_cost_s=sim.restart_s(jobs[1])
+    )
     assert {sim.restart_s(j) for j in jobs.values()} == {adapter.restart_cost_s}
 
     # rates: every figure of every configuration on the table's grid

@@ -12,6 +12,7 @@ import pytest
 from conftest import Served, job, submit, wait_for
 
 from tessera.service.config import ServiceConfig
+from tessera.service.scheduling import RESTART_FILE, load_restart_belief
 from tessera.service.server import Service
 
 pytestmark = pytest.mark.ray
@@ -71,6 +72,11 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     i = grown(hist)[0]
     before, after = hist[i - 1], hist[i]
     assert before["end_reason"] == "resize" and before["to_step"] == after["from_step"] > 0
+    # the move's pause (stop asked → running again) was measured and kept beside the cost model, so a
+    # restarted server believes what this one learnt, not its configured guess
+    belief = load_restart_belief(served.service.config.cost_dir / RESTART_FILE, 99.0)
+    assert belief.moves_seen >= 1 and 0.0 < belief.restart_s < 300.0, belief
+    assert served.service.controller.adapter.restart_cost_s == belief.restart_s
     # the same actor (id and process) ran rank work before and after the resize
     assert before["attempt"] in seen and after["attempt"] in seen, seen
     same = set(seen[before["attempt"]].items()) & set(seen[after["attempt"]].items())

@@ -8,6 +8,7 @@ import pytest
 from tessera.hardware.cluster import get_cluster, parse_cluster
 from tessera.jobs.spec import parse_job
 from tessera.scheduler.policy import get_policy
+from tessera.scheduler.restart import RestartBelief
 from tessera.scheduler.speed import SpeedSource, job_of, speed_table
 from tessera.sim.replay import (
     Decision,
@@ -95,7 +96,7 @@ def test_replay_records_cells_and_charges_the_measured_restart() -> None:
     jobs = [job_of(parse_job(s), i + 1, float(i)) for i, s in enumerate(specs)]
     sim = ReplaySimulator(
         cluster, jobs, speed_table(speed), get_policy("fcfs"), SimConfig(round_s=2.0, startup_s=3.0),
-        restart_s=7.0, believed_restart_s=20.0,
+        restart_s=7.0, believed=RestartBelief(20.0),
     )  # fmt: skip
     res = sim.run()
     assert {r.job_id for r in res.jobs if r.finish_s is not None} == {1, 2}
@@ -123,7 +124,7 @@ def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -
     jobs = [job_of(parse_job(spec), 1, 0.0), job_of(parse_job({**spec, "name": "b"}), 2, 1.1)]
     sim = ReplaySimulator(
         cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=0.25),
-        restart_s=1.0, believed_restart_s=20.0, service_round_s=5.0,
+        restart_s=1.0, believed=RestartBelief(20.0), service_round_s=5.0,
     )  # fmt: skip
     sim.run()
     started = {d.job_id: d.time_s for d in sim.decisions if d.kind == "start"}
@@ -134,14 +135,14 @@ def test_service_rounds_start_an_arrival_at_the_next_tick_not_the_next_round() -
     both = [jobs[0], job_of(parse_job({**spec, "name": "b"}), 2, 0.035)]
     sim = ReplaySimulator(
         cluster, both, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=0.25),
-        restart_s=1.0, believed_restart_s=20.0, service_round_s=5.0,
+        restart_s=1.0, believed=RestartBelief(20.0), service_round_s=5.0,
     )  # fmt: skip
     sim.run()
     assert sorted(d.time_s for d in sim.decisions if d.kind == "start") == pytest.approx([0.25, 0.25])
     with pytest.raises(ValueError, match="service_round_s"):
         ReplaySimulator(
             cluster, jobs, speed_table(SpeedSource(cluster)), get_policy("fcfs"), SimConfig(round_s=2.0),
-            restart_s=1.0, believed_restart_s=20.0, service_round_s=1.0,
+            restart_s=1.0, believed=RestartBelief(20.0), service_round_s=1.0,
         )  # fmt: skip
 
 
@@ -166,7 +167,7 @@ def test_forced_rounds_fall_where_the_live_servers_do() -> None:
     pol = Recorder()
     sim = ReplaySimulator(
         cluster, [job_of(parse_job(spec), 1, 0.0)], speed_table(SpeedSource(cluster)), pol, SimConfig(round_s=0.25),
-        restart_s=1.0, believed_restart_s=20.0, service_round_s=2.0, service_round_phase_s=0.75,
+        restart_s=1.0, believed=RestartBelief(20.0), service_round_s=2.0, service_round_phase_s=0.75,
     )  # fmt: skip
     sim.run()
     forced = [t for t in pol.calls if t > 0.25]  # after the arrival's round
@@ -183,7 +184,7 @@ def test_a_launch_onto_a_finished_jobs_spare_workers_starts_warm() -> None:
     jobs = [job_of(parse_job({**short, "name": f"j{i}"}), i + 1, t) for i, t in enumerate([0.0, 0.5, 400.0])]
     sim = ReplaySimulator(
         one, jobs, speed_table(SpeedSource(one)), get_policy("fcfs"),
-        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed_restart_s=20.0,
+        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed=RestartBelief(20.0),
         warm_start_s=0.5, spare_s=15.0,
     )  # fmt: skip
     res = sim.run()
@@ -251,7 +252,7 @@ def test_a_resume_after_a_preemption_is_a_launch() -> None:
     jobs = [job_of(parse_job({**long, "name": f"j{i}"}), i + 1, t) for i, t in enumerate([0.0, 1.0])]
     sim = ReplaySimulator(
         one, jobs, speed_table(SpeedSource(one)), get_policy("gavel"),
-        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed_restart_s=20.0,
+        SimConfig(round_s=0.25, startup_s=6.0, record_allocations=True), restart_s=1.0, believed=RestartBelief(20.0),
         service_round_s=20.0,
     )  # fmt: skip
     res = sim.run()

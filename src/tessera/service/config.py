@@ -42,7 +42,7 @@ class ServiceConfig:
     pg_timeout_s: float = 60.0  # torch.distributed process-group timeout in workers
     watchdog_s: float = 300.0  # a gang with no step for this long is failed (hung)
     backoff_s: float = 5.0  # first relaunch delay after a failure; doubles per failure, capped at 300 s
-    restart_cost_s: float = 20.0  # initial guess of a relaunch's cost (learned from measurements)
+    restart_cost_s: float = 20.0  # guess of a move's cost until one is measured (then restart_measured.json)
     log_every: int = 10  # a job log line every N steps
     calibrate: bool = True  # fold measured iteration times into the cost model
     # Security (README: "Exposing the server"). User code (a job's entrypoint) is accepted on loopback, and

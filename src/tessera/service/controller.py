@@ -38,7 +38,14 @@ from tessera.service.job_files import Shipper
 from tessera.service.model_source import ModelSourceError, factory_for, vocab_of
 from tessera.service.profiles import ProfileKeeper
 from tessera.service.ray_backend import Gang, GangEvents, RayCluster, emulated_spec, find_gang_actors
-from tessera.service.scheduling import MEASURED_FILE, Assignment, JobInput, LiveCluster, SchedulingAdapter
+from tessera.service.scheduling import (
+    MEASURED_FILE,
+    RESTART_FILE,
+    Assignment,
+    JobInput,
+    LiveCluster,
+    SchedulingAdapter,
+)
 from tessera.service.states import ACTIVE, JobState, Reason, StopReason
 from tessera.service.store import JobRecord, Store
 
@@ -60,7 +67,7 @@ class Controller:
         self._stopping_for: dict[int, StopReason] = {}  # job → why its gang was asked to stop
         self._stop_notes: dict[int, str] = {}  # job → the scheduler's note for a preemption (its end reason)
         self._not_before: dict[int, float] = {}
-        self._ended_at: dict[int, float] = {}  # job → when its last gang ended (restart cost)
+        self._move_asked_at: dict[int, float] = {}  # job → when its gang was asked to stop for a move
         self._iters: dict[int, list[float]] = {}  # the current allocation's training steps (iter_s)
         self._walls: dict[int, list[float]] = {}  # and its whole loop iterations (wall_s)
         # warm spares: a completed gang's actors (process up, torch imported, pinned to their node), kept for
@@ -88,6 +95,7 @@ class Controller:
         self.adapter = SchedulingAdapter(
             self.live, cost, policy=self.config.policy, round_s=self.config.round_s,
             restart_cost_s=self.config.restart_cost_s, measured_path=self.config.cost_dir / MEASURED_FILE,
+            restart_path=self.config.cost_dir / RESTART_FILE,
         )  # fmt: skip
         self.profiles = self._profile_keeper()
         if self.config.scheduler:
@@ -481,9 +489,11 @@ class Controller:
         gang = self.gangs[job.id]
         if new is not None:
             self._next[job.id] = (why.value, new, note)
+            self._move_asked_at.setdefault(job.id, time.time())
         else:  # a move decided earlier, still checkpointing, is superseded: the job waits instead (live, the
             # stale move was launched anyway, onto GPUs the core had since given to another job)
             self._next.pop(job.id, None)
+            self._move_asked_at.pop(job.id, None)
         self._stopping_for[job.id] = why
         if new is None and note:
             self._stop_notes[job.id] = note
@@ -550,9 +560,9 @@ class Controller:
             del fields["state"]
         if job.started_at is None:
             fields["started_at"] = time.time()
-        ended = self._ended_at.pop(gang.job_id, None)
-        if ended is not None and self.adapter is not None:
-            self.adapter.observe_restart(time.time() - ended)
+        asked = self._move_asked_at.pop(gang.job_id, None)
+        if asked is not None and self.adapter is not None:  # a move's pause: stop asked → running again
+            self.adapter.observe_restart(time.time() - asked)
         took = gang.startup_text()
         msg = f"running from step {step} (attempt {gang.attempt}{'; ' + took if took else ''})"
         self.store.update(gang.job_id, log=msg, **fields)
@@ -575,11 +585,12 @@ class Controller:
         if job is None:
             return
         now = time.time()
-        self._ended_at[jid] = now
         measured = self._measured(jid, final=True)
         asked = self._stopping_for.pop(jid, None)
         stop_note = self._stop_notes.pop(jid, None)
         nxt = self._next.pop(jid, None)
+        if nxt is None:  # no relaunch follows at once: not a move's pause
+            self._move_asked_at.pop(jid, None)
         disk = self._disk_checkpoint(jid)
         ck = disk if disk is not None else (ck if ck is not None else job.checkpoint_step)
         if ck is not None and ck != job.checkpoint_step:

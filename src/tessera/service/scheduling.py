@@ -46,6 +46,7 @@ from tessera.scheduler import (
     gpus_of,
 )
 from tessera.scheduler.factors import SpeedFactors, TypesKey, types_of
+from tessera.scheduler.restart import RestartBelief
 from tessera.scheduler.speed import ConfigError, JobSpeed, SpeedSource, config_of, job_of
 from tessera.scheduler.state import GPUs, JobConfig
 from tessera.service.dry_run import DryRun, dry_run_of
@@ -104,8 +105,10 @@ class SchedulingAdapter:
     store (:meth:`sync`), runs rounds (:meth:`round`), dry runs (:meth:`dry_run`) and says when a job can never
     run (:meth:`infeasible`). Thread-safe.
 
-    ``restart_cost_s``: what a relaunch costs (checkpoint → tear down → relaunch), updated from the backend's
-    measurements by :meth:`observe_restart`; the core is told it as each restarted job's pause.
+    ``restart_cost_s``: the configured guess of what a move costs (checkpoint → tear down → relaunch), used
+    until a move is measured; :meth:`observe_restart` folds each measured move's pause into the belief
+    (:class:`~tessera.scheduler.restart.RestartBelief`), kept in ``restart_path`` so a restarted service starts
+    from what it learnt. The core is told the belief as each moved job's pause.
     """
 
     def __init__(
@@ -117,10 +120,12 @@ class SchedulingAdapter:
         round_s: float = 300.0,
         restart_cost_s: float = 30.0,
         measured_path: Path | None = None,
+        restart_path: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.cost = cost or CostModel()
-        self.restart_cost_s = restart_cost_s
+        self.restart_path = restart_path
+        self.restart = load_restart_belief(restart_path, restart_cost_s)
         self.round_s = round_s
         self.policy_name = policy
         self._lock = threading.RLock()
@@ -158,7 +163,7 @@ class SchedulingAdapter:
         self.policy = self._policy()
         self.core = Scheduler(
             self.state, self.policy, self.knowledge.view(), round_s=self.round_s,
-            restart_estimate=lambda job: self.restart_cost_s,
+            restart_estimate=lambda job: self.restart.restart_s,
         )  # fmt: skip
 
     def _refresh_knowledge(self) -> None:
@@ -201,10 +206,17 @@ class SchedulingAdapter:
                 self._assignments.pop(jid, None)
             return evicted
 
+    @property
+    def restart_cost_s(self) -> float:
+        """What the policy is told a move costs now."""
+        return self.restart.restart_s
+
     def observe_restart(self, seconds: float) -> None:
-        """Fold one measured relaunch time into the restart cost (moving average)."""
+        """Fold one measured move's pause (stop asked → running again) into the belief, and keep it."""
         with self._lock:
-            self.restart_cost_s = 0.5 * self.restart_cost_s + 0.5 * max(0.0, seconds)
+            self.restart = self.restart.observed(seconds)
+            if self.restart_path is not None:
+                save_restart_belief(self.restart_path, self.restart)
 
     def _rebuild_keeping_state(self) -> None:
         """A new core for a new cluster shape: the jobs are submitted again at their own arrival times (the
@@ -555,6 +567,7 @@ def _progress_s(job: JobInput) -> float | None:
 
 _log = logging.getLogger(__name__)
 MEASURED_FILE = "speed_measured.json"  # in the cost directory: what the factors refine it with
+RESTART_FILE = "restart_measured.json"  # in the cost directory: the restart-cost belief learnt from moves
 # a job's first steps carry first-call costs (a 3-step warm-up job's measurement read 2.8x its estimate): a
 # configuration's factor on a GPU type is kept only from jobs that did at least this many
 MEASURED_MIN_STEPS = 10
@@ -634,3 +647,26 @@ def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
             "speed measurements %s: unreadable (%s: %s); starting without them", path, type(e).__name__, e
         )
         return {}
+
+
+def save_restart_belief(path: Path, belief: RestartBelief) -> None:
+    """The belief as JSON, replaced atomically (beside the speed measurements, same rules)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"restart_s": belief.restart_s, "moves_seen": belief.moves_seen}))
+        os.replace(tmp, path)
+
+
+def load_restart_belief(path: Path | None, guess_s: float) -> RestartBelief:
+    """The belief :func:`save_restart_belief` kept, or the configured guess where there is none (no file, or
+    one that cannot be read — logged: the next measured move re-learns it)."""
+    if path is None or not path.exists():
+        return RestartBelief(guess_s)
+    try:
+        row = json.loads(path.read_text())
+        return RestartBelief(float(row["restart_s"]), int(row["moves_seen"]))
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        _log.warning("restart belief %s: unreadable (%s: %s); starting from %.1f s", path, type(e).__name__, e,
+                     guess_s)  # fmt: skip
+        return RestartBelief(guess_s)

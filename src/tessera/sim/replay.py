@@ -19,7 +19,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tessera.scheduler.core import Change
+from tessera.scheduler.core import Change, ChangeKind
+from tessera.scheduler.restart import RestartBelief
 from tessera.scheduler.state import GPUs
 from tessera.sim.simulator import Simulator
 
@@ -71,9 +72,10 @@ class ReplaySimulator(Simulator):
     """The simulator, recording every change with its Cell, with a fixed measured restart cost, and rounds
     timed as the live service times them.
 
-    ``restart_s`` is the pause a rescale, migration or resume costs (measured by ``bench/service.py``);
-    ``believed_restart_s`` is what the policy is told a restart costs — the service's own figure before the
-    run (its configured initial guess), so the replay's core weighs moves as the live core did.
+    ``restart_s`` is the pause a rescale or migration costs (measured before the run); ``believed`` is what the
+    policy is told a move costs — the service's own belief before the run (what it kept from earlier moves, or
+    its configured guess) — and, as live, each move's pause is folded into it by the same rule
+    (:meth:`RestartBelief.observed`), so the replay's core weighs moves as the live core did.
     ``job_extra_s`` adds a job's own fixed cost to its first launch (the checkpoints it writes over its run:
     about ten whatever its length, so a cost per job, not per step).
 
@@ -88,7 +90,7 @@ class ReplaySimulator(Simulator):
         self,
         *args,
         restart_s: float,
-        believed_restart_s: float,
+        believed: RestartBelief,
         service_round_s: float | None = None,
         service_round_phase_s: float = 0.0,
         warm_start_s: float | None = None,
@@ -102,7 +104,8 @@ class ReplaySimulator(Simulator):
         self._spare_s = spare_s
         self._warm: dict[int, list[float]] = {}  # node → expiry times of its finished jobs' spare workers
         super().__init__(*args, **kw)
-        self.sched.restart_estimate = lambda job: believed_restart_s
+        self.belief = believed
+        self.sched.restart_estimate = lambda job: self.belief.restart_s
         self.decisions: list[Decision] = []
         if service_round_s is not None:
             if service_round_s < self.cfg.round_s:
@@ -146,7 +149,10 @@ class ReplaySimulator(Simulator):
         assert ch.new is not None
         if ch.kind == "resume":
             return self._launch_s(job, ch.new.placement, now)
-        return super().pause_s(ch, job, now)
+        pause = super().pause_s(ch, job, now)
+        if ch.kind in (ChangeKind.RESCALE, ChangeKind.MIGRATE):  # as the live service learns from each move
+            self.belief = self.belief.observed(pause)
+        return pause
 
     def _launch_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def]
         if self._warm_start_s is None:
