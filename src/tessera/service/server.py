@@ -119,6 +119,9 @@ def serve(config: ServiceConfig, *, announce: Any = None) -> None:
     import uvicorn
 
     service = Service(config)
+    # the app first: its imports (FastAPI, pydantic) are done before any gang thread exists, so no first import
+    # of a shared module can race one (a pydantic.v1 race once broke a restarted server's reattach)
+    app = service.app()
     service.start()
     # uvicorn handles SIGINT/SIGTERM while it serves and re-raises them once it stopped; what it re-raises into
     # must not end the process before the service stopped (Ray's own SIGTERM handler would exit at once).
@@ -126,7 +129,7 @@ def serve(config: ServiceConfig, *, announce: Any = None) -> None:
     try:
         server = uvicorn.Server(
             uvicorn.Config(
-                service.app(),
+                app,
                 host=config.host,
                 port=config.port,
                 log_level="warning",
