@@ -27,8 +27,9 @@ What the replay may know is what the service knew BEFORE the run — never the r
   writes (about ten, whatever its length: a cost per job);
 * start-up and restart costs from the earlier runs' allocations: span minus steps × seconds per step, the
   median per kind (cold launch, warm start onto a finished job's spare workers, rescale) — the launch, the
-  first steps' extra, the final checkpoint and the teardown, measured on this machine under the same load.
-  The costs ``bench/service.py`` measured on an idle cluster (``bench/results/service.json``:
+  first steps' extra, the final checkpoint and the teardown, measured on this machine under the same load
+  (no earlier rescale: ``bench/service.py``'s measured rescale pause stands for it — a fast rescale keeps its
+  workers, so no launch is like it). The costs ``bench/service.py`` measured on an idle cluster (``bench/results/service.json``:
   ``rescale_pause_s_p50``, ``cold_launch_s_p50``, ``submit_to_running_s_p50``) give a second replay,
   reported beside it (``with_service_bench_restart_costs``);
 * what the policy is told a move costs: the service's own restart-cost belief, kept beside its cost model
@@ -333,19 +334,22 @@ def allocation_overheads(run: dict[str, Any]) -> dict[str, list[float]]:
     return out
 
 
-def earlier_allocation_costs(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def earlier_allocation_costs(runs: list[dict[str, Any]], bench: dict[str, Any]) -> dict[str, Any] | None:
     """Start-up and restart costs from the allocations of earlier runs in this state dir (what the service had
     measured before this run, under the same load): the median overhead of each kind
-    (:func:`allocation_overheads`), a kind never seen taking the median of all. None when no earlier run has
-    an allocation with a measured step."""
+    (:func:`allocation_overheads`); a restart never seen takes ``bench``'s (``bench/service.py``'s measured
+    rescale pause: a fast rescale keeps its workers, so no launch figure stands for it), a launch kind never
+    seen the median of all launches. None when no earlier run has an allocation with a measured step."""
     seen: dict[str, list[float]] = {"cold": [], "warm": [], "restart": []}
     for run in runs:
         for k, v in allocation_overheads(run).items():
             seen[k].extend(v)
-    every = [x for v in seen.values() for x in v]
-    if not every:
+    launches = seen["cold"] + seen["warm"]
+    if not launches and not seen["restart"]:
         return None
-    p50 = {k: statistics.median(v or every) for k, v in seen.items()}
+    p50 = {k: statistics.median(v or launches or seen["restart"]) for k, v in seen.items()}
+    if not seen["restart"]:
+        p50["restart"] = float(bench["restart_s"])
     return {
         "startup_s": p50["cold"], "warm_start_s": p50["warm"], "restart_s": p50["restart"],
         "from": {f"earlier_runs_{k}_overhead_s_p50": p50[k] for k in seen} | {
@@ -553,7 +557,7 @@ def main() -> None:
             print(f"  live run took {time.time() - t:.0f} s; replaying…", flush=True)
             # restarts priced by what earlier runs' allocations cost beyond their steps (same machine, same
             # load); bench/service.py's figures (an idle cluster) are the alternative, reported beside
-            earlier = earlier_allocation_costs(runs)
+            earlier = earlier_allocation_costs(runs, costs)
             used = earlier or costs
             per_ckpt = checkpoint_seconds(runs, specs_by_id)
             extra = checkpoint_costs(live, specs, per_ckpt)

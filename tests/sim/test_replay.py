@@ -222,12 +222,17 @@ def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
     over = fid.allocation_overheads(run)
     assert over["cold"] == pytest.approx([4.0, 3.0, 13.0]) and over["warm"] == pytest.approx([1.0])
     assert over["restart"] == pytest.approx([0.5])
-    costs = fid.earlier_allocation_costs([run])
+    bench = {"startup_s": 9.0, "warm_start_s": 0.9, "restart_s": 1.1}  # bench/service.py's figures
+    costs = fid.earlier_allocation_costs([run], bench)
     assert (costs["startup_s"], costs["warm_start_s"], costs["restart_s"]) == pytest.approx((4.0, 1.0, 0.5))
+    # no restart in the earlier runs: the measured rescale pause stands for it, not a launch's overhead
+    launches_only = {"allocations": [a for a in run["allocations"] if a["kind"] == "start"]}
+    costs = fid.earlier_allocation_costs([launches_only], bench)
+    assert (costs["startup_s"], costs["restart_s"]) == pytest.approx((4.0, 1.1))
     # without the whole loop iteration (an older server), the training step stands in for it
     old = {"allocations": [{**a, "measured_step_s": None} for a in run["allocations"]]}
     assert fid.allocation_overheads(old) == over
-    assert fid.earlier_allocation_costs([{"allocations": []}]) is None
+    assert fid.earlier_allocation_costs([{"allocations": []}], bench) is None
     # with each step's record (loop time, checkpoints included) the loop is summed, not steps × the median
     rows = [{"step": k, "attempt": None, "wall_s": 0.12, "checkpoint_s": 0.02 if k % 10 == 9 else 0.0}
             for k in range(100)]  # fmt: skip
