@@ -545,6 +545,15 @@ def fsdp_stage(plan: Plan, stage: Stage) -> bool:
     )
 
 
+def overlaps_grad_sync(precision: Precision) -> bool:
+    """Whether the runtime reduces a stage's data-parallel gradient buckets while the replica's last
+    micro-batch's backward still runs (DDP's overlap, ``runtime.data_parallel.GradSync``), rather than after it.
+    Every precision but bf16-master: there the sync reduces the fp32 masters' gradients, which exist only once
+    backward has ended and the bf16 parameters' gradients are copied into them. One rule for the runtime,
+    which obeys it, and the estimate, which prices only the sync the overlap leaves exposed."""
+    return precision != Precision.BF16_MASTER
+
+
 # ---------------------------------------------------------------- which plans torch's pipelining runs
 def pipeline_impl() -> str:
     """``TESSERA_PIPELINE_IMPL`` (own, torch or auto): which transport runs pipelines in this process. The

@@ -31,18 +31,13 @@ def test_first_pass_pays_each_boundary_twice_and_dp_sync_is_added():
     """Four equal 1-s stages, B = 8, 0.1 s per boundary crossing, DP syncs of 0.5/0.2/0.2/0.2 s.
 
     Fill/drain: Σ t = 4 s; steady: 7 · 1 = 7 s; the first micro-batch crosses 3 boundaries forward and 3 back:
-    6 · 0.1 = 0.6 s; non-overlapped DP sync adds the slowest stage's 0.5 s: 4 + 7 + 0.6 + 0.5 = 12.1 s.
-    Overlapped with the last backward (0.6 s of the 1-s stage), no DP sync sticks out: 11.6 s.
+    6 · 0.1 = 0.6 s; the DP sync adds the slowest stage's exposed 0.5 s: 4 + 7 + 0.6 + 0.5 = 12.1 s. (What of
+    a sync the last backward hides is priced by the estimate, tests/perf/test_dp_overlap_pricing.py.)
     """
     fwd, bwd = [0.4] * 4, [0.6] * 4
     t = pipeline_time(fwd, bwd, 8, p2p_s=[0.1] * 3, dp_sync_s=[0.5, 0.2, 0.2, 0.2])
     assert t.iteration_time_s == pytest.approx(12.1)
     assert (t.p2p_s, t.dp_sync_s) == (pytest.approx(0.6), pytest.approx(0.5))
-    o = pipeline_time(fwd, bwd, 8, p2p_s=[0.1] * 3, dp_sync_s=[0.5, 0.2, 0.2, 0.2], overlap_dp=True)
-    assert o.iteration_time_s == pytest.approx(11.6)
-    # a sync longer than the backward it hides behind leaks the rest: 0.9 − 0.6 = 0.3 s
-    o = pipeline_time(fwd, bwd, 8, dp_sync_s=[0.9, 0, 0, 0], overlap_dp=True)
-    assert o.iteration_time_s == pytest.approx(11.0 + 0.3)
 
 
 def test_single_stage_is_b_times_stage_time():

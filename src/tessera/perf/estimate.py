@@ -20,9 +20,12 @@ Tessera's runtime does in one step (``runtime.engine``: pipeline schedule → gr
   cross-entropy's three fp32 values per token (:func:`tp_allreduces`).
 * **pipeline** — :func:`tessera.perf.pipeline.pipeline_time` over the stage times, with the boundary send/recv
   of one micro-batch's activation.
-* **after the pipeline** — each stage's gradient sync (the runtime's bucketed all-reduce of fp32 gradients
-  after the last backward, 25 MiB buckets issued back to back; ZeRO adds the owners' broadcast; a tied
-  embedding split across stages adds its all-reduce over both stages) and then its optimizer step (a
+* **after the pipeline** — each stage's gradient sync (the runtime's bucketed all-reduce of fp32 gradients,
+  25 MiB buckets issued back to back; ZeRO adds the owners' broadcast; a tied embedding split across stages
+  adds its all-reduce over both stages), of which only what the last micro-batch's backward does not hide
+  counts where the runtime overlaps the buckets with it (every precision but bf16-master:
+  :func:`tessera.plan.overlaps_grad_sync`; the last bucket and an embedding table always stay exposed,
+  :func:`_dp_sync_s`), and then its optimizer step (a
   memory-bound pass over the stage's parameters, or its profiled time; under ZeRO each replica steps only
   the parameters it owns). Stages do this concurrently, so the slowest stage's sync + step is added.
 * **communication times** — the measured table (``tessera profile comm``) where it covers the message: below
@@ -80,7 +83,15 @@ from tessera.perf.compute import (
 from tessera.perf.costmodel import CostModel
 from tessera.perf.extras import StepExtras
 from tessera.perf.pipeline import pipeline_time
-from tessera.plan import Device, Plan, Precision, Stage, fsdp_stage, torch_schedule_refusal
+from tessera.plan import (
+    Device,
+    Plan,
+    Precision,
+    Stage,
+    fsdp_stage,
+    overlaps_grad_sync,
+    torch_schedule_refusal,
+)
 
 DEFAULT_INTER_NODE_BPS = 12.5e9  # ClusterSpec's default: 100 Gb/s InfiniBand / RoCE
 GRAD_BUCKET_BYTES = (
@@ -692,32 +703,99 @@ def _accumulate_s(
     return slowest * passes / m
 
 
-def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> float:
-    """Gradient sync of the stage after its last backward, per TP rank; the slowest rank.
+@dataclass(frozen=True)
+class DPSync:
+    """A stage's data-parallel gradient sync (its slowest TP rank) and the part of it the runtime can run
+    while the replica's last micro-batch's backward still computes (:func:`_dp_sync_s` says which part)."""
+
+    total_s: float  # the whole sync: gradient buckets, ZeRO's broadcast, a split tied embedding's all-reduce
+    hideable_s: float = 0.0  # buckets that may be reduced under the last backward (0: none overlap)
+    window_fraction: float = 0.0  # share of that backward they can run under (the first waits for its grads)
+
+
+def dp_exposed_s(sync: DPSync, bwd_s: float) -> float:
+    """What of ``sync`` stays on the critical path after a last backward of ``bwd_s`` seconds: everything not
+    hideable, plus what of the hideable buckets that backward's ``window_fraction`` does not hide
+    (:func:`overlap_exposed_s`). Between the unhideable part and ``total_s``."""
+    left = overlap_exposed_s(sync.hideable_s, sync.window_fraction * bwd_s)
+    return sync.total_s - sync.hideable_s + left
+
+
+def overlap_exposed_s(comm_s: float, window_s: float) -> float:
+    """What of ``comm_s`` of communication, run beside ``window_s`` of compute, is added to the time.
+
+    Hidden communication is not free: the compute beside it runs ``OVERLAP_COMPUTE_SLOWDOWN`` (σ) slower
+    (Lee et al. 2025). Compute ``W`` beside communication ``C`` progresses at 1/(1+σ) while ``C`` runs, so the
+    pair takes ``W + C·σ/(1+σ)`` when ``C ≤ W·(1+σ)``, else ``C`` (the communication bound); what exceeds
+    ``W`` is exposed. The one overlap rule for FSDP's prefetched collectives and DP's gradient buckets."""
+    slow = OVERLAP_COMPUTE_SLOWDOWN
+    if comm_s <= window_s * (1.0 + slow):
+        return comm_s * slow / (1.0 + slow)
+    return comm_s - window_s
+
+
+def _embedding_bytes(spec: ModelSpec, stage: Stage, k: int) -> float:
+    """fp32 gradient bytes TP rank ``k`` holds of the embedding table when the stage starts with it (one
+    tensor, so a bucket of its own, and the last gradient the backward produces), else 0."""
+    if stage.layer_start != 0 or spec.layers[0].kind != "embedding":
+        return 0.0
+    every, split = _param_sums(spec)
+    total, sharded = every[1] - every[0], split[1] - split[0]
+    ratio = stage.ratios()[k] if stage.tp_degree > 1 else 1.0
+    return 4.0 * (total - sharded * (1.0 - ratio))
+
+
+def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> DPSync:
+    """Gradient sync of the stage, per TP rank; the slowest rank, with what of it may overlap the backward.
 
     fp32 gradients (masters under bf16-master) in 25 MiB buckets: all-reduced (ZeRO-0/1), or reduced to their
     owner (ZeRO-2, ~ a reduce-scatter's volume); ZeRO-1/2 then broadcast the owners' updated parameters (~ an
-    all-gather). FSDP2 (ZeRO-2/3 where :func:`tessera.plan.fsdp_stage` says so) communicates per micro-batch
-    inside the stage instead (:func:`_fsdp_s`). A tied embedding split over the first and last stage adds one
-    all-reduce of it over both stages' ranks."""
+    all-gather) after the optimizer step. FSDP2 (ZeRO-2/3 where :func:`tessera.plan.fsdp_stage` says so)
+    communicates per micro-batch inside the stage instead (:func:`_fsdp_s`). A tied embedding split over the
+    first and last stage adds one all-reduce of it over both stages' ranks, after backward.
+
+    **Overlap** (where :func:`tessera.plan.overlaps_grad_sync` says the runtime does it): buckets are packed in
+    backward order and each is reduced as soon as its gradients from the replica's LAST micro-batch are all
+    there, strictly in bucket order (``runtime.data_parallel.GradSync``, as DDP's reducer). Gradients appear
+    at a steady rate through that backward, so with ``K`` buckets the first is ready after ``1/K`` of it and
+    the reductions can run under the remaining ``(K − 1)/K`` (``window_fraction``). What cannot hide however
+    fast the network is: the last bucket (up to 25 MiB: the stage's first parameters, whose gradients end the
+    backward), an embedding table at the stage's start (one tensor, a bucket of its own, produced last), ZeRO's
+    broadcast (after the step) and the tied all-reduce. Under ZeRO-1/2 buckets are grouped by owner, owner 0's
+    first (``GradSync``): only owner 0's buckets (~1/dp of the bytes, the largest tensor, the embedding, among
+    them) are launched during backward; every other owner's wait behind owner 0's last, which ends the
+    backward, so they are exposed too. :func:`dp_exposed_s` prices the rest beside the backward. Modelled so
+    because full overlap, ``max(0, sync − backward)``, would hide the tail DDP always leaves exposed."""
     index = plan.stages.index(stage)
-    worst = 0.0
+    tied_sync = 0.0
     tied = _tied_split(plan, spec)
     if tied is not None and index in tied:
         group = plan.stages[tied[0]].devices + plan.stages[tied[1]].devices
-        worst = _comm(cost, Collective.ALL_REDUCE, 4.0 * _tied_params(spec), len(group), topo.link(group))
+        tied_sync = _comm(cost, Collective.ALL_REDUCE, 4.0 * _tied_params(spec), len(group), topo.link(group))
     if stage.dp_degree <= 1 or _uses_fsdp(plan, stage):
-        return worst
-    tied_sync = worst
+        return DPSync(tied_sync)
+    overlap = overlaps_grad_sync(plan.precision)
+    owners = stage.dp_degree if plan.zero >= 1 else 1
+    worst = DPSync(tied_sync)
     for k in range(stage.tp_degree):
         grad_bytes = 4.0 * _rank_params(spec, stage, k)
         # (every tp-th device from k: the rank's replicas, dp of them)
         group, link, bandwidth = topo.dp_group(stage.devices, k, stage.tp_degree)
         reduce = Collective.REDUCE_SCATTER if plan.zero >= 2 else Collective.ALL_REDUCE
-        t = _bucketed_s(cost, reduce, grad_bytes, group, topo, (link, bandwidth))
+        reduce_s = _bucketed_s(cost, reduce, grad_bytes, group, topo, (link, bandwidth))
+        t = reduce_s
         if plan.zero >= 1:  # the owners' updated fp32 parameters, broadcast back
             t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, group, topo, (link, bandwidth))
-        worst = max(worst, t + tied_sync)
+        if t + tied_sync <= worst.total_s:
+            continue
+        hideable, window = 0.0, 0.0
+        if overlap and grad_bytes > 0:
+            # owner 0's buckets (every bucket without ZeRO) but its embedding table and its last bucket
+            first_owner = max(0.0, grad_bytes / owners - _embedding_bytes(spec, stage, k))
+            buckets = math.ceil(first_owner / GRAD_BUCKET_BYTES)
+            hideable = reduce_s * max(0.0, first_owner - GRAD_BUCKET_BYTES) / grad_bytes
+            window = (buckets - 1) / buckets if buckets else 0.0
+        worst = DPSync(t + tied_sync, hideable, window)
     return worst
 
 
@@ -768,10 +846,7 @@ def fsdp_comm(
     communication, ``U`` the units and ``compute`` the stage's forward (or backward) time per micro-batch. In
     backward the all-gathers and reduce-scatters share the network, so their sum is what compute must hide.
 
-    Hidden communication is not free: the compute beside it runs ``OVERLAP_COMPUTE_SLOWDOWN`` (σ) slower
-    (Lee et al. 2025). Compute ``W`` beside communication ``C`` progresses at 1/(1+σ) while ``C`` runs, so the
-    pair takes ``W + C·σ/(1+σ)`` when ``C ≤ W·(1+σ)``, else ``C`` (the communication bound); what exceeds ``W``
-    is exposed.
+    Hidden communication slows the compute beside it (:func:`overlap_exposed_s`).
     """
     if not _uses_fsdp(plan, stage):
         return FSDPComm(0.0, 0.0, 0.0, 0.0)
@@ -795,13 +870,8 @@ def fsdp_comm(
     units = len(layers)
     hide = (units - 1) / units
 
-    slow = OVERLAP_COMPUTE_SLOWDOWN
-
     def exposed(first: float, total: float, compute: float) -> float:
-        rest, window = max(0.0, total - first), compute * hide
-        if rest <= window * (1.0 + slow):
-            return first + rest * slow / (1.0 + slow)
-        return first + rest - window
+        return first + overlap_exposed_s(max(0.0, total - first), compute * hide)
 
     ag = sum(gathers)
     fwd_exposed = exposed(gathers[0], ag, fwd_s)
@@ -1022,16 +1092,23 @@ def _rough_peak(spec: ModelSpec, v: DeviceView) -> float:
 @dataclass(frozen=True)
 class StageCost:
     """One stage's share of an estimate: per-micro-batch times of its slowest replica, its gradient sync, and
-    the memory of each of its devices. Stages are costed independently, so Cells can mix them."""
+    the memory of each of its devices. Stages are costed independently, so Cells can mix them.
+
+    The gradient sync is kept whole (``dp_sync_s``) with the part of it the runtime overlaps with the last
+    micro-batch's backward (``dp_hideable_s``, ``dp_window_fraction``: :class:`DPSync`); what stays exposed
+    (:attr:`dp_exposed_s`) follows from the stage's own backward, so any assembly of stage costs prices it
+    alike."""
 
     fwd_s: float
     bwd_s: float
     tp_comm_s: float  # per micro-batch, on the critical path, split evenly between fwd and bwd
-    dp_sync_s: float
+    dp_sync_s: float  # the whole gradient sync, as if it ran after backward
     peak_bytes: tuple[float, ...]  # per device of the stage, in stage order
     device_bytes: tuple[float, ...]
     feasible: bool
     optimizer_s: float = 0.0  # one optimizer step of the stage's slowest device, after the DP sync
+    dp_hideable_s: float = 0.0  # of dp_sync_s: the buckets that may run under the last backward
+    dp_window_fraction: float = 0.0  # of that backward: the share they can run under
 
     @property
     def time_s(self) -> float:
@@ -1039,9 +1116,16 @@ class StageCost:
         return self.fwd_s + self.bwd_s + self.tp_comm_s
 
     @property
+    def dp_exposed_s(self) -> float:
+        """The gradient sync left on the critical path once the last micro-batch's backward (with its half
+        of the TP communication, as :func:`compose` splits it) has hidden what it can (:func:`dp_exposed_s`)."""
+        sync = DPSync(self.dp_sync_s, self.dp_hideable_s, self.dp_window_fraction)
+        return dp_exposed_s(sync, self.bwd_s + self.tp_comm_s / 2)
+
+    @property
     def tail_s(self) -> float:
-        """Once per iteration, after the stage's last backward: gradient sync + optimizer step."""
-        return self.dp_sync_s + self.optimizer_s
+        """Once per iteration, after the stage's last backward: exposed gradient sync + optimizer step."""
+        return self.dp_exposed_s + self.optimizer_s
 
 
 def stage_cost(
@@ -1116,11 +1200,13 @@ def stage_cost(
         fwd_s=fwd,
         bwd_s=bwd,
         tp_comm_s=tp_comm,
-        dp_sync_s=sync,
+        dp_sync_s=sync.total_s,
         peak_bytes=tuple(dev_peak),
         device_bytes=tuple(dev_bytes),
         feasible=feasible,
         optimizer_s=opt,
+        dp_hideable_s=sync.hideable_s,
+        dp_window_fraction=sync.window_fraction,
     )
 
 
@@ -1246,7 +1332,6 @@ def compose(
     p2p_s: list[float],
     topo: Topology,
     *,
-    overlap_dp: bool = False,
     extras: StepExtras | None = None,
     cost: CostModel | None = None,
 ) -> Estimate:
@@ -1257,8 +1342,11 @@ def compose(
     priced as the mean boundary send: it moves the same hidden-state activation).
 
     iteration = pipeline (steady + bubble + first-pass p2p) + the slowest stage's tail (exposed gradient sync
-    + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward;
-    ``extras`` (priced with ``cost``) add gradient clipping and amortized validation (:func:`extras_s`)."""
+    + optimizer step): stages sync and step concurrently on disjoint devices, after their last backward.
+    The sync is what the runtime leaves exposed (:attr:`StageCost.dp_exposed_s`): the plan's precision says
+    whether its buckets overlap the last backward (:func:`tessera.plan.overlaps_grad_sync`), the stage costs
+    carry what of the sync can hide. ``extras`` (priced with ``cost``) add gradient clipping and amortized
+    validation (:func:`extras_s`)."""
     fwd = [c.fwd_s + c.tp_comm_s / 2 for c in costs]
     bwd = [c.bwd_s + c.tp_comm_s / 2 for c in costs]
     pt = pipeline_time(
@@ -1269,9 +1357,7 @@ def compose(
         p2p_s=p2p_s,
         virtual_stages=plan.virtual_stages,
     )
-    syncs = [
-        max(0.0, c.dp_sync_s - b) if overlap_dp else c.dp_sync_s for c, b in zip(costs, bwd, strict=True)
-    ]
+    syncs = [c.dp_exposed_s for c in costs]
     tails = [s + c.optimizer_s for s, c in zip(syncs, costs, strict=True)]
     last = max(range(len(costs)), key=lambda i: tails[i])
     sync_s, opt_s = syncs[last], costs[last].optimizer_s
@@ -1316,7 +1402,6 @@ def estimate_plan(
     cluster_or_gpu_map: ClusterSpec | Mapping[str, GPUSpec] | Topology | None = None,
     *,
     cost: CostModel | None = None,
-    overlap_dp: bool = False,
     headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
     extras: StepExtras | None = None,
     kernels: Kernels = EAGER,
@@ -1342,4 +1427,4 @@ def estimate_plan(
     p2p = [
         boundary_s(plan, spec, a, b, topo, cost) for a, b in zip(plan.stages, plan.stages[1:], strict=False)
     ]
-    return compose(plan, spec, costs, p2p, topo, overlap_dp=overlap_dp, extras=extras, cost=cost)
+    return compose(plan, spec, costs, p2p, topo, extras=extras, cost=cost)

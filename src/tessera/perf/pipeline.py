@@ -21,10 +21,10 @@ price of ``v`` times the point-to-point traffic: the first micro-batch crosses `
 way (every device boundary ``v`` times, and the last device hands back to the first ``v − 1`` times). It needs
 ``B`` to be a multiple of ``S`` (Megatron's schedule requirement).
 
-Data-parallel gradient sync runs after the last backward of each stage; stages sync concurrently on disjoint
-devices, so the slowest sync is added (``overlap_dp=False``, the default). With ``overlap_dp=True`` each stage's
-all-reduce is overlapped with its last micro-batch's backward (PyTorch DDP's bucketed all-reduce) and only what
-sticks out is added.
+Data-parallel gradient sync ends each stage's iteration after its last backward; stages sync concurrently on
+disjoint devices, so the slowest stage's sync is added. ``dp_sync_s`` is what each stage leaves exposed: how much
+of it the last micro-batch's backward hides depends on the plan's precision and on the gradient buckets, which
+the caller knows (:func:`tessera.perf.estimate.dp_exposed_s`), not on the schedule, so it is priced there.
 """
 
 from __future__ import annotations
@@ -55,14 +55,13 @@ def pipeline_time(
     schedule: str = "1f1b",
     p2p_s: Sequence[float] = (),
     dp_sync_s: Sequence[float] = (),
-    overlap_dp: bool = False,
     virtual_stages: int = 1,
     wrap_p2p_s: float | None = None,
 ) -> PipelineTime:
     """Iteration time of ``len(fwd_s)`` stages, per the formula in the module docstring.
 
     ``fwd_s``/``bwd_s``: per-stage seconds for one micro-batch; ``p2p_s``: one micro-batch's send/recv seconds
-    across each of the ``S − 1`` boundaries; ``dp_sync_s``: per-stage gradient all-reduce seconds (or empty).
+    across each of the ``S − 1`` boundaries; ``dp_sync_s``: per-stage exposed gradient sync seconds (or empty).
     ``virtual_stages``: chunks per device of the interleaved 1F1B schedule (1 = plain); ``wrap_p2p_s``: the
     last device's send to the first under interleaving (default: the mean boundary time).
     """
@@ -98,12 +97,7 @@ def pipeline_time(
     if v > 1 and n > 1:
         wrap = wrap_p2p_s if wrap_p2p_s is not None else (sum(p2p_s) / len(p2p_s) if p2p_s else 0.0)
         p2p = v * p2p + 2.0 * (v - 1) * wrap
-    if not dp_sync_s:
-        dp = 0.0
-    elif overlap_dp:
-        dp = max(max(0.0, s - b) for s, b in zip(dp_sync_s, bwd_s, strict=True))
-    else:
-        dp = max(dp_sync_s)
+    dp = max(dp_sync_s) if dp_sync_s else 0.0
     return PipelineTime(
         iteration_time_s=steady + bubble + p2p + dp,
         steady_s=steady,

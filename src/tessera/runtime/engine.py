@@ -38,7 +38,7 @@ from torch import nn
 
 from tessera.nn.dtensor_tp import uses_dtensor
 from tessera.nn.optimizers import make_optimizer
-from tessera.plan import Plan, PlanError, Precision, fsdp_stage
+from tessera.plan import Plan, PlanError, Precision, fsdp_stage, overlaps_grad_sync
 from tessera.runtime.checkpoint import Want
 from tessera.runtime.data_parallel import GradSync, assign_owners, broadcast_from_owners, sync_tied
 from tessera.runtime.groups import Layout, build_layout
@@ -210,7 +210,7 @@ class Trainer:
             lay.dp_ranks,
             owners=self.owners,
             reduce_to_owner=plan.zero >= 2,
-            overlap=not self.has_masters,  # bf16-master: the fp32 masters' gradients exist only after backward
+            overlap=overlaps_grad_sync(plan.precision),  # not bf16-master: its masters' grads come after
         )
         # backward passes this replica runs per step (micro-batches where it holds rows): the last one's
         # gradients are reduced while it runs
