@@ -745,6 +745,15 @@ def _embedding_bytes(spec: ModelSpec, stage: Stage, k: int) -> float:
     return 4.0 * (total - sharded * (1.0 - ratio))
 
 
+def _tied_rank_bytes(spec: ModelSpec, stage: Stage, k: int, layer_index: int) -> float:
+    """fp32 bytes TP rank ``k`` holds of the tied embedding/head table through layer ``layer_index`` (the
+    embedding, whose spec counts the table, or the head, whose spec leaves its copy out): its vocab rows when
+    the layer is split over the TP group, else the whole table."""
+    layer, _, splits, _, _ = _layer_rows(spec)[layer_index]
+    sharded = stage.tp_degree > 1 and splits and layer.tp_shard != TPShard.REPLICATED
+    return 4.0 * _tied_params(spec) * (stage.ratios()[k] if sharded else 1.0)
+
+
 def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: CostModel) -> DPSync:
     """Gradient sync of the stage, per TP rank; the slowest rank, with what of it may overlap the backward.
 
@@ -752,7 +761,12 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
     owner (ZeRO-2, ~ a reduce-scatter's volume); ZeRO-1/2 then broadcast the owners' updated parameters (~ an
     all-gather) after the optimizer step. FSDP2 (ZeRO-2/3 where :func:`tessera.plan.fsdp_stage` says so)
     communicates per micro-batch inside the stage instead (:func:`_fsdp_s`). A tied embedding split over the
-    first and last stage adds one all-reduce of it over both stages' ranks, after backward.
+    first and last stage adds one all-reduce of it over both stages' ranks, after backward, in place of its
+    share of the buckets: the runtime keeps a tied table out of ``GradSync`` (``engine``: ``sync_tied`` sums
+    it over the tie group, then the buckets sync the rest), so the first stage's buckets carry the embedding
+    layer less the table. ZeRO's broadcast does carry it (the owners' step updates every master, the tied
+    ones too), on the first stage in the embedding and on the last in the head's copy, which the spec's
+    head leaves out.
 
     **Overlap** (where :func:`tessera.plan.overlaps_grad_sync` says the runtime does it): buckets are packed in
     backward order and each is reduced as soon as its gradients from the replica's LAST micro-batch are all
@@ -778,20 +792,26 @@ def _dp_sync_s(plan: Plan, spec: ModelSpec, stage: Stage, topo: Topology, cost: 
     owners = stage.dp_degree if plan.zero >= 1 else 1
     worst = DPSync(tied_sync)
     for k in range(stage.tp_degree):
-        grad_bytes = 4.0 * _rank_params(spec, stage, k)
+        held = 4.0 * _rank_params(spec, stage, k)
+        # the tied table: synced by sync_tied, not in the buckets (first stage); broadcast under ZeRO (both)
+        tied_first = _tied_rank_bytes(spec, stage, k, 0) if tied is not None and index == tied[0] else 0.0
+        tied_head = _tied_rank_bytes(spec, stage, k, -1) if tied is not None and index == tied[1] else 0.0
+        grad_bytes = held - tied_first
         # (every tp-th device from k: the rank's replicas, dp of them)
         group, link, bandwidth = topo.dp_group(stage.devices, k, stage.tp_degree)
         reduce = Collective.REDUCE_SCATTER if plan.zero >= 2 else Collective.ALL_REDUCE
         reduce_s = _bucketed_s(cost, reduce, grad_bytes, group, topo, (link, bandwidth))
         t = reduce_s
         if plan.zero >= 1:  # the owners' updated fp32 parameters, broadcast back
-            t += _bucketed_s(cost, Collective.ALL_GATHER, grad_bytes, group, topo, (link, bandwidth))
+            bcast = held + tied_head
+            t += _bucketed_s(cost, Collective.ALL_GATHER, bcast, group, topo, (link, bandwidth))
         if t + tied_sync <= worst.total_s:
             continue
         hideable, window = 0.0, 0.0
         if overlap and grad_bytes > 0:
             # owner 0's buckets (every bucket without ZeRO) but its embedding table and its last bucket
-            first_owner = max(0.0, grad_bytes / owners - _embedding_bytes(spec, stage, k))
+            emb = _embedding_bytes(spec, stage, k) - tied_first
+            first_owner = max(0.0, grad_bytes / owners - emb)
             buckets = math.ceil(first_owner / GRAD_BUCKET_BYTES)
             hideable = reduce_s * max(0.0, first_owner - GRAD_BUCKET_BYTES) / grad_bytes
             window = (buckets - 1) / buckets if buckets else 0.0
@@ -846,11 +866,17 @@ def fsdp_comm(
     communication, ``U`` the units and ``compute`` the stage's forward (or backward) time per micro-batch. In
     backward the all-gathers and reduce-scatters share the network, so their sum is what compute must hide.
 
-    Hidden communication slows the compute beside it (:func:`overlap_exposed_s`).
+    Hidden communication slows the compute beside it (:func:`overlap_exposed_s`). A tied embedding split
+    over the first and last stage is left out of FSDP by the runtime (``ignored_params``) and summed over
+    both stages by hand (:func:`_dp_sync_s` prices that), so the first stage's embedding unit goes without it.
     """
     if not _uses_fsdp(plan, stage):
         return FSDPComm(0.0, 0.0, 0.0, 0.0)
-    layers = [layer.params for layer in spec.layers[stage.layer_start : stage.layer_end] if layer.params > 0]
+    params = [layer.params for layer in spec.layers[stage.layer_start : stage.layer_end]]
+    tied = _tied_split(plan, spec)
+    if tied is not None and plan.stages.index(stage) == tied[0]:
+        params[0] -= _tied_params(spec)  # the tied table stays out of FSDP (``ignored_params``)
+    layers = [p for p in params if p > 0]
     if not layers:
         return FSDPComm(0.0, 0.0, 0.0, 0.0)
     precision = plan.precision.value
