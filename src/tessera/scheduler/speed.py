@@ -260,11 +260,11 @@ def _min_combination(
     for s in range(1, S):
         trans = cost[:, :, None] + 2.0 * p2p[s - 1][None, :, :]
         arg = np.argmin(trans, axis=1)
-        best = np.take_along_axis(trans, arg[:, None, :], axis=1)[:, 0, :]
-        cost = best + np.where(mask[s] & (t[s] <= tau) & (sync[s] <= sig), t[s], inf)
+        # (the minimum is the element argmin points at: the same float, without gathering it back)
+        cost = trans.min(axis=1) + np.where(mask[s] & (t[s] <= tau) & (sync[s] <= sig), t[s], inf)
         back.append(arg)
     end = np.argmin(cost, axis=1)
-    value = cost[np.arange(len(end)), end] + (B - 1) * tau[:, 0] + sig[:, 0]
+    value = cost.min(axis=1) + (B - 1) * tau[:, 0] + sig[:, 0]
     row = int(np.argmin(value))
     if not np.isfinite(value[row]):
         return None
