@@ -1214,16 +1214,20 @@ def stage_cost(
     feasible = True
     # per (replica's GPU types, peak): its devices' bytes and whether all fit (replicas mostly share both)
     fits: dict[tuple[tuple[str, ...], float], tuple[tuple[float, ...], bool]] = {}
+    one: dict[tuple[str, float], tuple[float, bool]] = {}  # and per (GPU type, peak): a device's
     tp = st.tp_degree
     for r, (types, peak) in enumerate(zip(_replica_types(st, memo), peaks, strict=True)):
         hit = fits.get((types, peak))
         if hit is None:
             each, ok = [], True
             for d in st.replica(r):
-                gpu = topo.gpu(d)
-                b = _device_bytes(gpu, peak)
-                each.append(b)
-                ok = ok and b <= gpu.memory_bytes * (1 - headroom_fraction)
+                dev = one.get((d.gpu_type, peak))
+                if dev is None:
+                    gpu = topo.gpu(d)
+                    b = _device_bytes(gpu, peak)
+                    dev = one[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
+                each.append(dev[0])
+                ok = ok and dev[1]
             hit = fits[(types, peak)] = (tuple(each), ok)
         dev_peak.extend([peak] * tp)
         dev_bytes.extend(hit[0])
