@@ -1209,29 +1209,19 @@ def stage_cost(
         peaks = [by_size[mb] for mb in sizes]
     else:
         peaks = peak_bytes(spec, stage_views(plan, index))
-    dev_peak: list[float] = []
-    dev_bytes: list[float] = []
+    dev_peak, dev_bytes = [], []
     feasible = True
-    # per (replica's GPU types, peak): its devices' bytes and whether all fit (replicas mostly share both)
-    fits: dict[tuple[tuple[str, ...], float], tuple[tuple[float, ...], bool]] = {}
-    one: dict[tuple[str, float], tuple[float, bool]] = {}  # and per (GPU type, peak): a device's
-    tp = st.tp_degree
-    for r, (types, peak) in enumerate(zip(_replica_types(st, memo), peaks, strict=True)):
-        hit = fits.get((types, peak))
-        if hit is None:
-            each, ok = [], True
-            for d in st.replica(r):
-                dev = one.get((d.gpu_type, peak))
-                if dev is None:
-                    gpu = topo.gpu(d)
-                    b = _device_bytes(gpu, peak)
-                    dev = one[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
-                each.append(dev[0])
-                ok = ok and dev[1]
-            hit = fits[(types, peak)] = (tuple(each), ok)
-        dev_peak.extend([peak] * tp)
-        dev_bytes.extend(hit[0])
-        feasible = feasible and hit[1]
+    fits: dict[tuple[str, float], tuple[float, bool]] = {}  # replicas mostly share one GPU type and peak
+    for r, peak in enumerate(peaks):
+        for d in st.replica(r):
+            hit = fits.get((d.gpu_type, peak))
+            if hit is None:
+                gpu = topo.gpu(d)
+                b = _device_bytes(gpu, peak)
+                hit = fits[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
+            dev_peak.append(peak)
+            dev_bytes.append(hit[0])
+            feasible &= hit[1]
     return StageCost(
         fwd_s=fwd,
         bwd_s=bwd,
@@ -1244,19 +1234,6 @@ def stage_cost(
         dp_hideable_s=sync.hideable_s,
         dp_window_fraction=sync.window_fraction,
     )
-
-
-def _replica_types(st: Stage, memo: dict[tuple, Any] | None) -> tuple[tuple[str, ...], ...]:
-    """Per replica of the stage, its devices' GPU types (what a device's bytes and fit depend on besides the
-    peak), kept in ``memo`` by the stage object (held, so its id stays its own)."""
-    key = ("replica-types", id(st))
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] is st:
-        return hit[1]
-    types = tuple(tuple(d.gpu_type for d in st.replica(r)) for r in range(st.dp_degree))
-    if memo is not None:
-        memo[key] = (st, types)
-    return types
 
 
 def _stage_times(
