@@ -17,9 +17,9 @@ import numpy as np
 
 from tessera.scheduler import cell_lp
 from tessera.scheduler.policies.tessera.cells import Cell
-from tessera.scheduler.policies.tessera.order import set_priority_weights, weight, weight_bucket
+from tessera.scheduler.policies.tessera.order import remaining_on, set_priority_weights, weight, weight_bucket
 from tessera.scheduler.policies.tessera.round import RoundState
-from tessera.scheduler.state import JobState, JobStatus
+from tessera.scheduler.state import JobState
 
 
 @dataclass
@@ -77,71 +77,37 @@ def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
 def _running_owners(r: RoundState, capacity: np.ndarray) -> list[Owner]:
     """Running jobs that may change, grouped (longest first in each group); the GPUs of those that may not are
     taken off ``capacity`` (in place). One pass over thousands of running jobs a round at scale: the work a job
-    still has is read once and seeds the round's memos of its remaining time (:func:`.order.remaining`) and LP
-    weight (:func:`.order.weight`) — the same figures, by the same operations, as those functions compute; they
-    are written out here because the per-job calls were most of a heavy round's time outside the LP."""
+    still has is read once and seeds the round's memo of its remaining time (:func:`.order.remaining`, the same
+    figures it would compute)."""
     ctx = r.ctx
-    pol = r.pol
     now = ctx.now_s
     frozen = r.rescale_limit() <= 0
     col = {t: k for k, t in enumerate(ctx.cluster.types)}
     running: dict[tuple, list[JobState]] = {}
     left_of: dict[int, float] = {}  # job → work it still has (read once: the sort below reads it again)
-    info = pol.catalog.info
+    info = r.pol.catalog.info
     alloc = ctx.allocations
-    memo, weights, restart = r.remaining, r.weights, r.restart
+    memo = r.remaining
     window = r.settle_window_s  # :meth:`RoundState.settling`, read once for the loop
-    budget = pol.restart_budget
-    restart_of = ctx.restart_s
-    # :func:`.order.weight`'s factors: the user priority's weight, × 1 + θ ÷ t in the srpt order
-    prio_w = r.prio_w
-    srpt = pol.srpt_horizon_s > 0 and pol.order == "srpt" and not pol.deadline_aware
-    horizon, floor = pol.srpt_horizon_s, pol.srpt_floor_s
-    log2, inf_s = math.log2, math.inf
-    touched = r.touched
-    running_status = JobStatus.RUNNING
+    log2 = math.log2
+    touched, may_restart = r.touched, r.may_restart
     for js in ctx.running:
         jid = js.job_id
         a = alloc.get(jid)
         if a is None:
             continue
-        job = js.job
-        # RoundState.movable and may_restart, inlined: this runs for every running job
-        movable = not frozen and jid not in touched and js.paused_until_s <= now
-        if movable:
-            c = restart.get(jid)
-            if c is None:
-                c = restart[jid] = restart_of(job)
-            movable = js.restarts * c <= budget * (now - job.arrival_s)
-        if not movable:
+        # RoundState.movable, inlined: this runs for every running job
+        if frozen or jid in touched or js.paused_until_s > now or not may_restart(js):
             for t, n in a.gpus:
                 capacity[col[t]] -= n
             continue
-        inf = info(ctx, job)
+        inf = info(ctx, js.job)
         rate = js.rate_iters_per_s or r.held_cell(js, a).rate
-        # JobState.remaining_at, inlined
-        done = js.done_iterations
-        if js.status is running_status and js.rate_iters_per_s > 0:
-            start = max(js.as_of_s, js.paused_until_s)
-            done = min(job.total_iterations, done + js.rate_iters_per_s * max(0.0, now - start))
-        rem = left_of[jid] = max(0.0, job.total_iterations - done)
-        m = memo.get(jid)
-        if m is None:  # order.remaining_on, inlined: seconds and GPU-seconds on the smallest Cell
-            if not inf.min_cells:
-                m = (inf_s, inf_s)
-            else:
-                small = inf.min_cells[0]
-                t = rem / small.rate if small.rate > 0 else inf_s
-                m = (t, t * small.n_gpus)
-            memo[jid] = m
-        w = weights.get(jid)
-        if w is None:  # order.weight, inlined
-            w = prio_w.get(job.priority, 1.0)
-            if srpt:
-                w *= 1.0 + horizon / max(m[0], floor)
-            weights[jid] = w
+        rem = left_of[jid] = js.remaining_at(now)
+        if jid not in memo:  # order.remaining's memo, from the work just read
+            memo[jid] = remaining_on(inf, rem)
         left = int(log2(max(rem / max(rate, 1e-12), 1.0)))
-        key = (inf.key, job.priority, a.gpus, left, int(4 * log2(w)), now - js.last_change_s < window)
+        key = (inf.key, js.job.priority, a.gpus, left, weight_bucket(r, js), now - js.last_change_s < window)
         group = running.get(key)
         if group is None:
             running[key] = [js]
