@@ -268,19 +268,19 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
     }  # fmt: skip
 
 
-def service_bench_belief() -> RestartBelief:
-    """The restart-cost belief of ``bench/service.py``'s measured rescale pauses (last step before → first
-    step after, fast rescale), as a service on this machine would have learnt it from those moves."""
-    data = json.loads(SERVICE_JSON.read_text())
+def service_bench_belief(data: dict[str, Any]) -> RestartBelief:
+    """The restart-cost belief of ``bench/service.py``'s measured rescale pauses (``data``: its JSON; last step
+    before → first step after, fast rescale), as a service on this machine would have learnt it from those
+    moves."""
     belief = RestartBelief(ServiceConfig().restart_cost_s)
     for pause in data.get("rescale_pause_s_all") or [data["rescale_pause_s_p50"]]:
         belief = belief.observed(float(pause))
     return belief
 
 
-def restart_costs() -> dict[str, Any]:
-    """Start-up and restart pauses as ``bench/service.py`` measured them (before this bench runs)."""
-    data = json.loads(SERVICE_JSON.read_text())
+def restart_costs(data: dict[str, Any]) -> dict[str, Any]:
+    """Start-up and restart pauses as ``bench/service.py`` measured them (``data``: its JSON, written before
+    this bench runs)."""
     fallback = float(data["submit_to_running_s_p50"])
     startup = float(data.get("cold_launch_s_p50", fallback))
     restart = float(data.get("rescale_pause_s_p50", startup))
@@ -502,7 +502,8 @@ def main() -> None:
     rounds = policy_rounds(args.round_for, args.round_s)
     for p in policies:
         get_policy(p)  # an unknown name fails now, listing the known ones
-    costs = restart_costs()
+    service_bench = json.loads(SERVICE_JSON.read_text())
+    costs = restart_costs(service_bench)
     print(f"restart costs from {SERVICE_JSON.name}: start-up {costs['startup_s']:.2f} s, "
           f"restart {costs['restart_s']:.2f} s ({costs['from']})", flush=True)  # fmt: skip
     jobs = workload(args.quick)
@@ -512,7 +513,7 @@ def main() -> None:
     t_all = time.time()
     load_at_start = list(os.getloadavg())
     try:
-        seed = service_bench_belief()
+        seed = service_bench_belief(service_bench)
         save_restart_belief(ServiceConfig(state_dir=state).cost_dir / RESTART_FILE, seed)
         print(f"restart-cost belief seeded from {SERVICE_JSON.name}'s rescale pauses: {seed.restart_s:.2f} s "
               f"({seed.moves_seen} moves)", flush=True)  # fmt: skip

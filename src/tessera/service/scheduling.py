@@ -616,10 +616,16 @@ def save_measured(path: Path, measured: Mapping[MeasuredKey, Measured]) -> None:
          "step_s": m.step_s, "finals_s": list(m.finals_s)}
         for (k, _), m in measured.items()
     ]  # fmt: skip
+    _replace_json(path, rows)
+
+
+def _replace_json(path: Path, value: object) -> None:
+    """``value`` as ``path``'s JSON, replaced atomically; a write that fails is dropped (what the service
+    learnt refines its estimates; its next measurements learn it again)."""
     tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(rows, indent=1))
+        tmp.write_text(json.dumps(value, indent=1))
         os.replace(tmp, path)
 
 
@@ -651,11 +657,7 @@ def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
 
 def save_restart_belief(path: Path, belief: RestartBelief) -> None:
     """The belief as JSON, replaced atomically (beside the speed measurements, same rules)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"restart_s": belief.restart_s, "moves_seen": belief.moves_seen}))
-        os.replace(tmp, path)
+    _replace_json(path, {"restart_s": belief.restart_s, "moves_seen": belief.moves_seen})
 
 
 def load_restart_belief(path: Path | None, guess_s: float) -> RestartBelief:
