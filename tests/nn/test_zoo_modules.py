@@ -205,3 +205,19 @@ def test_moe_routing_matches_a_token_loop(capacity_factor: float) -> None:
                         ref[b, t] += w[b, t, k] * (F.gelu(x[b, t] @ ex.w_in[e]) @ ex.w_out[e])
                     used[e] += 1
     torch.testing.assert_close(y, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_rope_tables_grow_past_max_positions() -> None:
+    """A LLaMA plan may train longer sequences than its config's ``max_positions`` (RoPE has no learned
+    positions): the tables grow to the sequence, and the first ``max_positions`` rows do not change."""
+    from tessera.nn.common import rope_tables
+
+    model = built("llama-tiny")
+    rows = get_arch("llama-tiny").max_positions
+    inputs, _ = model.make_batch(1, 2 * rows, generator=torch.Generator().manual_seed(0))
+    out = model(inputs)
+    assert out.shape[1] == 2 * rows and torch.isfinite(out).all()
+    attn = next(m for m in model.modules() if hasattr(m, "rope_cos"))
+    cos, _ = rope_tables(attn.head_dim, 2 * rows, attn.rope_theta)
+    assert attn.rope_cos.shape[0] == 2 * rows
+    torch.testing.assert_close(attn.rope_cos, cos)

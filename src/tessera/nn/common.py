@@ -321,6 +321,14 @@ class SelfAttention(nn.Module):
             self.rope_cos.copy_(cos)
             self.rope_sin.copy_(sin)
 
+    @torch.no_grad()
+    def _grow_rope(self, rows: int) -> None:
+        """RoPE has no learned positions: a sequence longer than the tables were built for (a plan's seq_len
+        beyond the config's ``max_positions``, as long-context training runs) gets longer tables, not an error."""
+        cos, sin = rope_tables(self.head_dim, rows, self.rope_theta)
+        self.rope_cos = cos.to(self.rope_cos.device)
+        self.rope_sin = sin.to(self.rope_sin.device)
+
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Scores, softmax, dropout and probs @ v: what selective recompute recomputes."""
         p = self.attn_dropout if self.training else 0.0
@@ -334,6 +342,8 @@ class SelfAttention(nn.Module):
         k = self.k(x).view(b, t, -1, self.head_dim)
         v = self.v(x).view(b, t, -1, self.head_dim)
         if self.rope:
+            if t > self.rope_cos.shape[0]:
+                self._grow_rope(t)
             q = apply_rope(q, self.rope_cos[:t], self.rope_sin[:t])
             k = apply_rope(k, self.rope_cos[:t], self.rope_sin[:t])
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
