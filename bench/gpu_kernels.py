@@ -11,7 +11,7 @@ imports nothing from Tessera, so it runs on the device's own PyTorch. ``report``
 the catalog's figure for the GPU type the device is (the fraction of the datasheet's dense bf16 peak) and writes
 ``bench/results/gpu_kernels.json``: per-shape rows, the mean and worst error of the catalog's GEMM curve, and
 the attention fraction by sequence length — counted with the FLOPs the cost model counts for the attention core
-(``4·s²·h`` per sequence, the whole score matrix, causal or not).
+(``4·s²·h`` per sequence) halved under a causal mask, as FlashAttention computes it.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def report(args: argparse.Namespace) -> int:
     gpu = get_gpu(args.gpu)
     peak = gpu.peak_flops("bf16")
     kernels = measured_kernels(gpu)
-    if kernels.gemm is None or kernels.attention_fwd is None:
+    if kernels.gemm is None or kernels.attention is None:
         print(f"efficiency.yaml has no GEMM curve or attention figure for {gpu.name}", file=sys.stderr)
         return 2
     rows = []
@@ -269,18 +269,17 @@ def report(args: argparse.Namespace) -> int:
         )
     attn = []
     for a in raw["attention"]:
-        fwd = a["fwd_flops_full"] / a["fwd_s"] / peak
-        bwd = 2 * a["fwd_flops_full"] / a["bwd_s"] / peak if a["bwd_s"] > 0 else math.nan
+        work = a["fwd_flops_full"] / (2.0 if a["causal"] else 1.0)  # flash computes half a causal matrix
+        fwd = work / a["fwd_s"] / peak
+        bwd = 2 * work / a["bwd_s"] / peak if a["bwd_s"] > 0 else math.nan
+        cat_fwd, cat_bwd = kernels.attention.fractions(a["seq"], a["causal"])
         attn.append(
             {
                 **a,
-                "fwd_fraction_full_flops": fwd,
-                "bwd_fraction_full_flops": bwd,
-                "catalog_fwd_fraction": kernels.attention_fwd,
-                "catalog_bwd_fraction": kernels.attention_bwd,
-                # time the catalog prices over time measured (> 1: the estimate is slow)
-                "catalog_fwd_time_ratio": fwd / kernels.attention_fwd,
-                "catalog_bwd_time_ratio": bwd / (kernels.attention_bwd or kernels.attention_fwd),
+                "fwd_fraction": fwd,
+                "bwd_fraction": bwd,
+                "catalog_fwd_fraction": cat_fwd,
+                "catalog_bwd_fraction": cat_bwd,
             }
         )
 
@@ -314,11 +313,12 @@ def report(args: argparse.Namespace) -> int:
         "gemm_catalog_shapes_mean_abs_time_error": statistics.mean(cat) if cat else None,
         "gemm_block_shapes_mean_abs_time_error": statistics.mean(blk) if blk else None,
         "gemm_block_shapes_worst_abs_time_error": max(blk) if blk else None,
+        "attention_fraction_basis": "FLOPs the kernel computes: 4*s^2*d per head and sequence, half under a causal mask",
         "attention_fwd_fraction_by_seq": {
-            f"{a['seq']}{'c' if a['causal'] else ''}": a["fwd_fraction_full_flops"] for a in attn
+            f"{a['seq']}{'c' if a['causal'] else ''}": a["fwd_fraction"] for a in attn
         },
         "attention_bwd_fraction_by_seq": {
-            f"{a['seq']}{'c' if a['causal'] else ''}": a["bwd_fraction_full_flops"] for a in attn
+            f"{a['seq']}{'c' if a['causal'] else ''}": a["bwd_fraction"] for a in attn
         },
         "block_errors": {f"{b['model']} s{b['seq']}": b["error"] for b in blocks},
         "blocks": blocks,
@@ -338,8 +338,8 @@ def report(args: argparse.Namespace) -> int:
     )
     for a in attn:
         print(
-            f"attention s{a['seq']:6d} causal={a['causal']!s:5s}: fwd {a['fwd_fraction_full_flops']:.3f} "
-            f"bwd {a['bwd_fraction_full_flops']:.3f} of peak (catalog {a['catalog_fwd_fraction']:.3f} / "
+            f"attention s{a['seq']:6d} causal={a['causal']!s:5s}: fwd {a['fwd_fraction']:.3f} "
+            f"bwd {a['bwd_fraction']:.3f} of peak (catalog {a['catalog_fwd_fraction']:.3f} / "
             f"{a['catalog_bwd_fraction']:.3f})"
         )
     for b in blocks:

@@ -97,16 +97,46 @@ DEFAULT_CURVES: dict[str, EfficiencyCurve] = {
 
 
 @dataclass(frozen=True)
+class AttentionEfficiency:
+    """FlashAttention's achieved fraction of peak on the FLOPs it computes (a causal mask: half the score
+    matrix), forward and backward, by sequence length: ``(seq_len, fwd, bwd)`` points, causal and not (one
+    list standing for both where only one was measured). Short sequences run well below long ones (a 512-token
+    causal forward at 0.19 of an H100's peak, 0.33 from 16k), so one figure for all lengths misprices both."""
+
+    causal: tuple[tuple[float, float, float], ...]
+    full: tuple[tuple[float, float, float], ...]
+
+    def fractions(self, seq_len: float, causal: bool) -> tuple[float, float]:
+        """(forward, backward) at ``seq_len``: interpolated in log length, held beyond the measured ends."""
+        pts = self.causal if causal else self.full
+        x = math.log(max(seq_len, 1.0))
+        if x <= math.log(pts[0][0]):
+            return pts[0][1], pts[0][2]
+        for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:], strict=False):
+            x0, x1 = math.log(s0), math.log(s1)
+            if x <= x1:
+                w = (x - x0) / (x1 - x0)
+                return f0 + w * (f1 - f0), b0 + w * (b1 - b0)
+        return pts[-1][1], pts[-1][2]
+
+    @staticmethod
+    def flat(fwd: float, bwd: float) -> AttentionEfficiency:
+        """One figure for every length (a source that did not resolve lengths)."""
+        pts = ((1.0, fwd, bwd),)
+        return AttentionEfficiency(causal=pts, full=pts)
+
+
+@dataclass(frozen=True)
 class MeasuredKernels:
-    """Published kernel measurements of one GPU type (``tessera/hardware/efficiency.yaml``).
+    """Kernel measurements of one GPU type (``tessera/hardware/efficiency.yaml``): published, or profiled on a
+    lent GPU of the type.
 
     ``gemm``: a curve fitted to measured single-GEMM throughputs by size (None: no size-resolved table, the
-    arch curve stays); ``attention_fwd``/``attention_bwd``: FlashAttention's achieved fraction of peak
-    (None: not measured). ``sources`` names where each figure was published."""
+    arch curve stays); ``attention``: FlashAttention's achieved fractions by sequence length (None: not
+    measured). ``sources`` names where each figure was published or measured."""
 
     gemm: EfficiencyCurve | None = None
-    attention_fwd: float | None = None
-    attention_bwd: float | None = None
+    attention: AttentionEfficiency | None = None
     sources: tuple[str, ...] = ()
 
 
@@ -135,22 +165,38 @@ def _entry_kernels(entry: dict, peak: float) -> MeasuredKernels:
         pts = [(2.0 * b * m * n * k, float(v) / peak) for b, m, n, k, v in gemm["points"]]
         curve = fit_curve(pts)
     att = entry.get("attention") or {}
-    fwd = bwd = None
+    attention = _attention(att, peak)
+    if attention is not None:
+        sources.append(str(att["source"]))
+        if att.get("backward_over_forward") is not None:
+            sources.append(str(att["backward_source"]))
+    return MeasuredKernels(gemm=curve, attention=attention, sources=tuple(sources))
+
+
+def _attention(att: dict, peak: float) -> AttentionEfficiency | None:
+    """The data file's attention entry as fractions: ``by_seq`` tables, or one forward figure (``points`` of
+    FLOP/s averaged, or ``forward_fraction``) with a backward figure or a backward/forward ratio."""
+    if att.get("by_seq"):
+        table = att["by_seq"]
+
+        def pts(key: str) -> tuple[tuple[float, float, float], ...]:
+            return tuple((float(s), float(f), float(b)) for s, f, b in sorted(table[key]))
+
+        causal = pts("causal") if table.get("causal") else pts("full")
+        return AttentionEfficiency(causal=causal, full=pts("full") if table.get("full") else causal)
     if att.get("points"):
         fwd = sum(float(p[-1]) for p in att["points"]) / len(att["points"]) / peak
-        sources.append(str(att["source"]))
     elif att.get("forward_fraction") is not None:
         fwd = float(att["forward_fraction"])
-        sources.append(str(att["source"]))
-    if fwd is not None:
-        if att.get("backward_fraction") is not None:
-            bwd = float(att["backward_fraction"])
-        elif att.get("backward_over_forward") is not None:
-            bwd = fwd * float(att["backward_over_forward"])
-            sources.append(str(att["backward_source"]))
-        else:
-            bwd = fwd
-    return MeasuredKernels(gemm=curve, attention_fwd=fwd, attention_bwd=bwd, sources=tuple(sources))
+    else:
+        return None
+    if att.get("backward_fraction") is not None:
+        bwd = float(att["backward_fraction"])
+    elif att.get("backward_over_forward") is not None:
+        bwd = fwd * float(att["backward_over_forward"])
+    else:
+        bwd = fwd
+    return AttentionEfficiency.flat(fwd, bwd)
 
 
 @cache
@@ -385,7 +431,8 @@ def block_terms(
     * GEMMs, each at the GEMM curve's fraction for its own FLOPs: the curve fitted to the GPU's published GEMM
       table (``efficiency.yaml``), else the arch curve; a calibrated curve for the type (``curves``) wins.
     * The attention core (the layer's FLOPs beyond its GEMMs: QKᵀ and softmax·V) at FlashAttention's measured
-      forward and backward fraction where published and the plan uses flash, else at the GEMM curve.
+      forward and backward fraction for the sequence length where measured and the plan uses flash (half the
+      score matrix under a causal mask), else at the GEMM curve.
     * Elementwise work as memory traffic, kernel by kernel (:meth:`BlockShape.elementwise_bytes`: each norm,
       residual add, dropout, RoPE, layout copy and activation reads its inputs and writes its output) at the
       achievable bandwidth, added rather than overlapped — separate memory-bound kernels, a large share of a
@@ -405,9 +452,13 @@ def block_terms(
         gemm_flops += f
         gemm_s += f / (peak * curve.fraction(f)) if f > 0 else 0.0
     core = max(0.0, layer.fwd_flops_per_sample * micro_batch * frac - gemm_flops)
-    if shape.attention == "flash" and measured.attention_fwd and gpu.name not in table:
-        att_f = core / (peak * measured.attention_fwd)
-        att_b = 2.0 * core / (peak * (measured.attention_bwd or measured.attention_fwd))
+    if shape.attention == "flash" and measured.attention is not None and gpu.name not in table:
+        # the spec counts the whole score matrix; under a causal mask flash skips the blocks above the
+        # diagonal and computes half of it (math attention computes all of it, then masks)
+        work = core / 2.0 if shape.causal else core
+        fwd_f, bwd_f = measured.attention.fractions(shape.seq_len, shape.causal)
+        att_f = work / (peak * fwd_f)
+        att_b = 2.0 * work / (peak * bwd_f)
     else:
         att_f = core / (peak * curve.fraction(core)) if core > 0 else 0.0
         att_b = 2.0 * att_f

@@ -280,9 +280,10 @@ class CellEstimator:
         for s, j in enumerate(chosen):
             last = len(space.options[s]) - 1
             dp, tp = space.stage_cost(s, 0), space.stage_cost(s, last)
+            # the sync as the runtime leaves it exposed (the rest hides under the last backward)
             t_dp, t_tp = (
-                dp.time_s + dp.dp_sync_s / space.micro_batches,
-                tp.time_s + tp.dp_sync_s / space.micro_batches,
+                dp.time_s + dp.dp_exposed_s / space.micro_batches,
+                tp.time_s + tp.dp_exposed_s / space.micro_batches,
             )
             if t_dp == t_tp:
                 out.append("dp" if space.options[s][j].tp_degree == 1 else "tp")
