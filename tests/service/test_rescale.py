@@ -92,3 +92,56 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     assert len(steps) >= 20 and min(x["step"] for x in steps) == after["from_step"]
     assert [x["step"] for x in steps[:20]] == list(range(after["from_step"], after["from_step"] + 20))
     assert steps[-1]["loss"] < j["first_loss"]
+
+
+@pytest.mark.timeout(600)
+def test_a_hugging_face_job_with_a_dataset_grows_resumes_and_exports(served, tmp_path):
+    """Issue 19's whole path on the service: a job naming a Hugging Face model directory and a local dataset,
+    with no GPU count, is placed by the scheduler, grows when a GPU frees, resumes at the step it stopped
+    (the checkpoint carries the data position), and its checkpoint exports to a directory
+    ``AutoModelForCausalLM.from_pretrained`` loads."""
+    import json
+
+    import torch
+    from conftest import EXAMPLES
+    from transformers import AutoModelForCausalLM
+
+    from tessera.commands.export import export_hf
+
+    short = submit(served, {**JOB, **ONLY_A100, "name": "short-hf", "steps": 30, "max_gpus": 1})
+    hf = submit(served, {
+        **ONLY_A100, "name": "hf-data", "model": str(EXAMPLES / "tiny-llama"), "global_batch": 8, "seq_len": 32,
+        "steps": 1500, "precision": "fp32", "learning_rate": 3e-3, "checkpoint_every_steps": 2000,
+        "data": {"path": str(EXAMPLES / "data" / "tiny_corpus.jsonl"), "text_field": "text"},
+    })  # fmt: skip
+
+    def grown_and_trained() -> dict | bool:
+        j = job(served, hf)
+        if j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return j
+        hist = j["history"]
+        up = [h for i, h in enumerate(hist) if i and len(h["gpus"]) > len(hist[i - 1]["gpus"])]
+        return bool(up) and len(served.service.store.steps(hf, attempt=up[0]["attempt"])) >= 10 and j
+
+    wait_for(grown_and_trained, 560, "the Hugging Face job to grow and train on", interval_s=0.5)
+    assert httpx.post(f"{served.url}/api/jobs/{hf}/cancel").status_code == 200
+    j = wait_for(lambda: (x := job(served, hf))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and x,
+                 120, "the Hugging Face job to stop")  # fmt: skip
+    assert j["state"] in ("CANCELLED", "SUCCEEDED"), (j["error"], j["history"])
+    assert job(served, short)["state"] == "SUCCEEDED"
+    hist = j["history"]
+    i = next(i for i, h in enumerate(hist) if i and len(h["gpus"]) > len(hist[i - 1]["gpus"]))
+    before, after = hist[i - 1], hist[i]
+    assert before["to_step"] == after["from_step"] > 0
+    steps = served.service.store.steps(hf, attempt=after["attempt"])
+    assert [x["step"] for x in steps[:10]] == list(range(after["from_step"], after["from_step"] + 10))
+    ck = served.service.controller._checkpoint_dir(hf)
+    meta = json.loads(
+        next(p for p in sorted(ck.rglob("meta.json")) if f"{after['from_step']:08d}" in str(p)).read_text()
+    )
+    assert meta["step"] == after["from_step"] and meta["data"] and "data_position" in meta, meta
+    out, step, tensors = export_hf(ck.parent, tmp_path / "hf-out")
+    assert step >= after["from_step"] and tensors > 0
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    ids = torch.randint(0, model.config.vocab_size, (1, 8))
+    assert torch.isfinite(model(ids).logits).all()
