@@ -21,6 +21,21 @@ JOB = {"model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "precision": "fp32
 ONLY_A100 = {"exclude_gpu_types": ["V100-32GB"]}
 
 
+def grown(hist: list[dict]) -> list[int]:
+    """Indices of the history entries where the job got more GPUs than in the entry before."""
+    return [i for i, h in enumerate(hist) if i and len(h["gpus"]) > len(hist[i - 1]["gpus"])]
+
+
+def cancel_and_stop(served: Served, jid: int, short: int) -> dict:
+    """Cancel the grown job, wait for it to stop, check it and the short job that freed its GPU ended well."""
+    assert httpx.post(f"{served.url}/api/jobs/{jid}/cancel").status_code == 200
+    j = wait_for(lambda: (x := job(served, jid))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and x,
+                 120, f"job {jid} to stop")  # fmt: skip
+    assert j["state"] in ("CANCELLED", "SUCCEEDED"), (j["error"], j["history"])
+    assert job(served, short)["state"] == "SUCCEEDED"
+    return j
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     config = ServiceConfig(
@@ -44,10 +59,6 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     )
     seen: dict[int, dict[str, int]] = {}  # attempt → {actor id: pid}, sampled while it runs
 
-    def grown(hist: list[dict]) -> list[int]:
-        return [i for i, h in enumerate(hist)
-                if i and h["kind"] == "resize" and len(h["gpus"]) > len(hist[i - 1]["gpus"])]  # fmt: skip
-
     def sample() -> bool:
         """Until the long job has trained 20 steps after growing (the rest of its 1,500 would only show the
         same again: it is cancelled then) or has ended."""
@@ -62,14 +73,11 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
         return bool(after) and len(served.service.store.steps(long_, attempt=after[0]["attempt"])) >= 20
 
     wait_for(sample, 560, "the long job to grow and train on", interval_s=0.3)
-    assert httpx.post(f"{served.url}/api/jobs/{long_}/cancel").status_code == 200
-    j = wait_for(lambda: (x := job(served, long_))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and x,
-                 120, "the long job to stop")  # fmt: skip
-    assert j["state"] in ("CANCELLED", "SUCCEEDED"), (j["error"], j["history"])
-    assert job(served, short)["state"] == "SUCCEEDED"
+    j = cancel_and_stop(served, long_, short)
     hist = j["history"]
     assert grown(hist), [(h["kind"], h["cell"]) for h in hist]
     i = grown(hist)[0]
+    assert hist[i]["kind"] == "resize", hist[i]
     before, after = hist[i - 1], hist[i]
     assert before["end_reason"] == "resize" and before["to_step"] == after["from_step"] > 0
     # the move's pause (stop asked → running again) was measured and kept beside the cost model, so a
@@ -119,18 +127,17 @@ def test_a_hugging_face_job_with_a_dataset_grows_resumes_and_exports(served, tmp
         j = job(served, hf)
         if j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             return j
-        hist = j["history"]
-        up = [h for i, h in enumerate(hist) if i and len(h["gpus"]) > len(hist[i - 1]["gpus"])]
-        return bool(up) and len(served.service.store.steps(hf, attempt=up[0]["attempt"])) >= 10 and j
+        up = grown(j["history"])
+        return (
+            bool(up)
+            and len(served.service.store.steps(hf, attempt=j["history"][up[0]]["attempt"])) >= 10
+            and j
+        )
 
     wait_for(grown_and_trained, 560, "the Hugging Face job to grow and train on", interval_s=0.5)
-    assert httpx.post(f"{served.url}/api/jobs/{hf}/cancel").status_code == 200
-    j = wait_for(lambda: (x := job(served, hf))["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") and x,
-                 120, "the Hugging Face job to stop")  # fmt: skip
-    assert j["state"] in ("CANCELLED", "SUCCEEDED"), (j["error"], j["history"])
-    assert job(served, short)["state"] == "SUCCEEDED"
+    j = cancel_and_stop(served, hf, short)
     hist = j["history"]
-    i = next(i for i, h in enumerate(hist) if i and len(h["gpus"]) > len(hist[i - 1]["gpus"]))
+    i = grown(hist)[0]
     before, after = hist[i - 1], hist[i]
     assert before["to_step"] == after["from_step"] > 0
     steps = served.service.store.steps(hf, attempt=after["attempt"])
