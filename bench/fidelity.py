@@ -615,7 +615,6 @@ def main() -> None:
             per_ckpt = checkpoint_seconds(runs, specs_by_id)
             if "arrival_clearance" not in result and not args.no_clear:
                 # once, with the first policy's knowledge before its run; every policy then gets these arrivals
-
                 replay_at = functools.partial(
                     planned_replay, policy=policy, round_s=round_s, cost=cost, factors=factors, costs=used,
                     believed=believed, per_ckpt=per_ckpt,

@@ -6,8 +6,9 @@
 ``tessera/hardware/efficiency.yaml`` prices a block's GEMMs with a curve fitted to a published GEMM table and
 its attention core at FlashAttention's published fraction of peak. ``measure`` times, on the device it runs on,
 bf16 GEMMs at the shapes of that table and at the shapes of GPT blocks (hidden 768 to 8192, 512 to 32k tokens
-per micro-batch), and the flash SDPA kernel forward and backward, causal and not, from 512 to 32k tokens. It
-imports nothing from Tessera, so it runs on the device's own PyTorch. ``report`` puts each measurement beside
+per micro-batch), and the flash SDPA kernel forward and backward, causal and not, from 512 to 32k tokens, with
+PyTorch alone (the device's own); then one whole block of zoo models by Tessera's profiler (``--parts blocks``,
+which needs Tessera's dependencies there). ``report`` puts each measurement beside
 the catalog's figure for the GPU type the device is (the fraction of the datasheet's dense bf16 peak) and writes
 ``bench/results/gpu_kernels.json``: per-shape rows, the mean and worst error of the catalog's GEMM curve, and
 the attention fraction by sequence length — counted with the FLOPs the cost model counts for the attention core
@@ -24,6 +25,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,16 +78,15 @@ def block_shapes(hidden: int, tokens: int) -> list[tuple[str, int, int, int]]:
     ]
 
 
-def _time_s(fn, warmup: int, repeats: int, torch, back_to_back: int = 10) -> float:
+def _time_s(fn, warmup: int, repeats: int, device: torch.device, back_to_back: int = 10) -> float:
     """Median seconds of one ``fn`` call: ``repeats`` CUDA-event-timed regions (wall clock on a CPU) of
     ``back_to_back`` calls each, so the launch queue stays full as in training and a small kernel's figure is
     its run time, not one launch's latency."""
     for _ in range(warmup):
         fn()
     times = []
-    cuda = torch.cuda.is_available()
     for _ in range(repeats):
-        if cuda:
+        if device.type == "cuda":
             torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
@@ -99,10 +103,6 @@ def _time_s(fn, warmup: int, repeats: int, torch, back_to_back: int = 10) -> flo
 
 
 def measure(args: argparse.Namespace) -> int:
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     smoke = args.smoke or device.type != "cuda"
@@ -143,7 +143,7 @@ def measure(args: argparse.Namespace) -> int:
             break
         x = torch.randn(b, m, k, device=device, dtype=dtype)
         w = torch.randn(b, k, n, device=device, dtype=dtype)
-        s = _time_s(functools.partial(torch.bmm, x, w), 5, reps, torch)
+        s = _time_s(functools.partial(torch.bmm, x, w), 5, reps, device)
         raw["gemm"].append({"label": label, "shape": [b, m, n, k], "flops": 2.0 * b * m * n * k, "time_s": s})
         print(f"gemm {label:24s} {b}x{m}x{n}x{k}: {2.0 * b * m * n * k / s / 1e12:8.1f} TFLOP/s", flush=True)
     save()
@@ -170,8 +170,8 @@ def measure(args: argparse.Namespace) -> int:
                     o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     torch.autograd.grad(o, (q, k, v), grad)
 
-                f_s = _time_s(fwd, 3, reps, torch)
-                fb_s = _time_s(fwd_bwd, 3, reps, torch)
+                f_s = _time_s(fwd, 3, reps, device)
+                fb_s = _time_s(fwd_bwd, 3, reps, device)
             # the cost model's count: QKᵀ and probs·V over the whole s × s matrix, 4·s²·d per head and sequence
             flops = 4.0 * batch * heads * seq * seq * HEAD_DIM
             raw["attention"].append(

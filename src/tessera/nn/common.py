@@ -325,9 +325,9 @@ class SelfAttention(nn.Module):
     def _grow_rope(self, rows: int) -> None:
         """RoPE has no learned positions: a sequence longer than the tables were built for (a plan's seq_len
         beyond the config's ``max_positions``, as long-context training runs) gets longer tables, not an error."""
-        cos, sin = rope_tables(self.head_dim, rows, self.rope_theta)
-        self.rope_cos = cos.to(self.rope_cos.device)
-        self.rope_sin = sin.to(self.rope_sin.device)
+        self.rope_cos = torch.empty(rows, self.head_dim, device=self.rope_cos.device)
+        self.rope_sin = torch.empty(rows, self.head_dim, device=self.rope_sin.device)
+        self.reset_rope()
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Scores, softmax, dropout and probs @ v: what selective recompute recomputes."""

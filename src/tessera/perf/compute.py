@@ -34,10 +34,11 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from tessera.hardware import GPUSpec
@@ -106,18 +107,23 @@ class AttentionEfficiency:
     causal: tuple[tuple[float, float, float], ...]
     full: tuple[tuple[float, float, float], ...]
 
+    @cached_property
+    def _tables(self) -> dict[bool, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(log lengths, forward, backward) per mask, built once: the estimate asks for every block it prices."""
+        return {
+            causal: (
+                np.log([p[0] for p in pts]),
+                np.array([p[1] for p in pts]),
+                np.array([p[2] for p in pts]),
+            )
+            for causal, pts in ((True, self.causal), (False, self.full))
+        }
+
     def fractions(self, seq_len: float, causal: bool) -> tuple[float, float]:
         """(forward, backward) at ``seq_len``: interpolated in log length, held beyond the measured ends."""
-        pts = self.causal if causal else self.full
-        x = math.log(max(seq_len, 1.0))
-        if x <= math.log(pts[0][0]):
-            return pts[0][1], pts[0][2]
-        for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:], strict=False):
-            x0, x1 = math.log(s0), math.log(s1)
-            if x <= x1:
-                w = (x - x0) / (x1 - x0)
-                return f0 + w * (f1 - f0), b0 + w * (b1 - b0)
-        return pts[-1][1], pts[-1][2]
+        x, fwd, bwd = self._tables[causal]
+        at = math.log(max(seq_len, 1.0))
+        return float(np.interp(at, x, fwd)), float(np.interp(at, x, bwd))
 
     @staticmethod
     def flat(fwd: float, bwd: float) -> AttentionEfficiency:
