@@ -167,6 +167,13 @@ def test_user_priority_orders_the_queue_and_preempts_only_lower_priorities():
         ctx = make_context([(A100, 1)], kn, pending=[long_hi, short], now_s=300)
         get_policy("tessera", opportunistic=False, **kw).schedule(ctx)
         assert set(ctx.decision().allocations) == {1}, kw
+    # ... however short the other: a job of a few seconds has the largest SRPT weight the LP gives, and a
+    # higher priority still outweighs it (one priority level is worth more than the whole SRPT range)
+    tiny = job(6, gpus=1, gpu_type=A100, iterations=5.0, arrival_s=100)
+    for horizon in (300.0, 16 * 3600.0):
+        ctx = make_context([(A100, 1)], kn, pending=[long_hi, tiny], now_s=300)
+        get_policy("tessera", opportunistic=False, srpt_horizon_s=horizon).schedule(ctx)
+        assert set(ctx.decision().allocations) == {1}, horizon
     # a running long job of lower priority makes way for a higher-priority long one ...
     low = job(3, gpus=1, gpu_type=A100, iterations=BIG, arrival_s=1, priority=-5)
     ctx = make_context([(A100, 1)], kn, pending=[long_hi], running={low: {A100: 1}}, now_s=900)

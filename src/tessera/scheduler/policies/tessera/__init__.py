@@ -67,7 +67,7 @@ from tessera.scheduler.policies.tessera.admit import admit
 from tessera.scheduler.policies.tessera.cells import CellCatalog, JobCells
 from tessera.scheduler.policies.tessera.grow import grow_new
 from tessera.scheduler.policies.tessera.lp import plan
-from tessera.scheduler.policies.tessera.order import PRIORITY_WEIGHT, drop_hopeless, queue
+from tessera.scheduler.policies.tessera.order import PRIORITY_WEIGHT, SRPT_HORIZON_S, drop_hopeless, queue
 from tessera.scheduler.policies.tessera.rescale import rescale_running
 from tessera.scheduler.policies.tessera.round import RoundState
 from tessera.scheduler.policy import Policy, SchedulingContext, register
@@ -104,7 +104,7 @@ class Tessera(Policy):
         restart_budget: float = 0.1,
         aging: bool = True,
         normalize: str = "best",
-        srpt_horizon_s: float = 300.0,
+        srpt_horizon_s: float = SRPT_HORIZON_S,
         srpt_floor_s: float = 30.0,
         settle_rounds: int = 2,
         settle_s: float = 600.0,
