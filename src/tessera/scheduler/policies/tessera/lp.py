@@ -46,7 +46,7 @@ class Plan:
 def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
     """Solve the round's throughput LP over the queued jobs and the running jobs that may change; jobs that may
     not change (all of them when the round may rescale none) only take their GPUs off the capacity.
-    Interchangeable jobs share one LP group: same job key, user priority and weight (to a quarter octave);
+    Interchangeable jobs share one LP group: same job key, user priority and weight (to an octave);
     running ones also the same GPUs held, whether they are settling (hysteresis) and remaining time within a
     factor of two (which set their restart penalty). Sets the round's GPU prices. None: nothing to decide."""
     ctx = r.ctx

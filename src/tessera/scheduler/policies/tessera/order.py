@@ -112,8 +112,11 @@ def weight(r: RoundState, js: JobState) -> float:
 
 
 def weight_bucket(r: RoundState, js: JobState) -> int:
-    """The weight to a quarter octave: jobs in one bucket may share an LP group."""
-    return int(4 * math.log2(weight(r, js)))
+    """The weight to an octave: jobs in one bucket may share an LP group. With SRPT weights spanning three
+    orders of magnitude, quarter octaves split the LP into about four times the groups for no better schedule
+    (Philly window, 4x density: average JCT 1.220 h at quarter octaves, 1.191 h at octaves; decision p99
+    137 -> 92 ms)."""
+    return int(math.log2(weight(r, js)))
 
 
 def drop_hopeless(r: RoundState) -> None:
