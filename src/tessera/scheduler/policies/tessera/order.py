@@ -9,9 +9,11 @@
   and by 1 + θ ÷ t, t the seconds it still needs on its smallest Cell (at least ``srpt_floor_s``), θ =
   ``srpt_horizon_s``: throughput alone does not care which job finishes first. With θ far above most jobs' length
   the LP maximizes, in effect, the rate at which jobs complete (weight ∝ 1 ÷ t), the fluid form of
-  shortest-remaining-first; θ = 16 h (``SRPT_HORIZON_S``) was chosen on the Philly window (``bench/sim_philly.py``):
-  against θ = 300 s it cut the average JCT 8 % at 2× density, 6 % at 4× and 8 % at 8× and the p99 JCT slowdown
-  at 4× and 8× (7.3 → 7.0, 9.8 → 7.7), at 0–2 % of throughput; light load (0.25×) is unchanged.
+  shortest-remaining-first; θ = 16 h (``SRPT_HORIZON_S``) was chosen on the Philly window: ``bench/sim_philly.py``
+  with it (b0326fc) against θ = 300 s (8322165) gives tessera ÷ best baseline average JCT 0.86 / 0.87 / 0.94 at 2× /
+  4× / 8× density (0.87 / 0.94 / 1.03 before) and p99 JCT slowdown 7.7 at 8× (10.4), for a capacity fraction of
+  0.85 at 4× (0.87); light load is unchanged. On workloads without a heavy tail it can cost: the synthetic burst of
+  ``tests/scheduler/test_tessera_decisions.py`` finishes its jobs later on average with it.
 """
 
 from __future__ import annotations
@@ -113,9 +115,8 @@ def weight(r: RoundState, js: JobState) -> float:
 
 def weight_bucket(r: RoundState, js: JobState) -> int:
     """The weight to an octave: jobs in one bucket may share an LP group. With SRPT weights spanning three
-    orders of magnitude, quarter octaves split the LP into about four times the groups for no better schedule
-    (Philly window, 4x density: average JCT 1.220 h at quarter octaves, 1.191 h at octaves; decision p99
-    137 -> 92 ms)."""
+    orders of magnitude, quarter octaves split the LP into about four times the groups, with no better
+    schedule in the runs tried on the Philly window."""
     return int(math.log2(weight(r, js)))
 
 
