@@ -4,6 +4,7 @@ execution, ablations and the deadline-aware mode."""
 from __future__ import annotations
 
 from tessera.scheduler import RoundEvents, get_policy
+from tessera.scheduler.policies.tessera.order import SRPT_HORIZON_S
 from tessera.scheduler.testing import job, make_context, table_knowledge
 
 A100, A10 = "A100-40GB", "A10"
@@ -170,7 +171,7 @@ def test_user_priority_orders_the_queue_and_preempts_only_lower_priorities():
     # ... however short the other: a job of a few seconds has the largest SRPT weight the LP gives, and a
     # higher priority still outweighs it (one priority level is worth more than the whole SRPT range)
     tiny = job(6, gpus=1, gpu_type=A100, iterations=5.0, arrival_s=100)
-    for horizon in (300.0, 16 * 3600.0):
+    for horizon in (300.0, SRPT_HORIZON_S):
         ctx = make_context([(A100, 1)], kn, pending=[long_hi, tiny], now_s=300)
         get_policy("tessera", opportunistic=False, srpt_horizon_s=horizon).schedule(ctx)
         assert set(ctx.decision().allocations) == {1}, horizon

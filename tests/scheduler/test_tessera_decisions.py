@@ -70,19 +70,14 @@ def _run(policy: str) -> tuple[str, float, int, int]:
 # (allocation log digest, avg JCT s, finished, restarts) recorded at e16d4d7 unless noted
 PINNED = {
     # re-recorded when the LP's shortest-remaining-first horizon went from 300 s to 16 h (order.SRPT_HORIZON_S)
-    # and its LP groups from quarter-octave to octave weight buckets:
-    # on this synthetic burst the average JCT rose (tessera 18,491.6 s before, tessera-nh 22,280.3), the
-    # Philly window's fell — see the module doc of policies/tessera/order.py
+    # and its LP groups from quarter-octave to octave weight buckets. On this synthetic burst tessera's average
+    # JCT rose (18,491.6 s before), tessera-nh's and tessera-na's fell (22,280.3 and 18,226.1 s before; -na's
+    # was recorded at 3975290); the Philly window's fell for all three — see policies/tessera/order.py
     "tessera": ("ca2aa806d631f3f6", 19942.86119, 240, 425),
     "tessera-nh": ("aafd390d0ac5fa1c", 21174.21476, 240, 239),
+    "tessera-na": ("206aa029229ad368", 17777.719832, 240, 306),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
     "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),
-    "tessera-na": (
-        "206aa029229ad368",
-        17777.719832,
-        240,
-        306,
-    ),  # re-recorded with tessera's (18,226.1 before)
     # recorded at 3975290, before their 12,800-GPU speed-ups
     "gandiva": ("da71cb7d4c72f4a6", 32354.87963, 240, 2),
     "gavel": ("7f0e2c1b7edee8a7", 26297.994035, 240, 2032),

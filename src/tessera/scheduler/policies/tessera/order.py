@@ -28,9 +28,8 @@ from tessera.scheduler.state import JobState
 if TYPE_CHECKING:
     from tessera.scheduler.policies.tessera import Tessera
 
-PRIORITY_WEIGHT = (
-    4.0  # LP weight of one user-priority level over the next lower one, × the largest SRPT factor
-)
+# LP weight of one user-priority level over the next lower one (× the largest SRPT factor: set_priority_weights)
+PRIORITY_WEIGHT = 4.0
 SRPT_HORIZON_S = 16 * 3600.0  # θ of the LP weight 1 + θ ÷ t (see the module doc for why this long)
 
 
@@ -78,11 +77,14 @@ def queue(r: RoundState) -> list[JobState]:
     return pending
 
 
+def srpt_weighted(pol: Tessera) -> bool:
+    """Whether :func:`weight` multiplies by the shortest-remaining-first factor 1 + θ ÷ t."""
+    return pol.srpt_horizon_s > 0 and pol.order == "srpt" and not pol.deadline_aware
+
+
 def srpt_factor_max(pol: Tessera) -> float:
     """The largest shortest-remaining-first factor :func:`weight` gives (1 when it gives none)."""
-    if pol.srpt_horizon_s > 0 and pol.order == "srpt" and not pol.deadline_aware:
-        return 1.0 + pol.srpt_horizon_s / pol.srpt_floor_s
-    return 1.0
+    return 1.0 + pol.srpt_horizon_s / pol.srpt_floor_s if srpt_weighted(pol) else 1.0
 
 
 def set_priority_weights(r: RoundState, queue: list[JobState]) -> None:
@@ -106,7 +108,7 @@ def weight(r: RoundState, js: JobState) -> float:
         return w
     w = r.prio_w.get(js.job.priority, 1.0)
     pol = r.pol
-    if srpt_factor_max(pol) > 1:
+    if srpt_weighted(pol):
         t = remaining(r, js)[0]
         w *= 1.0 + pol.srpt_horizon_s / max(t, pol.srpt_floor_s)
     r.weights[js.job_id] = w
@@ -115,7 +117,7 @@ def weight(r: RoundState, js: JobState) -> float:
 
 def weight_bucket(r: RoundState, js: JobState) -> int:
     """The weight to an octave: jobs in one bucket may share an LP group. With SRPT weights spanning three
-    orders of magnitude, quarter octaves split the LP into about four times the groups, with no better
+    orders of magnitude, quarter octaves cut that range four times as finely into groups, with no better
     schedule in the runs tried on the Philly window."""
     return int(math.log2(weight(r, js)))
 
