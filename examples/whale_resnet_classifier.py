@@ -2,9 +2,10 @@
 
     python examples/whale_resnet_classifier.py --replicas 2 --shards 2 --steps 5
 
-The annotations only *record* which layers form which TaskGraph (no graph rewriting); the runtime turns them
-into a Plan — stage 0 data-parallel over the backbone, stage 1 tensor-parallel over the classifier (its hidden
-columns split, Megatron-style column → row), bridged by Tessera's stage-to-stage transport — and runs it.
+The annotations only *record* which layers form which TaskGraph; the runtime turns them into a Plan — stage 0
+data-parallel over the backbone, stage 1 tensor-parallel over the classifier, bridged by Tessera's
+stage-to-stage transport — and runs it. The model has no shard-aware code: under ``split`` Tessera traces the
+classifier and cuts its Linears by Whale's patterns (``fc1`` column-parallel, ``fc2`` row-parallel).
 GroupNorm instead of BatchNorm keeps replicas with different batch shares exact (Whale §3.3.1's caveat).
 """
 
@@ -45,19 +46,13 @@ class Pool(nn.Module):
 
 
 class Classifier(nn.Module):
-    """The "big FC" part: features → HIDDEN → classes. Under ``tp`` it holds only its share of the hidden
-    columns; ``fc1`` is then column-parallel and ``fc2`` row-parallel (the runtime adds the communication)."""
+    """The "big FC" part: features → HIDDEN → classes, written as for one device. Under ``split`` Tessera cuts
+    it itself: ``fc1`` by its hidden columns, ``fc2`` by the matching rows (one all-reduce each way)."""
 
-    def __init__(self, tp: tr.TPSpec | None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        cols = HIDDEN
-        if tp is not None and tp.degree > 1:
-            ratios = tp.ratios or tuple(1.0 / tp.degree for _ in range(tp.degree))
-            sizes = [int(HIDDEN * r) for r in ratios]
-            sizes[0] += HIDDEN - sum(sizes)
-            cols = sizes[tp.rank]
-        self.fc1 = nn.Linear(WIDTH, cols)
-        self.fc2 = nn.Linear(cols, CLASSES)
+        self.fc1 = nn.Linear(WIDTH, HIDDEN)
+        self.fc2 = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.relu(self.fc1(x)))
@@ -69,7 +64,7 @@ class ResNetClassifier(nn.Module):
     ) -> None:
         super().__init__()
         start, end = layer_range or (0, N_LAYERS)
-        makers = [Stem, lambda: ResBlock(WIDTH), lambda: ResBlock(WIDTH), Pool, lambda: Classifier(tp)]
+        makers = [Stem, lambda: ResBlock(WIDTH), lambda: ResBlock(WIDTH), Pool, Classifier]
         built = [make() if start <= i < end else None for i, make in enumerate(makers)]
         with tr.replicate(replicas):  # registration inside the scope is what tags the backbone layers
             nn.ModuleList([m for m in built[:4] if m is not None])

@@ -27,7 +27,9 @@ class TPSpec:
 
 
 class ModelFactory(Protocol):
-    """Builds model layers ``[start, end)``; with ``tp`` the blocks have LOCAL shard shapes, no communication.
+    """Builds model layers ``[start, end)``; with ``tp`` the blocks have LOCAL shard shapes, no communication
+    — or their whole shapes, when the factory ignores ``tp`` (plain user code): the runtime then cuts them
+    itself by Whale's patterns (:mod:`tessera.runtime.auto_tp`).
 
     The returned module has ``.layers`` (an ``nn.ModuleList``), ``.loss(output, targets)`` (mean loss) and
     ``.make_batch(batch_size, seq_len, device=, generator=)``. It must be picklable (it travels to workers).

@@ -18,6 +18,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from tessera.nn.dtensor_tp import block_tp_plan
 from tessera.nn.vocab_parallel import vocab_parallel_cross_entropy
 from tessera.plan import PlanError, kv_heads_reason
+from tessera.runtime.auto_tp import cut_in_place, plan_auto_shards
 from tessera.runtime.model import ModelFactory, TPSpec, build_layer, layer_of
 from tessera.runtime.shards import ShardSpec
 from tessera.runtime.tensor_parallel import install_tp, plan_layer_shards
@@ -295,6 +296,10 @@ def _build(
             # Tessera's own shard (uneven TP; under DTensor the layers it has no plan for)
             local = module.layers[j] = build_layer(factory, i, seed, tp=tp, **kw)
             shards = plan_layer_shards(factory, i, seed, local, full, tp, last=i == last_layer, **kw)
+            if shards is None and not own and _came_back_whole(local, full):  # plain code: Whale's split
+                shards = plan_auto_shards(local, tp)
+                if shards is not None:
+                    cut_in_place(local, shards.specs)
             if shards is None:  # MoE experts, conv channels: replicated in the TP group
                 if own:
                     full = build_layer(factory, i, seed, **kw)
@@ -318,6 +323,12 @@ def _build(
     entries, cross = _apply_ties(module, raw, ties, start, end, factory, seed, attention, recompute, loads)
     module.to(device)
     return StageModel(module, entries, start, cross, vocab_output=vocab_output)
+
+
+def _came_back_whole(local: nn.Module, full: nn.Module) -> bool:
+    """Whether the factory ignored ``tp``: every parameter of the TP build has the whole layer's shape."""
+    shapes = {n: p.shape for n, p in full.named_parameters()}
+    return all(shapes.get(n) == p.shape for n, p in local.named_parameters())
 
 
 def _check_heads(layer: nn.Module, tp: TPSpec, *, even: bool, where: str) -> None:

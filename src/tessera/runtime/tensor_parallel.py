@@ -105,6 +105,50 @@ def make_vocab_parallel(embedding: nn.Module, group: dist.ProcessGroup) -> None:
     embedding.forward = forward  # type: ignore[method-assign]
 
 
+class _GatherFromGroup(torch.autograd.Function):
+    """All-gather along the last dimension of uneven pieces (padded to the widest: gloo gathers equal sizes);
+    backward keeps this rank's columns of the gradient, which every rank holds whole."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup, sizes: tuple[int, ...], rank: int):  # type: ignore[override]
+        ctx.offset, ctx.size = sum(sizes[:rank]), sizes[rank]
+        padded = F.pad(x.contiguous(), (0, max(sizes) - x.shape[-1]))
+        pieces = [torch.empty_like(padded) for _ in sizes]
+        dist.all_gather(pieces, padded, group=group)
+        return torch.cat([p[..., :s] for p, s in zip(pieces, sizes, strict=True)], dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return grad.narrow(-1, ctx.offset, ctx.size).contiguous(), None, None, None
+
+
+def gather_from_group(
+    x: torch.Tensor, group: dist.ProcessGroup, sizes: tuple[int, ...], rank: int
+) -> torch.Tensor:
+    return _GatherFromGroup.apply(x, group, sizes, rank)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A module cut along its output columns whose output is all-gathered (Whale's lone split): its name,
+    every rank's width, this rank's index; a Linear's input gradient is all-reduced too (``f``)."""
+
+    name: str
+    sizes: tuple[int, ...]
+    rank: int
+    linear: bool
+
+
+def make_gathered(mod: nn.Module, gathered: Gathered, group: dist.ProcessGroup) -> None:
+    inner = mod.forward
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        y = inner(copy_to_group(x, group) if gathered.linear else x)
+        return gather_from_group(y, group, gathered.sizes, gathered.rank)
+
+    mod.forward = forward  # type: ignore[method-assign]
+
+
 def make_row_parallel(linear: nn.Module, group: dist.ProcessGroup) -> None:
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         y = reduce_from_group(_project(self, x, None), group)
@@ -119,6 +163,7 @@ class LayerShards:
 
     ``vocab_output``: the first class of this rank's logits when the layer's output stays sharded along the
     classes (a column-parallel Linear with no row-parallel partner: the model's output head), else ``None``.
+    ``gathered``: modules whose cut output is all-gathered (:mod:`tessera.runtime.auto_tp`'s lone sources).
     """
 
     specs: dict[str, ShardSpec]
@@ -126,6 +171,7 @@ class LayerShards:
     rows: tuple[str, ...]
     embeddings: tuple[str, ...] = ()
     vocab_output: int | None = None
+    gathered: tuple[Gathered, ...] = ()
 
 
 def _ranges(full: int, sizes: list[int], rank: int, chunks: int) -> tuple[tuple[int, int], ...]:
@@ -227,7 +273,7 @@ def plan_layer_shards(
 
 
 def install_tp(local: nn.Module, shards: LayerShards, group: dist.ProcessGroup) -> None:
-    """Add the f/g communication to the Linears and vocab-sharded embeddings of a TP layer."""
+    """Add the f/g communication to the Linears and vocab-sharded embeddings of a TP layer, and the gathers."""
     mods = dict(local.named_modules())
     for name in shards.embeddings:
         make_vocab_parallel(mods[name], group)
@@ -235,3 +281,5 @@ def install_tp(local: nn.Module, shards: LayerShards, group: dist.ProcessGroup) 
         make_column_parallel(mods[name], group)
     for name in shards.rows:
         make_row_parallel(mods[name], group)
+    for gathered in shards.gathered:
+        make_gathered(mods[gathered.name], gathered, group)
