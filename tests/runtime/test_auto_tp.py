@@ -12,7 +12,7 @@ from torch import nn
 
 import tessera.runtime as tr
 from tessera.plan import Device
-from tessera.runtime.auto_tp import cut_in_place, plan_auto_shards
+from tessera.runtime.auto_tp import cut_in_place, plan_auto_shards, split_units
 from tessera.runtime.model import TPSpec
 
 EVEN, UNEVEN = TPSpec(2, 0), TPSpec(2, 1, (0.75, 0.25))
@@ -55,6 +55,29 @@ def test_cut_in_place_leaves_local_shapes_and_values():
         spec = shards.specs[name]
         assert tuple(p.shape) == spec.local_shape and torch.equal(p, spec.slice(whole[name]))
     assert layer.gate.out_features == layer.down.in_features < FFN
+
+
+def test_a_layer_that_is_one_linear_is_gathered_whole():
+    shards = plan_auto_shards(nn.Linear(HIDDEN, VOCAB), UNEVEN)
+    assert [g.name for g in shards.gathered] == [""] and shards.specs["weight"].ranges[0][1] == VOCAB
+
+
+def test_the_planner_prices_what_the_split_cuts(tmp_path):
+    """The service's trace of a plain entrypoint marks each layer the split cuts as column-sharded, with the
+    narrowest cut dimension as its TP limit; a layer with nothing to cut stays replicated."""
+    from pathlib import Path
+
+    from tessera.models.spec import TPShard
+    from tessera.service.model_source import inspect_entrypoint, spec_from_json
+
+    assert (
+        split_units(Mlp()) == FFN and split_units(Embed()) == HIDDEN and split_units(nn.LayerNorm(4)) is None
+    )
+    entry = f"{Path(__file__).with_name('plain_models.py')}:PlainLM"
+    spec = spec_from_json(inspect_entrypoint(entry, "plain", 16)["spec"])
+    assert [(layer.tp_shard, layer.tp_units) for layer in spec.layers] == [
+        (TPShard.COLUMNS, HIDDEN), (TPShard.COLUMNS, FFN), (TPShard.COLUMNS, FFN), (TPShard.COLUMNS, VOCAB),
+    ]  # fmt: skip
 
 
 class _Twice(nn.Module):

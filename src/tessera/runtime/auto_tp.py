@@ -76,11 +76,10 @@ class _Graph:
 
     def is_source(self, node: fx.Node) -> bool:
         mod = self.module(node)
-        return type(mod) is nn.Linear or (type(mod) is nn.Embedding and mod.max_norm is None)  # type: ignore[union-attr]
+        return mod is not None and _is_source(mod)
 
     def width(self, node: fx.Node) -> int:
-        mod = self.module(node)
-        return mod.out_features if isinstance(mod, nn.Linear) else mod.embedding_dim  # type: ignore[union-attr]
+        return _width(self.module(node))  # type: ignore[arg-type]
 
     def is_elementwise(self, node: fx.Node) -> bool:
         if node.op == "call_function":
@@ -143,8 +142,54 @@ def _ranges(full: int, tp: TPSpec) -> tuple[tuple[int, int], ...]:
     return ((start, start + sizes[tp.rank]),)
 
 
+def _width(mod: nn.Module) -> int:
+    return mod.out_features if isinstance(mod, nn.Linear) else mod.embedding_dim  # type: ignore[return-value]
+
+
+def _is_source(mod: nn.Module) -> bool:
+    return type(mod) is nn.Linear or (type(mod) is nn.Embedding and mod.max_norm is None)
+
+
 def plan_auto_shards(layer: nn.Module, tp: TPSpec) -> LayerShards | None:
-    """Rules 1–3 on a whole ``layer`` for this rank; ``None`` when nothing can be cut (replicated)."""
+    """Rules 1–3 on a whole ``layer`` for this rank; ``None`` when nothing can be cut (replicated). A layer
+    that is itself a Linear or Embedding is a lone source."""
+    if _is_source(layer):
+        columns, rows, lone = [], [], ([("", layer)] if _width(layer) >= tp.degree else [])
+    else:
+        found = _roles(layer, tp)
+        if found is None:
+            return None
+        columns, rows, lone = found
+    if not (columns or lone):
+        return None
+    specs: dict[str, ShardSpec] = {}
+    for name, mod in (*columns, *lone):
+        cut = _ranges(_width(mod), tp)
+        if isinstance(mod, nn.Linear):
+            specs[_join(name, "weight")] = ShardSpec(tuple(mod.weight.shape), 0, cut)
+            if mod.bias is not None:
+                specs[_join(name, "bias")] = ShardSpec(tuple(mod.bias.shape), 0, cut)
+        else:
+            specs[_join(name, "weight")] = ShardSpec(tuple(mod.weight.shape), 1, cut)
+    for name, mod in rows:
+        specs[_join(name, "weight")] = ShardSpec(tuple(mod.weight.shape), 1, _ranges(mod.in_features, tp))
+    for name, p in layer.named_parameters():
+        specs.setdefault(name, ShardSpec(tuple(p.shape)))  # norms, a row's bias (added after the reduction)
+    return LayerShards(
+        specs=specs,
+        columns=tuple(n for n, m in columns if isinstance(m, nn.Linear)),  # an embedding's ids need no f
+        rows=tuple(n for n, _ in rows),
+        gathered=tuple(
+            Gathered(n, _sizes(_width(m), tp), tp.rank, isinstance(m, nn.Linear)) for n, m in lone
+        ),
+    )
+
+
+_Named = list[tuple[str, nn.Module]]
+
+
+def _roles(layer: nn.Module, tp: TPSpec) -> tuple[_Named, _Named, _Named] | None:
+    """(column sources, row Linears, lone sources) of a traced layer, in graph order; ``None``: untraceable."""
     try:
         graph = fx.Tracer().trace(layer)
     except Exception as exc:  # data-dependent control flow, unsupported Python: the layer stays whole
@@ -156,7 +201,6 @@ def plan_auto_shards(layer: nn.Module, tp: TPSpec) -> LayerShards | None:
     taken: set[fx.Node] = set()
     columns: list[fx.Node] = []
     rows: list[fx.Node] = []
-    lone: list[fx.Node] = []
     sources = [n for n in g.nodes if g.is_source(n)]
     for node in sources:
         if node in taken:
@@ -166,35 +210,16 @@ def plan_auto_shards(layer: nn.Module, tp: TPSpec) -> LayerShards | None:
             taken |= pair[0] | pair[1]
             columns += sorted(pair[0], key=g.nodes.index)
             rows += sorted(pair[1], key=g.nodes.index)
-    for node in sources:
-        if node not in taken and g.width(node) >= tp.degree:
-            taken.add(node)
-            lone.append(node)
-    if not taken:
-        return None
-    specs: dict[str, ShardSpec] = {}
-    for node in (*columns, *lone):
-        mod = g.module(node)
-        prefix = str(node.target)
-        if isinstance(mod, nn.Linear):
-            specs[f"{prefix}.weight"] = ShardSpec(tuple(mod.weight.shape), 0, _ranges(mod.out_features, tp))
-            if mod.bias is not None:
-                specs[f"{prefix}.bias"] = ShardSpec(tuple(mod.bias.shape), 0, _ranges(mod.out_features, tp))
-        else:
-            specs[f"{prefix}.weight"] = ShardSpec(tuple(mod.weight.shape), 1, _ranges(g.width(node), tp))  # type: ignore[union-attr]
-    for node in rows:
-        mod = g.module(node)
-        specs[f"{node.target}.weight"] = ShardSpec(tuple(mod.weight.shape), 1, _ranges(mod.in_features, tp))  # type: ignore[union-attr]
-    for name, p in layer.named_parameters():
-        specs.setdefault(name, ShardSpec(tuple(p.shape)))  # norms, a row's bias (added after the reduction)
-    return LayerShards(
-        specs=specs,
-        columns=tuple(str(c.target) for c in columns if g.is_linear(c)),  # an embedding's ids need no f
-        rows=tuple(str(r.target) for r in rows),
-        gathered=tuple(
-            Gathered(str(n.target), _sizes(g.width(n), tp), tp.rank, g.is_linear(n)) for n in lone
-        ),
-    )
+    lone = [n for n in sources if n not in taken and g.width(n) >= tp.degree]
+
+    def named(nodes: list[fx.Node]) -> _Named:
+        return [(str(n.target), g.module(n)) for n in nodes]  # type: ignore[misc]
+
+    return named(columns), named(rows), named(lone)
+
+
+def _join(prefix: str, attr: str) -> str:
+    return f"{prefix}.{attr}" if prefix else attr
 
 
 def cut_in_place(layer: nn.Module, specs: dict[str, ShardSpec]) -> None:
@@ -211,3 +236,12 @@ def cut_in_place(layer: nn.Module, specs: dict[str, ShardSpec]) -> None:
             mod.out_features, mod.in_features = mod.weight.shape
         elif isinstance(mod, nn.Embedding):
             mod.embedding_dim = mod.weight.shape[1]
+
+
+def split_units(layer: nn.Module) -> int | None:
+    """The most TP ranks the automatic split can cut ``layer`` over (the narrowest dimension it cuts: every
+    rank keeps at least one column), or ``None`` when it stays whole: what the planner prices."""
+    shards = plan_auto_shards(layer, TPSpec(1, 0))
+    if shards is None:
+        return None
+    return min(spec.full_shape[spec.dim] for spec in shards.specs.values() if not spec.replicated)

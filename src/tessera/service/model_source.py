@@ -156,7 +156,7 @@ def inspect_entrypoint(entrypoint: str, model: str, seq_len: int) -> dict[str, A
         example, _ = module.make_batch(
             1, seq_len
         )  # outside the meta context: any device works, shapes matter
-        spec = trace_spec(module, seq_len, name=model, example_input=example)
+        spec = _with_auto_split(trace_spec(module, seq_len, name=model, example_input=example), module)
     except (TypeError, ValueError) as e:
         raise ModelSourceError("entrypoint", str(e)) from None
     except Exception as e:
@@ -176,6 +176,22 @@ def inspect_entrypoint(entrypoint: str, model: str, seq_len: int) -> dict[str, A
         ],
         "stage_count": stage_count,
     }
+
+
+def _with_auto_split(spec: Any, module: Any) -> Any:
+    """The spec with each layer the runtime cuts by itself under TP (plain code: Whale's split,
+    :mod:`tessera.runtime.auto_tp`) priced as column-sharded, so the estimate prices what runs."""
+    from dataclasses import replace
+
+    from tessera.models.spec import TPShard
+    from tessera.runtime.auto_tp import split_units
+
+    layers = list(spec.layers)
+    for i, (layer, nn_layer) in enumerate(zip(layers, module.layers, strict=True)):
+        units = split_units(nn_layer) if layer.tp_shard == TPShard.REPLICATED else None
+        if units is not None:
+            layers[i] = replace(layer, tp_shard=TPShard.COLUMNS, tp_units=units)
+    return replace(spec, layers=tuple(layers))
 
 
 # ------------------------------------------------------------------------ ModelSpec <-> JSON (no pickle)
