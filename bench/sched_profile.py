@@ -96,7 +96,7 @@ def main() -> int:
     dec = np.array(res.decision_s) * 1000.0
     out = {
         "policy": args.policy,
-        "lp_columns": lp_columns_in_effect(args.lp_columns),
+        "lp_columns": lp_columns_in_effect(args.lp_columns, gpus),
         "gpus": gpus,
         "jobs": len(jobs),
         "hours": args.hours,

@@ -87,11 +87,11 @@ def make_policy(name: str, lp_columns: bool | None = None) -> Any:
     return p
 
 
-def lp_columns_in_effect(lp_columns: bool | None) -> bool:
-    """What the tessera family runs with: the flag, else Tessera's default."""
+def lp_columns_in_effect(lp_columns: bool | None, gpus: int) -> bool:
+    """Whether the tessera family solves its LP by columns on ``gpus``: the flag, else Tessera's rule by size."""
     from tessera.scheduler.policies.tessera import Tessera
 
-    return Tessera().lp_columns if lp_columns is None else lp_columns
+    return Tessera(lp_columns=lp_columns).solves_by_columns(gpus)
 
 
 def _child(
@@ -217,7 +217,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--lp-columns", action=argparse.BooleanOptionalAction, default=None,
                     help="the tessera family solves its LP by column generation (Tessera(lp_columns=True)), or "
-                         "with --no-lp-columns whole by HiGHS; default: the policy's default")  # fmt: skip
+                         "with --no-lp-columns whole by HiGHS; default: the policy's rule (by columns on 4,096 GPUs or more)")  # fmt: skip
     ap.add_argument("--trace", default="philly",
                     help="philly (the window of --start/--end), or gen:FAMILY — a generated trace of another shape, "
                          "e.g. gen:months-16k (16,000 jobs over months) — with --cold-only")  # fmt: skip
@@ -285,7 +285,7 @@ def main() -> int:
                 "load_avg_at_end": os.getloadavg(),
             },
             "window": [args.start, args.end],
-            "lp_columns": lp_columns_in_effect(args.lp_columns),
+            "lp_columns": args.lp_columns if args.lp_columns is not None else "by cluster size",
         }
 
     def write(payload: dict[str, Any]) -> Path:
@@ -344,6 +344,7 @@ def main() -> int:
         curve[str(gpus)] = {
             "copies": k,
             "jobs": len(tr.jobs) * k,
+            "lp_columns": lp_columns_in_effect(args.lp_columns, gpus),
             **{x: r.get(x) for x in ("decision_ms_mean", "decision_ms_p99", "wall_ms_per_round", "rounds",
                                      "sim_wall_s", "timed_out", "peak_rss_gib")},
         }  # fmt: skip

@@ -388,3 +388,15 @@ def test_a_running_jobs_lp_rows_are_its_other_cells_with_the_held_gpus_first():
     assert np.array_equal(gpus, [[1, 0], [2, 0], [0, 2]])
     assert inf.lp_moves(types, (("A100-40GB", 1),))[2] is gpus
     assert inf.lp_others((("A100-40GB", 1),)) == [cells[0], cells[2]]
+
+
+def test_the_lp_is_solved_by_columns_on_large_clusters_only():
+    """By default the round's LP is solved whole below ``LP_COLUMNS_MIN_GPUS`` (every committed 1,280-GPU figure's
+    decisions) and by column generation from it up; the flag forces either."""
+    from tessera.scheduler.policies.tessera import LP_COLUMNS_MIN_GPUS, Tessera
+
+    assert not Tessera().solves_by_columns(1280) and not Tessera().solves_by_columns(LP_COLUMNS_MIN_GPUS - 1)
+    assert Tessera().solves_by_columns(LP_COLUMNS_MIN_GPUS) and Tessera().solves_by_columns(12800)
+    assert Tessera(lp_columns=True).solves_by_columns(8) and not Tessera(lp_columns=False).solves_by_columns(
+        12800
+    )

@@ -64,11 +64,12 @@ def plan(r: RoundState, queue: list[JobState]) -> Plan | None:
     if not owners:
         return None
     groups = _lp_groups(r, owners, types)
-    # lp_columns: the last round's prices seed the solve's column generation (cell_lp.maximize)
-    sol = cell_lp.solve(groups, np.maximum(capacity, 0.0), columns=r.pol.lp_columns, hint=r.pol.price_hint)
+    # by columns: the last round's prices seed the solve's column generation (cell_lp.maximize)
+    columns = r.pol.solves_by_columns(ctx.cluster.total_gpus)
+    sol = cell_lp.solve(groups, np.maximum(capacity, 0.0), columns=columns, hint=r.pol.price_hint)
     if sol is None:
         return None
-    if r.pol.lp_columns:
+    if columns:
         r.pol.price_hint = sol.prices
     r.prices = {t: float(p) for t, p in zip(types, sol.prices, strict=True)}
     return _read_plan(r, sol, owners)
