@@ -95,6 +95,8 @@ def main() -> int:
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(args.top)
     dec = np.array(res.decision_s) * 1000.0
     out = {
+        "benchmark": "sched_profile",
+        "command": "python bench/sched_profile.py " + " ".join(sys.argv[1:]),
         "policy": args.policy,
         "lp_columns": lp_columns_in_effect(args.lp_columns, gpus),
         "gpus": gpus,
