@@ -400,3 +400,13 @@ def test_the_lp_is_solved_by_columns_on_large_clusters_only():
     assert Tessera(lp_columns=True).solves_by_columns(8) and not Tessera(lp_columns=False).solves_by_columns(
         12800
     )
+
+
+def test_srpt_settings_that_would_divide_by_zero_are_refused():
+    import pytest
+
+    from tessera.scheduler.policies.tessera import Tessera
+
+    for bad in ({"srpt_floor_s": 0.0}, {"srpt_floor_s": -1.0}, {"srpt_horizon_s": -5.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Tessera(**bad)

@@ -126,6 +126,11 @@ class Tessera(Policy):
             raise ValueError(f"order must be 'srpt' or 'arrival', got {order!r}")
         if normalize not in ("request", "best"):
             raise ValueError(f"normalize must be 'request' or 'best', got {normalize!r}")
+        if srpt_horizon_s < 0 or srpt_floor_s <= 0:
+            raise ValueError(
+                f"srpt_horizon_s must be >= 0 and srpt_floor_s > 0 (the SRPT weight divides by it), got "
+                f"{srpt_horizon_s}, {srpt_floor_s}"
+            )
         if settle_factor < 1 or settle_rounds < 0 or settle_s < 0:
             raise ValueError(
                 f"settle_factor must be >= 1 and settle_rounds, settle_s >= 0, got {settle_factor}, "
