@@ -74,16 +74,13 @@ class PlainLM(nn.Module):
         super().__init__()
         start, end = layer_range or (0, len(MAKERS))
         built = [make() if start <= i < end else None for i, make in enumerate(MAKERS)]
-        with tr.replicate(1):
-            nn.ModuleList([m for m in built[:split_from] if m is not None])
-        with tr.split(shards):
-            nn.ModuleList([m for m in built[split_from:] if m is not None])
-        self.layers = nn.ModuleList([m for m in built if m is not None])
+        for scope, part in ((tr.replicate(1), built[:split_from]), (tr.split(shards), built[split_from:])):
+            with scope:  # registration inside the scope tags the layers
+                nn.ModuleList([m for m in part if m is not None])
+        self.layers = nn.Sequential(*[m for m in built if m is not None])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.layers(ids)
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.reshape(-1, VOCAB).float(), targets.reshape(-1))
