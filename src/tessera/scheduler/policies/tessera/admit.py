@@ -47,9 +47,8 @@ def admit(r: RoundState, queue: list[JobState], plan: Plan | None) -> list[int]:
             if ctx.reserve(js.job_id, c.gpus, c.n_stages) is not None:
                 r.touched.add(js.job_id)
                 admitted.append(js.job_id)
-                w = weight(r, js)
                 r.explain_start(
-                    js.job_id, c, lambda w=w: f"the LP's Cell for cluster throughput (weight {w:.2g})"
+                    js.job_id, c, f"the LP's Cell for cluster throughput (weight {weight(r, js):.2g})"
                 )
                 break
     _admit_rest(r, queue, admitted)
@@ -123,11 +122,10 @@ def backfill(r: RoundState, js: JobState) -> bool:
     if pick is None or ctx.reserve(js.job_id, pick.gpus, pick.n_stages) is None:
         return False
     r.touched.add(js.job_id)
-    value = r.value(pick, w)
     r.explain_start(
         js.job_id,
         pick,
-        lambda: f"backfilled on idle GPUs, worth its GPUs at this round's prices (value {value:.2f})",
+        f"backfilled on idle GPUs, worth its GPUs at this round's prices (value {r.value(pick, w):.2f})",
     )
     return True
 

@@ -36,8 +36,8 @@ def grow_new(r: RoundState, ids: list[int]) -> None:
             free = ctx.free_by_type()
             cur = r.held_cell(ctx.jobs[jid], old)
             r.explain_start(
-                jid, c, lambda held=old.gpus, rate=cur.rate: f"grown from {fmt_gpus(held)} (est. {rate:.3g} it/s) "
-                "into idle GPUs before it started, which costs no restart"
+                jid, c, f"grown from {fmt_gpus(old.gpus)} (est. {cur.rate:.3g} it/s) into idle GPUs before it "
+                "started, which costs no restart"
             )  # fmt: skip
         b = _best_growth(r, jid, free)
         if b is not None:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tessera.scheduler.policies.tessera.cells import Cell, JobCells
-from tessera.scheduler.policy import SchedulingContext, Why, fmt_gpus, fmt_s
-from tessera.scheduler.policy import worded as worded_
+from tessera.scheduler.policy import SchedulingContext, fmt_gpus, fmt_s
 from tessera.scheduler.state import Allocation, GPUs, Job, JobState
 
 if TYPE_CHECKING:
@@ -107,9 +106,8 @@ class RoundState:
         """``LP shadow price A100-40GB 0.41`` for the types of ``gpus`` the LP priced (empty when none)."""
         return _price_note(self.prices, gpus)
 
-    def explain_start(self, jid: int, c: Cell, why: Why) -> None:
-        """Record why a job gets Cell ``c`` (worded start / resume / move by what it held); ``why`` may be
-        deferred too."""
+    def explain_start(self, jid: int, c: Cell, why: str) -> None:
+        """Record why a job gets Cell ``c`` (worded start / resume / move by what it held)."""
         js = self.ctx.jobs[jid]
         held = js.allocation.gpus if js.allocation is not None else None
         verb = self.ctx.verb(jid)
@@ -119,9 +117,9 @@ class RoundState:
         def worded() -> str:
             head = f"move {fmt_gpus(held)} →" if held is not None else f"{verb}:"
             note = _price_note(prices, gpus)
-            was = worded_(before)
+            was = before() if callable(before) else before
             return (
-                f"{head} {fmt_gpus(gpus)}, est. {rate:.3g} it/s — {worded_(why)}"
+                f"{head} {fmt_gpus(gpus)}, est. {rate:.3g} it/s — {why}"
                 + (f"; {note}" if note else "")
                 + (f"; it was first {was}" if was.startswith("preempted") else "")
             )
