@@ -6,7 +6,6 @@ import pytest
 
 from tessera.scheduler import (
     Allocation,
-    Change,
     ClusterState,
     Decision,
     JobStatus,
@@ -171,26 +170,6 @@ def test_changes_carry_an_enum_kind_and_a_reason_the_policy_gave_or_the_cores_ow
     assert got[0].reason == "start: 2×A100-40GB, est. 3.6 it/s"  # the core's: GPUs and the Cell estimate
     assert got[1].reason == "migrate: the V100 is free"  # the policy's, as given
     assert got[2].reason == "preempted by policy Scripted (no reason given)"
-
-
-def test_a_deferred_reason_is_worded_once_and_only_when_read():
-    """A reason given as a callable (``Why``) costs nothing until someone reads it — a simulator reads none —
-    and is worded once; equal changes compare by their words."""
-    calls = []
-
-    def words() -> str:
-        calls.append(1)
-        return "start: deferred"
-
-    a2 = Allocation(((0, 2),), ((A100, 2),))
-    s = Scheduler(_cluster(), Scripted([Decision({1: a2}, reasons={1: words})]), KN)
-    s.submit(job(1), 0.0)
-    (ch,) = s.tick(300.0).changes
-    assert calls == []
-    assert ch.reason == "start: deferred" and ch.reason == "start: deferred" and calls == [1]
-    twin = Change(1, ch.kind, None, a2, "start: deferred")
-    assert ch == twin and hash(ch) == hash(twin) and ch != Change(1, ch.kind, None, a2, "other")
-    assert "start: deferred" in repr(ch)
 
 
 def test_a_policy_preemption_reaches_the_change_with_the_job_it_made_room_for():

@@ -18,7 +18,7 @@ import bisect
 import enum
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tessera.scheduler.knowledge import Knowledge
 from tessera.scheduler.policy import (
@@ -28,7 +28,6 @@ from tessera.scheduler.policy import (
     PolicyError,
     RoundEvents,
     SchedulingContext,
-    Why,
     fmt_gpus,
 )
 from tessera.scheduler.state import Allocation, ClusterState, Job, JobState, JobStatus
@@ -45,36 +44,17 @@ class ChangeKind(enum.StrEnum):
     DROP = "drop"  # given up for good (a deadline that cannot be met)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Change:
     """One thing the backend must do after a round: ``old`` / ``new`` the allocations before and after, and
     ``reason`` why, with figures — the policy's (:attr:`Decision.reasons`) or, when it gave none, the core's
-    generic one — for the job's log, the API and the dashboard. ``why`` may be deferred (:data:`Why`): it is
-    worded the first time ``reason`` is read, so a simulator that reads none pays for none."""
+    generic one — for the job's log, the API and the dashboard."""
 
     job_id: int
     kind: ChangeKind
     old: Allocation | None
     new: Allocation | None
-    why: Why = field(default="", repr=False)
-
-    @property
-    def reason(self) -> str:
-        if callable(self.why):
-            object.__setattr__(self, "why", self.why())
-        return self.why  # type: ignore[return-value]
-
-    def _key(self) -> tuple[object, ...]:
-        return (self.job_id, self.kind, self.old, self.new, self.reason)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Change) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash((self.job_id, self.kind, self.old, self.new))
-
-    def __repr__(self) -> str:
-        return f"Change({self.job_id}, {self.kind!s}, {self.old!r}, {self.new!r}, {self.reason!r})"
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -339,10 +319,8 @@ class Scheduler:
     def _change(
         self, d: Decision, js: JobState, kind: ChangeKind, old: Allocation | None, new: Allocation | None
     ) -> Change:
-        # the generic reason quotes the Cell estimates when read: the service reads it in the same round, and the
-        # simulator's estimates never change within a run
-        why = d.reasons.get(js.job_id) or (lambda: self.generic_reason(js.job, kind, old, new))
-        return Change(js.job_id, kind, old, new, why)
+        reason = d.reasons.get(js.job_id) or self.generic_reason(js.job, kind, old, new)
+        return Change(js.job_id, kind, old, new, reason)
 
     def generic_reason(
         self, job: Job, kind: ChangeKind, old: Allocation | None, new: Allocation | None

@@ -65,17 +65,6 @@ class PolicyError(RuntimeError):
     """A policy returned an impossible decision (a bug in the policy, never bad user input)."""
 
 
-Why = str | Callable[[], str]
-"""Why a job's allocation changes — the text, or how to word it when it is read. A simulated round at scale
-changes thousands of allocations and reads none of their reasons; the service reads every one. A deferred
-reason must hold the figures it quotes (the round's state moves on), and only the formatting is left."""
-
-
-def worded(why: Why) -> str:
-    """The text of a reason."""
-    return why() if callable(why) else why
-
-
 @dataclass(frozen=True)
 class Decision:
     """The allocations every job should hold after this round (absent = pending), jobs dropped (given up by a
@@ -85,7 +74,7 @@ class Decision:
 
     allocations: Mapping[int, Allocation]
     dropped: frozenset[int] = frozenset()
-    reasons: Mapping[int, Why] = field(default_factory=dict)
+    reasons: Mapping[int, str] = field(default_factory=dict)
 
 
 def fmt_gpus(gpus: GPUs | Mapping[str, int] | None) -> str:
@@ -177,7 +166,7 @@ class SchedulingContext:
         self.cluster = cluster.copy()
         self._alloc: dict[int, Allocation] = {}
         self._dropped: set[int] = set()
-        self._reasons: dict[int, Why] = {}
+        self._reasons: dict[int, str] = {}
         for js in self.running:
             if js.allocation is not None:
                 self._alloc[js.job_id] = js.allocation
@@ -205,13 +194,6 @@ class SchedulingContext:
 
     def reason(self, job_id: int) -> str:
         """What the policy said about the job this round ('' when nothing)."""
-        why = self._reasons.get(job_id, "")
-        if callable(why):
-            why = self._reasons[job_id] = why()
-        return why
-
-    def why(self, job_id: int) -> Why:
-        """The reason as it was given (possibly not yet worded): to quote it in a later one without wording it."""
         return self._reasons.get(job_id, "")
 
     def free_by_type(self) -> dict[str, int]:
@@ -294,10 +276,9 @@ class SchedulingContext:
         if reason:
             self.explain(job_id, reason)
 
-    def explain(self, job_id: int, reason: Why) -> None:
+    def explain(self, job_id: int, reason: str) -> None:
         """Say why the job's allocation changes this round, with figures (the last word wins): it becomes the
-        reason of the job's :class:`~tessera.scheduler.core.Change`. Ignored for a job that ends up unchanged.
-        A callable is worded only when the reason is read (:data:`Why`)."""
+        reason of the job's :class:`~tessera.scheduler.core.Change`. Ignored for a job that ends up unchanged."""
         self._reasons[job_id] = reason
 
     def preempt_until_fits(
@@ -330,10 +311,14 @@ class SchedulingContext:
         for v, a in reversed(released):  # give back what was suspended but not needed
             if self.reserve(v, a.gpus, a.n_stages, placement=a.placement) is None:
                 out.append(v)
-        head = f"preempted to make room for job {job_id} (priority {self.jobs[job_id].job.priority})"
+        js = self.jobs[job_id]
         for v in out:
             note = why(v) if callable(why) else why
-            self.explain(v, head + (f": {note}" if note else ""))
+            self.explain(
+                v,
+                f"preempted to make room for job {job_id} (priority {js.job.priority})"
+                + (f": {note}" if note else ""),
+            )
         return out[::-1]
 
     def decision(self) -> Decision:
