@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -89,6 +90,8 @@ class _MoveIndex:
         # job → its by_type entries, and its moves that raise throughput
         self._entries: dict[int, list[tuple[str, tuple[float, int, int, Move]]]] = {}
         self._gaining: dict[int, list[Move]] = {}
+        # every job's moves that raise throughput, most first (then by job, then in the job's order)
+        self._by_gain: list[tuple[float, int, int, Move]] = []
 
     def sync(self, pol: TesseraCrius, ctx: SchedulingContext, jids: Iterable[int]) -> None:
         allocs = ctx.allocations
@@ -105,7 +108,9 @@ class _MoveIndex:
 
     def _add(self, jid: int, gpus: GPUs, moves: list[Move]) -> None:
         self.jobs[jid] = (gpus, moves)
-        self._gaining[jid] = [m for m in moves if m.delta_norm > 0]
+        gaining = self._gaining[jid] = [m for m in moves if m.delta_norm > 0]
+        for i, m in enumerate(gaining):
+            bisect.insort(self._by_gain, (-m.delta_norm, jid, i, m))
         mine = self._entries[jid] = []
         for m in moves:
             for t, k in m.freed:
@@ -121,7 +126,9 @@ class _MoveIndex:
         """Forget a job's moves: each of its entries found by bisection (its (gain, job, seq) is unique) rather
         than by filtering lists that hold every running job's moves (at 12,800 GPUs most of a round's time)."""
         del self.jobs[jid]
-        del self._gaining[jid]
+        for i, m in enumerate(self._gaining.pop(jid)):
+            k = bisect.bisect_left(self._by_gain, (-m.delta_norm, jid, i))
+            del self._by_gain[k]  # (gain, job, i) is unique and the gain a number (gaining moves gain)
         for t, e in self._entries.pop(jid):
             lst = self.by_type[t]
             i = bisect.bisect_left(lst, e[:3])
@@ -145,10 +152,11 @@ class _MoveIndex:
         for _, ms in self.jobs.values():
             yield from ms
 
-    def gaining(self) -> Iterator[Move]:
-        """The moves that raise throughput (``delta_norm`` > 0), in :meth:`all`'s order."""
-        for jid in self.jobs:
-            yield from self._gaining[jid]
+    def by_gain(self) -> Iterator[Move]:
+        """The moves that raise throughput (``delta_norm`` > 0), most first, then by job id (a job's own in the
+        order of its Cells): sorted as they change, not every time a departure asks."""
+        for e in self._by_gain:
+            yield e[3]
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,7 @@ class TesseraCrius(Policy):
         self._index = _MoveIndex(depth)
         self._dirty: set[int] | None = None  # jobs whose GPUs changed since the index was synced (None: all)
         self._by_arrival: tuple[int, list[tuple[float, int]]] | None = None  # (version, holders latest first)
+        self._free: tuple[int, dict[str, int]] | None = None  # (version, free GPUs per type)
 
     def reset(self) -> None:
         self._cells.clear()
@@ -286,15 +295,26 @@ class TesseraCrius(Policy):
                 out.append(Move(jid, a.gpus, c, c.norm - cur, _freed(a.gpus, c.gpus)))
         return out
 
+    def free(self, ctx: SchedulingContext) -> dict[str, int]:
+        """Free GPUs per type in the virtual state, counted again only when it changed (the version): a
+        departure at scale asks for every pending job, most of which change nothing."""
+        if self._free is None or self._free[0] != self._version:
+            self._free = (self._version, ctx.free_by_type())
+        return dict(self._free[1])
+
     def scale_resource(self, ctx: SchedulingContext, js: JobState | None) -> list[Choice]:
         """The best ``max_choices`` choices that raise cluster throughput, best first (fewer moves on ties)."""
-        free = ctx.free_by_type()
+        free = self.free(ctx)
         found: list[Choice] = []
         if js is None:
             mv = self.moves(ctx)
-            cands = [m for m in mv.gaining() if all(free.get(t, 0) + k >= 0 for t, k in m.freed)]
-            cands.sort(key=lambda m: (-m.delta_norm, m.job_id))
-            self._dfs(cands[: self.branch], 0, (), free, 0.0, None, found)
+            # the ``branch`` best moves the free GPUs allow
+            cands = list(
+                itertools.islice(
+                    (m for m in mv.by_gain() if all(free.get(t, 0) + k >= 0 for t, k in m.freed)), self.branch
+                )
+            )
+            self._dfs(cands, 0, (), free, 0.0, None, found)
         else:
             for c in self.cells(ctx, js.job)[0]:
                 lack = {t: n - free.get(t, 0) for t, n in c.gpus if n > free.get(t, 0)}
