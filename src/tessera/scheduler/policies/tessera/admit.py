@@ -21,15 +21,17 @@ else undo), which explains every suspension by the job it makes room for.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable
 
 from tessera.scheduler.policies.tessera.cells import Cell
 from tessera.scheduler.policies.tessera.lp import Plan
 from tessera.scheduler.policies.tessera.order import priority, remaining, weight
-from tessera.scheduler.policies.tessera.round import RoundState
+from tessera.scheduler.policies.tessera.round import RoundState, Victims
 from tessera.scheduler.policy import fmt_s
-from tessera.scheduler.state import Allocation, JobState
+from tessera.scheduler.state import JobState
 
 
 def admit(r: RoundState, queue: list[JobState], plan: Plan | None) -> list[int]:
@@ -169,6 +171,9 @@ def opportunistic_start(r: RoundState, js: JobState) -> list[JobState] | None:
     return None
 
 
+NO_VICTIMS = Victims([], [], [0])
+
+
 def preempt_for(r: RoundState, js: JobState) -> list[JobState] | None:
     """Shortest-remaining-first under contention (see the module doc): suspend running jobs of a lower user
     priority, or of the same one when they need far more GPU-time, when that frees this job's smallest Cell (the
@@ -179,25 +184,29 @@ def preempt_for(r: RoundState, js: JobState) -> list[JobState] | None:
     if not inf.min_cells or not math.isfinite(mine):
         return None
     free = ctx.free_by_type()
-    victims: dict[str, list[tuple[float, JobState, Allocation]]] = {}
-    for prio, g, jid in _preemptible(r):
-        a = ctx.allocation(jid)
-        if a is None or jid in r.touched or prio > js.job.priority:
-            continue  # gone, changed this round, or a job the user ranked higher
-        if prio == js.job.priority and g <= pol.preempt_factor * mine:
-            continue  # within one user priority, only far longer jobs make way
-        for t, _ in a.gpus:
-            victims.setdefault(t, []).append((g, ctx.jobs[jid], a))
+    index = _victims_by_type(r)
+    # the jobs that may make way come first in each type's order: lower priorities, then this one's far longer
+    bound = (js.job.priority, -pol.preempt_factor * mine)
     w = weight(r, js)
     need = remaining(r, js)[1]
     for c in sorted(inf.min_cells, key=lambda c: (c.n_gpus, -r.value(c, w))):
         t, n = c.gpus[0]
-        cand = victims.get(t, [])
-        if free.get(t, 0) + sum(dict(a.gpus)[t] for _, _, a in cand) < n:
+        of_type = index.get(t, NO_VICTIMS)  # none: free GPUs alone may still do (placed whole, nothing suspended)
+        k = bisect.bisect_left(of_type.keys, bound)
+        if free.get(t, 0) + of_type.held[k] < n:
+            continue  # even all of them, as they held at the round's start, would not free enough
+        cand: list[JobState] = []
+        got = 0
+        for jid in of_type.ids[:k]:
+            a = ctx.allocation(jid)
+            if a is None or jid in r.touched:
+                continue  # gone or changed this round
+            cand.append(ctx.jobs[jid])
+            got += dict(a.gpus)[t]
+        if free.get(t, 0) + got < n:
             continue
-        cand.sort(key=lambda x: (x[1].job.priority, -x[0], -x[1].job_id))  # lowest priority, then longest
         out = _suspend_for(
-            r, js, c, [o for _, o, _ in cand],
+            r, js, c, cand,
             why=lambda v: _srpt_why(r, js, ctx.jobs[v], need),
             start=f"needs {need:.3g} GPU-s; suspends {{victims}} (far more work left or a lower priority: "
             "shortest-remaining-first)",
@@ -250,6 +259,29 @@ def _preemptible(r: RoundState) -> list[tuple[int, float, int]]:
             if now - js.last_change_s >= max(ctx.round_s, 2 * r.restart_s(js)) and r.may_restart(js)
         ]
     return r.victims
+
+
+def _victims_by_type(r: RoundState) -> dict[str, Victims]:
+    """The preemptible jobs per GPU type they hold, in the order they make way — lowest user priority, then most
+    GPU-seconds left (then the later id) — with the GPUs of the type they held at the round's start summed along
+    that order (once a round): a queued job asks which prefix may make way for it, not every running job."""
+    if r.victims_by_type is None:
+        rows: dict[str, list[tuple[int, float, int, int]]] = {}
+        for prio, g, jid in sorted(_preemptible(r), key=lambda v: (v[0], -v[1], -v[2])):
+            a = r.ctx.allocation(jid)
+            if a is None:
+                continue
+            for t, n in a.gpus:
+                rows.setdefault(t, []).append((prio, g, jid, n))
+        r.victims_by_type = {
+            t: Victims(
+                [(p, -g) for p, g, _, _ in v],
+                [jid for _, _, jid, _ in v],
+                [0, *itertools.accumulate(n for *_, n in v)],
+            )
+            for t, v in rows.items()
+        }
+    return r.victims_by_type
 
 
 __all__ = ["admit", "backfill", "opportunistic_start", "preempt_for"]

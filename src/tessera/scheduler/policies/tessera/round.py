@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from tessera.scheduler.policies.tessera import Tessera
 
 
+@dataclass(frozen=True)
+class Victims:
+    """The preemptible jobs holding one GPU type, in the order they make way (see ``admit._victims_by_type``)."""
+
+    keys: list[tuple[int, float]]  # (user priority, −remaining GPU-seconds), ascending
+    ids: list[int]
+    held: list[int]  # GPUs of the type the first k held at the round's start: held[k] (len(ids) + 1 entries)
+
+
 @dataclass
 class RoundState:
     """One round of the tessera policy: its options (``pol``), the context, and what the rules share."""
@@ -34,6 +43,7 @@ class RoundState:
     restart: dict[int, float] = field(default_factory=dict)  # job → restart seconds
     # the preemptible jobs (user priority, remaining GPU-seconds, id), found once a round
     victims: list[tuple[int, float, int]] | None = None
+    victims_by_type: dict[str, Victims] | None = None  # the same per GPU type, in the order they make way
 
     # ------------------------------------------------------------------ Cells
     def info(self, job: Job) -> JobCells:
@@ -82,6 +92,8 @@ class RoundState:
         had cost at most ``restart_budget`` of its time in the system — a lifetime count would leave a long job
         that was often rescaled unmovable for good."""
         age = self.ctx.now_s - js.job.arrival_s
+        if not js.restarts:  # most jobs: no restart spent (and no restart cost to look up)
+            return self.pol.restart_budget * age >= 0.0
         return js.restarts * self.restart_s(js) <= self.pol.restart_budget * age
 
     def movable(self, js: JobState) -> bool:
