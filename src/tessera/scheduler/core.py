@@ -88,6 +88,8 @@ class Scheduler:
         self.jobs: dict[int, JobState] = {}
         self.pending: dict[int, JobState] = {}
         self.running: dict[int, JobState] = {}
+        # the running jobs in (arrival, id) order, as every round's context lists them; None when running changed
+        self._running_order: list[JobState] | None = None
         # pending jobs kept sorted by (arrival, id) incrementally: bursts queue thousands of jobs
         self._pkeys: list[tuple[float, int]] = []
         self._pvals: list[JobState] = []
@@ -112,6 +114,7 @@ class Scheduler:
         js = self.running.pop(job_id, None)
         if js is None:
             raise ValueError(f"job {job_id} is not running, it cannot complete")
+        self._running_order = None
         self._fold(js, now_s)
         assert js.allocation is not None
         self.cluster.give(js.allocation.placement)
@@ -136,6 +139,7 @@ class Scheduler:
             self.cluster.give(js.allocation.placement)
             js.allocation, js.rate_iters_per_s, js.last_change_s = None, 0.0, now_s
             del self.running[js.job_id]
+            self._running_order = None
             self._to_pending(js)
             self._evicted.append(js.job_id)
         self.cluster.up[node] = False
@@ -177,13 +181,20 @@ class Scheduler:
             cluster=self.cluster,
             knowledge=self.knowledge,
             pending=self.pending_in_order(),
-            running=sorted(self.running.values(), key=lambda j: (j.job.arrival_s, j.job_id)),
+            running=self.running_in_order(),
             events=self.events(),
             round_s=self.round_s,
             keep_in_node=self.keep_in_node,
             restart_estimate=self.restart_estimate,
             jobs=ActiveJobs(self.running, self.pending),
         )
+
+    def running_in_order(self) -> list[JobState]:
+        """The running jobs by (arrival, id), sorted again only after the running set changed: at scale most
+        rounds change a few of thousands."""
+        if self._running_order is None:
+            self._running_order = sorted(self.running.values(), key=lambda j: (j.job.arrival_s, j.job_id))
+        return self._running_order
 
     def tick(self, now_s: float, *, force: bool = False, boundary: bool = True) -> RoundResult:
         """A round boundary: decide (when due), validate, bind. ``force`` asks the policy even when no event
@@ -268,6 +279,8 @@ class Scheduler:
             new = d.allocations.get(jid)
             old = js.allocation
             assert old is not None
+            if new is old:
+                continue  # kept as it was (most jobs of a round at scale)
             if new is not None and new.same_gpus(old):
                 if new.n_stages != old.n_stages and new.n_stages is not None:
                     js.allocation = Allocation(old.placement, old.gpus, new.n_stages)
@@ -276,6 +289,7 @@ class Scheduler:
             self.cluster.give(old.placement)
             js.allocation, js.rate_iters_per_s = None, 0.0
             del self.running[jid]
+            self._running_order = None
             if new is None:
                 js.last_change_s = now_s
                 if jid in d.dropped:
@@ -304,6 +318,7 @@ class Scheduler:
             self._fold(js, now_s)
             js.status, js.allocation, js.last_change_s = JobStatus.RUNNING, a, now_s
             self.running[jid] = js
+            self._running_order = None
             if old is not None:
                 kind = ChangeKind.MIGRATE if old.gpus == a.gpus else ChangeKind.RESCALE
                 js.restarts += 1

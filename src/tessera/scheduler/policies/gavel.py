@@ -268,12 +268,13 @@ class Gavel(Policy):
         self._last_now = ctx.now_s
         if dt > 0:
             received, lp_jobs = self._received, self._lp_jobs
+            col = {t: i for i, t in enumerate(types)}
             for js in ctx.running:
                 if js.allocation is not None and js.job_id in lp_jobs:
                     rec = received.get(js.job_id)
                     if rec is None:
                         rec = received[js.job_id] = np.zeros(k)
-                    rec[types.index(js.allocation.gpu_types[0])] += dt
+                    rec[col[js.allocation.gpus[0][0]]] += dt
             self._elapsed_s += dt
 
         known = self._scale
@@ -305,7 +306,9 @@ class Gavel(Policy):
             )
             X = max_sum_throughput(T, [scales[m[0]] for m in members], capacity, [len(m) for m in members])
             self.lp_solves += 1
-            self._share = {jid: X[i] / len(m) for i, m in enumerate(members) for jid in m}
+            # each member's share of its class's (one division for all classes; rows of it per job)
+            per_job = X / np.array([len(m) for m in members], dtype=np.float64)[:, None]
+            self._share = {jid: per_job[i] for i, m in enumerate(members) for jid in m}
             self._received, self._lp_jobs, self._elapsed_s = {}, key[0], 0.0
             if len(self._job_rows) > 2 * len(live) + 1024:  # forget finished jobs' figures now and then
                 keep = [js.job_id for js in live]
