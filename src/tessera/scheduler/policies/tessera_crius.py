@@ -168,6 +168,18 @@ class Choice:
     gain_norm: float  # total change of the cluster's normalized throughput
 
 
+def _holders_latest_first(ctx: SchedulingContext) -> list[tuple[float, int]]:
+    """(arrival, id) of the jobs holding GPUs in the virtual state, latest first. Read from the round's running
+    jobs (the core lists them in (arrival, id) order already: the sort then only merges in the jobs started this
+    round) rather than by looking every holder up by id."""
+    alloc = ctx.allocations
+    out = [(js.job.arrival_s, js.job_id) for js in ctx.running if js.job_id in alloc]
+    was_running = {js.job_id for js in ctx.running}
+    out += [(ctx.jobs[j].job.arrival_s, j) for j in alloc if j not in was_running]
+    out.sort(reverse=True)
+    return out
+
+
 @cache
 def _freed(old: GPUs, new: GPUs) -> tuple[tuple[str, int], ...]:
     """GPUs given back per type when a job on ``old`` moves to ``new`` (negative: taken), sorted by type — asked
@@ -360,10 +372,10 @@ class TesseraCrius(Policy):
             m = cands[i]
             if m.job_id in busy:
                 continue
-            nf = _sub(free, m.freed)
-            if any(v < 0 for v in nf.values()):
+            # ``free`` holds no negative count: only the types the move changes can turn negative
+            if any(free.get(t, 0) + k < 0 for t, k in m.freed):
                 continue
-            self._dfs(cands, i + 1, (*chosen, m), nf, value + m.delta_norm, cell, out)
+            self._dfs(cands, i + 1, (*chosen, m), _sub(free, m.freed), value + m.delta_norm, cell, out)
 
     # ------------------------------------------------------------------ VirtualAlloc
     def virtual_alloc(self, ctx: SchedulingContext, ch: Choice, js: JobState | None) -> bool:
@@ -409,8 +421,7 @@ class TesseraCrius(Policy):
         latest first, once that satisfies its minimum Cell; start it there."""
         since = js.last_change_s
         if self._by_arrival is None or self._by_arrival[0] != self._version:
-            latest = sorted(((ctx.jobs[j].job.arrival_s, j) for j in ctx.allocations), reverse=True)
-            self._by_arrival = (self._version, latest)
+            self._by_arrival = (self._version, _holders_latest_first(ctx))
         victims = []
         for arrival, jid in self._by_arrival[1]:
             if arrival <= js.job.arrival_s:
