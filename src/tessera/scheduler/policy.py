@@ -164,6 +164,8 @@ class SchedulingContext:
         self.events = events
         self.keep_in_node = keep_in_node
         self.cluster = cluster.copy()
+        # free GPUs per type in the virtual state: counted on first ask, then kept in step by _take/_give
+        self._free: dict[str, int] | None = None
         self._alloc: dict[int, Allocation] = {}
         self._dropped: set[int] = set()
         self._reasons: dict[int, str] = {}
@@ -197,7 +199,29 @@ class SchedulingContext:
         return self._reasons.get(job_id, "")
 
     def free_by_type(self) -> dict[str, int]:
-        return self.cluster.free_by_type()
+        """Free GPUs per type (on nodes that are up) in the virtual state — a copy the caller may change. Counted
+        over the nodes once a round and then kept in step with every reservation: policies ask for it per job,
+        thousands of times a round at scale."""
+        if self._free is None:
+            self._free = self.cluster.free_by_type()
+        return dict(self._free)
+
+    def _take(self, placement: Placement) -> None:
+        self.cluster.take(placement)
+        self._count(placement, -1)
+
+    def _give(self, placement: Placement) -> None:
+        self.cluster.give(placement)
+        self._count(placement, 1)
+
+    def _count(self, placement: Placement, sign: int) -> None:
+        if self._free is None:
+            return
+        nodes, up = self.cluster.nodes, self.cluster.up
+        for i, n in placement:
+            if up[i]:
+                t = nodes[i].gpu_type
+                self._free[t] += sign * n
 
     def capacity_by_type(self) -> dict[str, int]:
         return self.cluster.capacity_by_type()
@@ -221,7 +245,7 @@ class SchedulingContext:
         """Take the job's GPUs back (it will be preempted unless reserved again). Returns what it held."""
         a = self._alloc.pop(job_id, None)
         if a is not None:
-            self.cluster.give(a.placement)
+            self._give(a.placement)
         return a
 
     def release_all(self) -> None:
@@ -261,10 +285,10 @@ class SchedulingContext:
             placement = None
         if placement is None:
             if old is not None:
-                self.cluster.take(old.placement)
+                self._take(old.placement)
                 self._alloc[job_id] = old
             return None
-        self.cluster.take(placement)
+        self._take(placement)
         a = Allocation(tuple(sorted(placement)), gpus, n_stages)
         self._alloc[job_id] = a
         return a

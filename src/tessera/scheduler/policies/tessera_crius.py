@@ -215,7 +215,6 @@ class TesseraCrius(Policy):
         self._index = _MoveIndex(depth)
         self._dirty: set[int] | None = None  # jobs whose GPUs changed since the index was synced (None: all)
         self._by_arrival: tuple[int, list[tuple[float, int]]] | None = None  # (version, holders latest first)
-        self._free: tuple[int, dict[str, int]] | None = None  # (version, free GPUs per type)
 
     def reset(self) -> None:
         self._cells.clear()
@@ -307,16 +306,9 @@ class TesseraCrius(Policy):
                 out.append(Move(jid, a.gpus, c, c.norm - cur, _freed(a.gpus, c.gpus)))
         return out
 
-    def free(self, ctx: SchedulingContext) -> dict[str, int]:
-        """Free GPUs per type in the virtual state, counted again only when it changed (the version): a
-        departure at scale asks for every pending job, most of which change nothing."""
-        if self._free is None or self._free[0] != self._version:
-            self._free = (self._version, ctx.free_by_type())
-        return dict(self._free[1])
-
     def scale_resource(self, ctx: SchedulingContext, js: JobState | None) -> list[Choice]:
         """The best ``max_choices`` choices that raise cluster throughput, best first (fewer moves on ties)."""
-        free = self.free(ctx)
+        free = ctx.free_by_type()
         found: list[Choice] = []
         if js is None:
             mv = self.moves(ctx)

@@ -191,7 +191,8 @@ def preempt_for(r: RoundState, js: JobState) -> list[JobState] | None:
     need = remaining(r, js)[1]
     for c in sorted(inf.min_cells, key=lambda c: (c.n_gpus, -r.value(c, w))):
         t, n = c.gpus[0]
-        of_type = index.get(t, NO_VICTIMS)  # none: free GPUs alone may still do (placed whole, nothing suspended)
+        # no victims of the type: free GPUs alone may still do (placed whole, nothing suspended)
+        of_type = index.get(t, NO_VICTIMS)
         k = bisect.bisect_left(of_type.keys, bound)
         if free.get(t, 0) + of_type.held[k] < n:
             continue  # even all of them, as they held at the round's start, would not free enough
