@@ -28,6 +28,7 @@ from tessera.scheduler.policy import (
     PolicyError,
     RoundEvents,
     SchedulingContext,
+    Why,
     fmt_gpus,
 )
 from tessera.scheduler.state import Allocation, ClusterState, Job, JobState, JobStatus
@@ -54,7 +55,13 @@ class Change:
     kind: ChangeKind
     old: Allocation | None
     new: Allocation | None
-    reason: str = ""
+    why: Why = ""  # the reason as given: worded when ``reason`` is first read (a simulation never reads it)
+
+    @property
+    def reason(self) -> str:
+        if callable(self.why):
+            object.__setattr__(self, "why", self.why())  # worded once, then kept
+        return str(self.why)
 
 
 @dataclass(frozen=True)
@@ -334,8 +341,8 @@ class Scheduler:
     def _change(
         self, d: Decision, js: JobState, kind: ChangeKind, old: Allocation | None, new: Allocation | None
     ) -> Change:
-        reason = d.reasons.get(js.job_id) or self.generic_reason(js.job, kind, old, new)
-        return Change(js.job_id, kind, old, new, reason)
+        why = d.why(js.job_id) or (lambda: self.generic_reason(js.job, kind, old, new))
+        return Change(js.job_id, kind, old, new, why)
 
     def generic_reason(
         self, job: Job, kind: ChangeKind, old: Allocation | None, new: Allocation | None

@@ -70,24 +70,29 @@ def _best_fit(
 def _spread(f: np.ndarray, nodes: np.ndarray, n_gpus: int) -> Placement:
     """Frenzy's greedy over ``f`` (free GPUs of ``nodes``, at least ``n_gpus`` in all): while no node holds the
     rest, the node with the most free GPUs whole (the first among ties); then the tightest node that holds the
-    rest (the first among ties). The nodes taken whole are thus a prefix of the nodes with free GPUs sorted by
-    free GPUs, most first (a stable sort: the successive argmaxes), found at once from its running sum rather
-    than by one argmax over all nodes per node taken — a 64-GPU Cell spans eight nodes, and at scale a type
-    has a thousand nodes, few of them with GPUs free."""
-    cand = np.flatnonzero(f)
-    order = cand[np.argsort(-f[cand], kind="stable")]
-    fs = f[order]
-    before = np.cumsum(fs) - fs  # GPUs taken whole before each node of the order
-    k = int(np.argmax(fs >= n_gpus - before))  # the first that holds the rest (one does: Σ f >= n_gpus)
-    need = n_gpus - int(before[k])
-    # the tightest node that holds ``need``: the last value >= need in the (descending) order, and of its
-    # run of ties the first node not taken whole
-    desc = -fs
-    tight = fs[int(np.searchsorted(desc, -need, side="right")) - 1]
-    j = order[max(k, int(np.searchsorted(desc, -tight, side="left")))]
-    out = [(int(nodes[i]), int(f[i])) for i in order[:k]]
-    out.append((int(nodes[j]), need))
-    return tuple(sorted(out))
+    rest (the first among ties). Free counts are small integers, so it walks them by value from a count of the
+    nodes per value rather than sorting nodes — a 64-GPU Cell spans eight nodes, and at scale a type has a
+    thousand nodes: only the nodes taken are looked up (of one value, by index, the first ones)."""
+    left = np.bincount(f).tolist()  # nodes per free count, not yet taken
+    used = [0] * len(left)  # nodes of each free count taken whole (the first ones by index)
+    out: list[tuple[int, int]] = []
+    rest, v = n_gpus, len(left) - 1
+    while True:
+        while left[v] == 0:
+            v -= 1  # the most free GPUs any node not taken has (Σ f >= n_gpus: one remains while rest > 0)
+        if v >= rest:  # a node holds the rest: the tightest, the first of its count not taken whole
+            u = rest
+            while left[u] == 0:
+                u += 1
+            j = int(np.flatnonzero(f == u)[used[u]])
+            out.append((int(nodes[j]), rest))
+            return tuple(sorted(out))
+        k = min(left[v], (rest - 1) // v)  # whole nodes of this count while none holds what is left
+        for j in np.flatnonzero(f == v)[used[v] : used[v] + k].tolist():
+            out.append((int(nodes[j]), v))
+        used[v] += k
+        left[v] -= k
+        rest -= k * v
 
 
 def _of(values: np.ndarray, nodes: np.ndarray) -> np.ndarray:

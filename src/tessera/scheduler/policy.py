@@ -65,6 +65,40 @@ class PolicyError(RuntimeError):
     """A policy returned an impossible decision (a bug in the policy, never bad user input)."""
 
 
+# A reason as given: its text, or what formats it when first read. A simulated round at scale starts a thousand
+# jobs and nobody reads their reasons, so the figures are captured when the policy decides and worded on demand.
+Why = str | Callable[[], str]
+
+
+class Reasons(Mapping[int, str]):
+    """Reasons per job, each worded when first read (then kept)."""
+
+    def __init__(self, given: Mapping[int, Why] | None = None) -> None:
+        self._given: dict[int, Why] = dict(given or {})
+
+    def given(self, job_id: int) -> Why:
+        """The reason as the policy gave it, unworded ('' when none)."""
+        return self._given.get(job_id, "")
+
+    def set(self, job_id: int, why: Why) -> None:
+        self._given[job_id] = why
+
+    def copy(self) -> Reasons:
+        return Reasons(self._given)
+
+    def __getitem__(self, job_id: int) -> str:
+        why = self._given[job_id]
+        if callable(why):
+            why = self._given[job_id] = why()
+        return why
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._given)
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+
 @dataclass(frozen=True)
 class Decision:
     """The allocations every job should hold after this round (absent = pending), jobs dropped (given up by a
@@ -74,7 +108,16 @@ class Decision:
 
     allocations: Mapping[int, Allocation]
     dropped: frozenset[int] = frozenset()
-    reasons: Mapping[int, str] = field(default_factory=dict)
+    reasons: Mapping[int, Why] = field(default_factory=Reasons)  # read: worded (kept as :class:`Reasons`)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reasons, Reasons):
+            object.__setattr__(self, "reasons", Reasons(self.reasons))
+
+    def why(self, job_id: int) -> Why:
+        """The job's reason as the policy gave it, unworded ('' when none)."""
+        reasons = self.reasons
+        return reasons.given(job_id) if isinstance(reasons, Reasons) else reasons.get(job_id, "")
 
 
 def fmt_gpus(gpus: GPUs | Mapping[str, int] | None) -> str:
@@ -168,7 +211,7 @@ class SchedulingContext:
         self._free: dict[str, int] | None = None
         self._alloc: dict[int, Allocation] = {}
         self._dropped: set[int] = set()
-        self._reasons: dict[int, str] = {}
+        self._reasons = Reasons()
         for js in self.running:
             if js.allocation is not None:
                 self._alloc[js.job_id] = js.allocation
@@ -197,6 +240,11 @@ class SchedulingContext:
     def reason(self, job_id: int) -> str:
         """What the policy said about the job this round ('' when nothing)."""
         return self._reasons.get(job_id, "")
+
+    @property
+    def reasons(self) -> Reasons:
+        """What the policy said this round, per job (read-only by convention: :meth:`explain` says it)."""
+        return self._reasons
 
     def free_by_type(self) -> dict[str, int]:
         """Free GPUs per type (on nodes that are up) in the virtual state — a copy the caller may change. Counted
@@ -300,10 +348,11 @@ class SchedulingContext:
         if reason:
             self.explain(job_id, reason)
 
-    def explain(self, job_id: int, reason: str) -> None:
+    def explain(self, job_id: int, reason: Why) -> None:
         """Say why the job's allocation changes this round, with figures (the last word wins): it becomes the
-        reason of the job's :class:`~tessera.scheduler.core.Change`. Ignored for a job that ends up unchanged."""
-        self._reasons[job_id] = reason
+        reason of the job's :class:`~tessera.scheduler.core.Change`. Ignored for a job that ends up unchanged.
+        A function is called when the reason is first read (it must capture the figures now)."""
+        self._reasons.set(job_id, reason)
 
     def preempt_until_fits(
         self,
@@ -346,7 +395,7 @@ class SchedulingContext:
         return out[::-1]
 
     def decision(self) -> Decision:
-        return Decision(dict(self._alloc), frozenset(self._dropped), dict(self._reasons))
+        return Decision(dict(self._alloc), frozenset(self._dropped), self._reasons.copy())
 
 
 class Policy(ABC):

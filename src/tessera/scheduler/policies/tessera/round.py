@@ -8,6 +8,7 @@ round leaks into the next and every rule is a function of (round state, its inpu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -113,53 +114,75 @@ class RoundState:
         return self.pol.depth * max(1, n)
 
     # ------------------------------------------------------------------ reasons
-    def price_note(self, gpus: GPUs) -> str:
-        """``LP shadow price A100-40GB 0.41`` for the types of ``gpus`` the LP priced (empty when none)."""
-        types = dict.fromkeys(t for t, _ in gpus)
-        ps = [f"{t} {self.prices[t]:.2g}" for t in types if self.prices.get(t, 0.0) > 1e-9]
-        return ("LP shadow price " + ", ".join(ps)) if ps else ""
-
     def explain_start(self, jid: int, c: Cell, why: str) -> None:
-        """Record why a job gets Cell ``c`` (worded start / resume / move by what it held)."""
+        """Record why a job gets Cell ``c`` (worded start / resume / move by what it held; the figures are
+        taken now and worded when read)."""
         js = self.ctx.jobs[jid]
+        held = js.allocation.gpus if js.allocation is not None else None
         verb = self.ctx.verb(jid)
-        verb = f"move {fmt_gpus(js.allocation.gpus)} →" if js.allocation is not None else f"{verb}:"
-        note = self.price_note(c.gpus)
-        before = self.ctx.reason(jid)  # suspended earlier this round and placed again: say both
-        self.ctx.explain(
-            jid,
-            f"{verb} {fmt_gpus(c.gpus)}, est. {c.rate:.3g} it/s — {why}"
-            + (f"; {note}" if note else "")
-            + (f"; it was first {before}" if before.startswith("preempted") else ""),
-        )
+        prices = self.prices  # replaced, never changed, once the LP has set them
+        before = self.ctx.reasons.given(jid)  # suspended earlier this round and placed again: say both
+
+        def words() -> str:
+            head = f"move {fmt_gpus(held)} →" if held is not None else f"{verb}:"
+            note = price_note(prices, c.gpus)
+            first = before() if callable(before) else before
+            return (
+                f"{head} {fmt_gpus(c.gpus)}, est. {c.rate:.3g} it/s — {why}"
+                + (f"; {note}" if note else "")
+                + (f"; it was first {first}" if first.startswith("preempted") else "")
+            )
+
+        self.ctx.explain(jid, words)
 
     def explain_move(self, js: JobState, old: Cell, new: Cell, gain: float, w: float) -> None:
         """Record a rescale's or migration's figures: the estimated throughput before and after, the restart it
-        pays and when that pays back, the time left, the LP's value gain and GPU prices."""
+        pays and when that pays back, the time left, the LP's value gain and GPU prices (taken now, worded when
+        read)."""
         now = self.ctx.now_s
-        verb = "migrate" if old.gpus == new.gpus else "rescale"  # the core's kinds (ChangeKind)
-        r0, r1 = old.rate, new.rate
         c = self.restart_s(js)
-        left = js.remaining_at(now) / r0 if r0 > 0 else float("inf")
-        pct = 100.0 * (r1 / r0 - 1.0) if r0 > 0 else float("inf")
-        parts = [
-            f"{verb} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}: est. {r0:.3g} → {r1:.3g} it/s ({pct:+.0f} %)"
-        ]
-        if r1 > r0:
-            payback = r0 * c / (r1 - r0)
-            parts.append(f"restart {fmt_s(c)} pays back in {fmt_s(payback)} of {fmt_s(left)} left")
-        else:
-            parts.append(f"restart {fmt_s(c)}, {fmt_s(left)} left; frees its GPUs for jobs that gain more")
-        if self.settling(js) and self.pol.settle_factor > 1:
-            ago = fmt_s(now - js.last_change_s)
-            parts.append(
-                f"its GPUs changed {ago} ago, so it had to save ≥ {self.pol.settle_factor:g}× the restart"
-            )
-        parts.append(f"LP gain {gain / max(w, 1e-12):+.2f} net of the restart")
-        note = self.price_note(old.gpus + new.gpus)
-        if note:
-            parts.append(note)
-        self.ctx.explain(js.job_id, ", ".join(parts[:2]) + "; " + "; ".join(parts[2:]))
+        left = js.remaining_at(now) / old.rate if old.rate > 0 else float("inf")
+        ago = now - js.last_change_s if self.settling(js) and self.pol.settle_factor > 1 else None
+        factor, prices = self.pol.settle_factor, self.prices
+        self.ctx.explain(
+            js.job_id, lambda: move_words(old, new, c, left, ago, factor, gain / max(w, 1e-12), prices)
+        )
+
+
+def price_note(prices: Mapping[str, float], gpus: GPUs) -> str:
+    """``LP shadow price A100-40GB 0.41`` for the types of ``gpus`` priced (empty when none)."""
+    types = dict.fromkeys(t for t, _ in gpus)
+    ps = [f"{t} {prices[t]:.2g}" for t in types if prices.get(t, 0.0) > 1e-9]
+    return ("LP shadow price " + ", ".join(ps)) if ps else ""
+
+
+def move_words(
+    old: Cell, new: Cell, restart_s: float, left_s: float, settled_ago_s: float | None, settle_factor: float,
+    gain: float, prices: Mapping[str, float],
+) -> str:  # fmt: skip
+    """A rescale's or migration's reason (:meth:`RoundState.explain_move`'s figures in words)."""
+    verb = "migrate" if old.gpus == new.gpus else "rescale"  # the core's kinds (ChangeKind)
+    r0, r1 = old.rate, new.rate
+    pct = 100.0 * (r1 / r0 - 1.0) if r0 > 0 else float("inf")
+    parts = [
+        f"{verb} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}: est. {r0:.3g} → {r1:.3g} it/s ({pct:+.0f} %)"
+    ]
+    if r1 > r0:
+        payback = r0 * restart_s / (r1 - r0)
+        parts.append(f"restart {fmt_s(restart_s)} pays back in {fmt_s(payback)} of {fmt_s(left_s)} left")
+    else:
+        parts.append(
+            f"restart {fmt_s(restart_s)}, {fmt_s(left_s)} left; frees its GPUs for jobs that gain more"
+        )
+    if settled_ago_s is not None:
+        parts.append(
+            f"its GPUs changed {fmt_s(settled_ago_s)} ago, so it had to save ≥ {settle_factor:g}× the restart"
+        )
+    parts.append(f"LP gain {gain:+.2f} net of the restart")
+    note = price_note(prices, old.gpus + new.gpus)
+    if note:
+        parts.append(note)
+    return ", ".join(parts[:2]) + "; " + "; ".join(parts[2:])
 
 
 __all__ = ["RoundState"]
