@@ -15,9 +15,11 @@ What the replay may know is what the service knew BEFORE the run — never the r
 
 * the cost model of the state dir's ``perf-emulated`` calibration, snapshotted before the live run starts
   (a warm-up workload runs first in the same state dir so the first policy's run has calibration too, and
-  this machine's profiles of every configuration of the workload; then a settle run of every configuration on
-  each device type, with no profiling beside it, the first run whose timings the replays may learn from; later
-  policies also inherit the calibration of the runs before theirs, as a long-lived service would);
+  this machine's profiles of every configuration of the workload; then, right before each policy's live run
+  (``--no-settle-each``: before the first only), a settle run of every configuration on each device type, with
+  no profiling beside it — the runs whose timings the replays may learn from, minutes old: this VM's speed
+  drifts by 10-20 % over a quarter hour; later policies also inherit the calibration of the runs before
+  theirs, as a long-lived service would);
 * the speed factors (estimated ÷ measured, per configuration and GPU types) of the measurements the service itself kept from earlier runs (``speed_measured.json``
   beside its cost model: each configuration's measured seconds per step of progress — the service's loop
   iteration: training step, stop flag, validation, data — and its GPUs; the factor is the cost model's
@@ -556,6 +558,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--keep-state", action="store_true", help="keep the temp state dir (its path is printed)")
     ap.add_argument(
+        "--settle-each",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a settle run before every policy's live run (--no-settle-each: once, before the first)",
+    )
+    ap.add_argument(
         "--no-clear",
         action="store_true",
         help="keep the planned arrivals even where one is predicted to fall on a completion (see CLEAR_FRACTION)",
@@ -583,12 +591,24 @@ def main() -> None:
         print("warm-up (calibration for the first run, same state dir)…", flush=True)
         warm_specs = [(t, {**BASE, **s}) for t, s in WARMUP]
         run_live(state, "fcfs", args.round_s, warm_specs, args.timeout)  # profiles + first calibration
-        print("settle (the workload's configurations again, every profile taken)…", flush=True)
         settle_specs = [(t, {**BASE, **s}) for t, s in SETTLE]
-        settle = run_live(state, "fcfs", args.round_s, settle_specs, args.timeout)
-        runs = [settle]  # what the replays may know: from here on (see SETTLE)
-        specs_by_id = {i: s for i, (_, s) in zip(settle["ids"], settle_specs, strict=True)}
+        runs: list[
+            dict[str, Any]
+        ] = []  # what the replays may know: from the first settle run on (see SETTLE)
+        specs_by_id: dict[int, dict[str, Any]] = {}
+        settle_wall: dict[str, float] = {}
         for policy in policies:
+            if not runs or args.settle_each:
+                # the workload's configurations again, every profile taken; before each policy's run, so the
+                # speeds the replay learns are minutes old, not the age of the earlier policies' runs
+                print(
+                    f"settle before {policy} (the workload's configurations on each device type)…", flush=True
+                )
+                t = time.time()
+                settle = run_live(state, "fcfs", args.round_s, settle_specs, args.timeout)
+                settle_wall[policy] = time.time() - t
+                runs.append(settle)
+                specs_by_id.update({i: s for i, (_, s) in zip(settle["ids"], settle_specs, strict=True)})
             cost_dir = ServiceConfig(state_dir=state).cost_dir
             snap = state / f"perf-before-{policy}"
             if cost_dir.exists():
@@ -681,6 +701,7 @@ def main() -> None:
         "crius_reported": {"mean_abs_jct_error": 0.0731, "throughput_error": 0.0316},
         "quick": args.quick, "round_s": args.round_s, "round_s_by_policy": rounds, "cluster": f"{CLUSTER} (embedded Ray, CPU workers)",
         "restart_costs": costs, "warmup_jobs": [s for _, s in WARMUP], "settle_jobs": [s for _, s in SETTLE], "workload": jobs,
+        "settle_each": args.settle_each, "settle_wall_s": settle_wall,
         "wall_s": time.time() - t_all,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
                     # live timings follow the machine's load: a loaded box makes the live run and the earlier
