@@ -281,11 +281,13 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
 
 def service_bench_belief(data: dict[str, Any]) -> RestartBelief:
     """The restart-cost belief of ``bench/service.py``'s measured rescale pauses (``data``: its JSON; last step
-    before → first step after, fast rescale), as a service on this machine would have learnt it from those
-    moves."""
+    before → first step after, fast rescale) and cold launches (what a move that keeps no worker pays), as a
+    service on this machine would have learnt it from those moves."""
     belief = RestartBelief(ServiceConfig().restart_cost_s)
     for pause in data.get("rescale_pause_s_all") or [data["rescale_pause_s_p50"]]:
         belief = belief.observed(float(pause))
+    if "cold_launch_s_p50" in data:  # a move onto other nodes keeps no worker: it starts as a cold launch
+        belief = belief.observed(float(data["cold_launch_s_p50"]), relaunch=True)
     return belief
 
 

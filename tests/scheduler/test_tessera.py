@@ -383,8 +383,9 @@ def test_a_running_jobs_lp_rows_are_its_other_cells_with_the_held_gpus_first():
     ]
     inf = JobCells(("k",), cells, 2.0, {c.gpus: c for c in cells}, cells[1:], cells)
     types = ("A100-40GB", "V100-16GB")
-    norm, rate, gpus = inf.lp_moves(types, (("A100-40GB", 1),))
+    norm, rate, gpus, fresh = inf.lp_moves(types, (("A100-40GB", 1),))
     assert list(norm) == [1.0, 0.5] and list(rate) == [2.0, 1.0]
+    assert list(fresh) == [False, True]  # to the V100s no worker is kept: a relaunch
     assert np.array_equal(gpus, [[1, 0], [2, 0], [0, 2]])
     assert inf.lp_moves(types, (("A100-40GB", 1),))[2] is gpus
     assert inf.lp_others((("A100-40GB", 1),)) == [cells[0], cells[2]]

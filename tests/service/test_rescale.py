@@ -84,6 +84,7 @@ def test_resize_keeps_the_staying_worker_and_resumes_from_the_checkpoint(served)
     # restarted server believes what this one learnt, not its configured guess
     belief = load_restart_belief(served.service.config.cost_dir / RESTART_FILE, 99.0)
     assert belief.moves_seen >= 1 and 0.0 < belief.restart_s < 300.0, belief
+    assert belief.relaunches_seen == 0, belief  # it kept a worker: a fast rescale, not a relaunch
     assert served.service.controller.adapter.restart_cost_s == belief.restart_s
     # the same actor (id and process) ran rank work before and after the resize
     assert before["attempt"] in seen and after["attempt"] in seen, seen

@@ -83,6 +83,7 @@ class Scheduler:
         round_s: float = 300.0,
         keep_in_node: bool = True,
         restart_estimate: Callable[[Job], float] | None = None,
+        relaunch_estimate: Callable[[Job], float] | None = None,
     ) -> None:
         if round_s <= 0:
             raise ValueError(f"round_s must be > 0, got {round_s}")
@@ -92,6 +93,7 @@ class Scheduler:
         self.round_s = round_s
         self.keep_in_node = keep_in_node
         self.restart_estimate = restart_estimate
+        self.relaunch_estimate = relaunch_estimate
         self.jobs: dict[int, JobState] = {}
         self.pending: dict[int, JobState] = {}
         self.running: dict[int, JobState] = {}
@@ -193,6 +195,7 @@ class Scheduler:
             round_s=self.round_s,
             keep_in_node=self.keep_in_node,
             restart_estimate=self.restart_estimate,
+            relaunch_estimate=self.relaunch_estimate,
             jobs=ActiveJobs(self.running, self.pending),
         )
 

@@ -195,10 +195,12 @@ class SchedulingContext:
         round_s: float = 300.0,
         keep_in_node: bool = True,
         restart_estimate: Callable[[Job], float] | None = None,
+        relaunch_estimate: Callable[[Job], float] | None = None,
         jobs: Mapping[int, JobState] | None = None,
     ) -> None:
         self.now_s, self.round_s = now_s, round_s
         self._restart_estimate = restart_estimate
+        self._relaunch_estimate = relaunch_estimate
         self.knowledge = knowledge
         self.pending, self.running = list(pending), list(running)
         self.jobs: Mapping[int, JobState] = (
@@ -283,6 +285,11 @@ class SchedulingContext:
         """Seconds a rescale, migration or resume of this job costs (checkpoint save + load + start-up) — known
         from the model's size; 60 s when the backend gives no estimate."""
         return self._restart_estimate(job) if self._restart_estimate is not None else DEFAULT_RESTART_S
+
+    def relaunch_s(self, job: Job) -> float:
+        """Seconds a move costs when no worker of the job stays on the new allocation's nodes (the gang starts
+        afresh there); :meth:`restart_s` where the backend tells no separate figure (the simulator's)."""
+        return self._relaunch_estimate(job) if self._relaunch_estimate is not None else self.restart_s(job)
 
     def fits(self, job: Job, gpus: GPUs | Mapping[str, int]) -> bool:
         """Whether any plan of the job fits these GPUs' memory."""

@@ -562,7 +562,7 @@ class Controller:
             fields["started_at"] = time.time()
         asked = self._move_asked_at.pop(gang.job_id, None)
         if asked is not None and self.adapter is not None:  # a move's pause: stop asked → running again
-            self.adapter.observe_restart(time.time() - asked)
+            self.adapter.observe_restart(time.time() - asked, relaunch=gang.reused == 0)
         took = gang.startup_text()
         msg = f"running from step {step} (attempt {gang.attempt}{'; ' + took if took else ''})"
         self.store.update(gang.job_id, log=msg, **fields)

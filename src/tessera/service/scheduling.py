@@ -164,6 +164,7 @@ class SchedulingAdapter:
         self.core = Scheduler(
             self.state, self.policy, self.knowledge.view(), round_s=self.round_s,
             restart_estimate=lambda job: self.restart.restart_s,
+            relaunch_estimate=lambda job: self.restart.relaunch_cost_s,
         )  # fmt: skip
 
     def _refresh_knowledge(self) -> None:
@@ -211,10 +212,11 @@ class SchedulingAdapter:
         """What the policy is told a move costs now."""
         return self.restart.restart_s
 
-    def observe_restart(self, seconds: float) -> None:
-        """Fold one measured move's pause (stop asked → running again) into the belief, and keep it."""
+    def observe_restart(self, seconds: float, *, relaunch: bool = False) -> None:
+        """Fold one measured move's pause (stop asked → running again) into the belief, and keep it
+        (``relaunch``: the new gang adopted no worker, it started afresh)."""
         with self._lock:
-            self.restart = self.restart.observed(seconds)
+            self.restart = self.restart.observed(seconds, relaunch=relaunch)
             if self.restart_path is not None:
                 save_restart_belief(self.restart_path, self.restart)
 
@@ -657,7 +659,10 @@ def load_measured(path: Path) -> dict[MeasuredKey, Measured]:
 
 def save_restart_belief(path: Path, belief: RestartBelief) -> None:
     """The belief as JSON, replaced atomically (beside the speed measurements, same rules)."""
-    _replace_json(path, {"restart_s": belief.restart_s, "moves_seen": belief.moves_seen})
+    _replace_json(path, {
+        "restart_s": belief.restart_s, "moves_seen": belief.moves_seen,
+        "relaunch_s": belief.relaunch_cost_s, "relaunches_seen": belief.relaunches_seen,
+    })  # fmt: skip
 
 
 def load_restart_belief(path: Path | None, guess_s: float) -> RestartBelief:
@@ -667,7 +672,11 @@ def load_restart_belief(path: Path | None, guess_s: float) -> RestartBelief:
         return RestartBelief(guess_s)
     try:
         row = json.loads(path.read_text())
-        return RestartBelief(float(row["restart_s"]), int(row["moves_seen"]))
+        relaunch = row.get("relaunch_s")  # absent in a belief kept before relaunches were told apart
+        return RestartBelief(
+            float(row["restart_s"]), int(row["moves_seen"]),
+            None if relaunch is None else float(relaunch), int(row.get("relaunches_seen", 0)),
+        )  # fmt: skip
     except (OSError, ValueError, TypeError, KeyError) as e:
         _log.warning("restart belief %s: unreadable (%s: %s); starting from %.1f s", path, type(e).__name__, e,
                      guess_s)  # fmt: skip

@@ -106,6 +106,7 @@ class ReplaySimulator(Simulator):
         super().__init__(*args, **kw)
         self.belief = believed
         self.sched.restart_estimate = lambda job: self.belief.restart_s
+        self.sched.relaunch_estimate = lambda job: self.belief.relaunch_cost_s
         self.decisions: list[Decision] = []
         if service_round_s is not None:
             if service_round_s < self.cfg.round_s:
@@ -142,28 +143,38 @@ class ReplaySimulator(Simulator):
         return self._launch_s(job, placement, now) + self._job_extra_s.get(job.job_id, 0.0)
 
     def pause_s(self, ch: Change, job, now: float) -> float:  # type: ignore[no-untyped-def, override]
-        """As the service pays them: a rescale or migration keeps the workers that stay (the measured
-        ``restart_s``); a resume after a preemption is a launch — the preempted gang's workers were released, so
-        it starts cold, or warm on a finished job's spares — and its fixed cost was charged at its first start.
+        """As the service pays them: a rescale or migration keeps the workers that stay on nodes of the new
+        allocation (the measured ``restart_s``); one onto other nodes only keeps none, and starts the gang
+        there as a launch does (cold, or warm on a finished job's spares); a resume after a preemption is a
+        launch — the preempted gang's workers were released — and its fixed cost was charged at its first start.
         (Charging a resume the fast restart made every time-sharing swap of a Gavel replay 5 s too cheap.)"""
         assert ch.new is not None
         if ch.kind == "resume":
             return self._launch_s(job, ch.new.placement, now)
-        pause = super().pause_s(ch, job, now)
-        if ch.kind in (ChangeKind.RESCALE, ChangeKind.MIGRATE):  # as the live service learns from each move
-            self.belief = self.belief.observed(pause)
+        if ch.kind not in (ChangeKind.RESCALE, ChangeKind.MIGRATE):
+            return super().pause_s(ch, job, now)
+        kept = ch.old is not None and bool(
+            {i for i, _ in ch.old.placement} & {i for i, _ in ch.new.placement}
+        )
+        pause, warm = (self.restart_s(job), False) if kept else self._launch(job, ch.new.placement, now)
+        # as the live service learns from each move: a gang that adopted no worker (kept or spare) relaunched
+        self.belief = self.belief.observed(pause, relaunch=not (kept or warm))
         return pause
 
     def _launch_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def]
+        return self._launch(job, placement, now)[0]
+
+    def _launch(self, job, placement, now: float) -> tuple[float, bool]:  # type: ignore[no-untyped-def]
+        """A launch's pause, and whether it started warm (on finished jobs' spare workers)."""
         if self._warm_start_s is None:
-            return super().start_s(job, placement, now)
+            return super().start_s(job, placement, now), False
         live = {i: [t for t in self._warm.get(i, []) if t > now] for i, _ in placement}
         if any(len(live[i]) < n for i, n in placement):
             self._warm.update(live)
-            return super().start_s(job, placement, now)
+            return super().start_s(job, placement, now), False
         for i, n in placement:  # the spares are taken: the soonest to expire first
             self._warm[i] = sorted(live[i])[n:]
-        return self._warm_start_s
+        return self._warm_start_s, True
 
     def _on_complete(self, jid: int, v: int, now: float) -> bool:
         js = self.sched.jobs[jid]

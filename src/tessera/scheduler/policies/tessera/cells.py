@@ -42,7 +42,7 @@ class JobCells:
     min_cells: list[Cell]  # per single type, the Cell with the fewest GPUs (fewest first)
     lp_cells: list[Cell] = field(default_factory=list)  # what the LP chooses from: single types, else mixes
     _arrays: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    _moves: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _moves: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     _others: dict[GPUs, list[Cell]] = field(default_factory=dict)
 
     def lp_arrays(self, types: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,10 +65,13 @@ class JobCells:
             out = self._others[held] = [c for c in self.lp_cells if c.gpus != held]
         return out
 
-    def lp_moves(self, types: tuple[str, ...], held: GPUs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def lp_moves(
+        self, types: tuple[str, ...], held: GPUs
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For a running job that holds ``held``: its LP Cells on other GPUs — their normalized throughputs and
-        rates — and the GPUs per option and type with the held GPUs as the first row (the LP group's rows;
-        kept, since thousands of running jobs share a few (key, GPUs held))."""
+        rates — the GPUs per option and type with the held GPUs as the first row (the LP group's rows), and
+        which of those Cells share no GPU type with ``held`` (a move there keeps no worker: a relaunch). Kept,
+        since thousands of running jobs share a few (key, GPUs held)."""
         out = self._moves.get((types, held))
         if out is None:
             norm, rate, gpus = self.lp_arrays(types)
@@ -76,7 +79,8 @@ class JobCells:
             row = np.zeros((1, len(types)))
             for t, n in held:
                 row[0, types.index(t)] = n
-            out = self._moves[(types, held)] = (norm[keep], rate[keep], np.vstack([row, gpus[keep]]))
+            fresh = ~(gpus[keep] * (row[0] > 0)).any(axis=1)
+            out = self._moves[(types, held)] = (norm[keep], rate[keep], np.vstack([row, gpus[keep]]), fresh)
         return out
 
 

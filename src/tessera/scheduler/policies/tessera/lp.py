@@ -135,8 +135,11 @@ def _lp_groups(r: RoundState, owners: list[Owner], types: tuple[str, ...]) -> li
     (:func:`_move_values`), so the same figures to the last bit."""
     out: list[cell_lp.Group | None] = [None] * len(owners)
     moving: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = []
-    # per running owner: the held Cell's norm, the work left, the restart charged, the weight
-    scalars: list[tuple[float, float, float, float]] = []
+    # per running owner: the held Cell's norm, the work left, the restart and relaunch charged, the weight
+    scalars: list[tuple[float, float, float, float, float]] = []
+    relaunches: list[
+        np.ndarray
+    ] = []  # per running owner: which other Cells share no GPU type with the held one
     for g, o in enumerate(owners):
         inf = r.info(o.members[0].job)
         rep = o.members[len(o.members) // 2]
@@ -146,11 +149,13 @@ def _lp_groups(r: RoundState, owners: list[Owner], types: tuple[str, ...]) -> li
             out[g] = cell_lp.Group(len(o.members), w * norm, gpus)
             continue
         cur = o.cells[0]
-        norm, rate, gpus = inf.lp_moves(types, cur.gpus)
+        norm, rate, gpus, fresh = inf.lp_moves(types, cur.gpus)
         moving.append((g, len(o.members), norm, rate, gpus))
-        scalars.append((cur.norm, o.work, r.restart_s(rep) * r.restart_weight(rep), w))
+        k = r.restart_weight(rep)
+        scalars.append((cur.norm, o.work, r.restart_s(rep) * k, r.relaunch_s(rep) * k, w))
+        relaunches.append(fresh)
     if moving:
-        values = _move_values([m[2] for m in moving], [m[3] for m in moving], np.array(scalars).T)
+        values = _move_values([m[2] for m in moving], [m[3] for m in moving], relaunches, np.array(scalars).T)
         at = 0
         for g, count, norm, _, gpus in moving:
             n = len(norm) + 1
@@ -159,14 +164,18 @@ def _lp_groups(r: RoundState, owners: list[Owner], types: tuple[str, ...]) -> li
     return out  # type: ignore[return-value]  # every owner's group is set above
 
 
-def _move_values(norms: list[np.ndarray], rates: list[np.ndarray], scalars: np.ndarray) -> np.ndarray:
+def _move_values(
+    norms: list[np.ndarray], rates: list[np.ndarray], relaunches: list[np.ndarray], scalars: np.ndarray
+) -> np.ndarray:
     """Running groups' option values, one group after another: the held Cell's normalized throughput, then each
-    other Cell's over the time it would take (left = work ÷ rate) less the restart: norm · left ÷ (restart +
-    left); all × the group's weight. ``scalars``: per group its held norm, work, restart and weight (rows)."""
-    held, work, restart, w = scalars
+    other Cell's over the time it would take (left = work ÷ rate) less the move's cost c — the relaunch where
+    ``relaunches`` marks the Cell (no worker kept), else the restart: norm · left ÷ (c + left); all × the group's
+    weight. ``scalars``: per group its held norm, work, restart, relaunch and weight (rows)."""
+    held, work, restart, relaunch, w = scalars
     sizes = np.array([len(n) for n in norms], dtype=np.int64)
     left = np.repeat(work, sizes) / np.concatenate(rates)  # the seconds each other Cell would take
-    moves = np.concatenate(norms) * left / (np.repeat(restart, sizes) + left)
+    cost = np.where(np.concatenate(relaunches), np.repeat(relaunch, sizes), np.repeat(restart, sizes))
+    moves = np.concatenate(norms) * left / (cost + left)
     heads = np.concatenate([[0], np.cumsum(sizes + 1)[:-1]])  # where each group's held Cell goes
     values = np.empty(len(moves) + len(sizes))
     body = np.ones(len(values), dtype=bool)
@@ -195,7 +204,7 @@ def _read_plan(r: RoundState, sol: cell_lp.Solution, owners: list[Owner]) -> Pla
         used = [c for c, x in zip(o.cells[1:], sol.shares[g][1:], strict=True) if x > 1e-6]
         moves = sorted((c for c in chosen if c is not o.cells[0]), key=lambda c: -r.value(c, w))
         for js, new in zip(o.members, moves, strict=False):
-            gain = r.value(new, w) - w * r.penalty(js, new) - r.value(o.cells[0], w)
+            gain = r.value(new, w) - w * r.penalty(js, new, o.cells[0].gpus) - r.value(o.cells[0], w)
             alts = sorted((c for c in used if c is not new), key=lambda c: -r.value(c, w))
             out.running[js.job_id] = (gain, [new, *alts])
     return out

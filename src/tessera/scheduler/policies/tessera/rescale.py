@@ -60,7 +60,7 @@ def rescale_running(r: RoundState, plan: Plan) -> None:
 
 
 def _gain(r: RoundState, js: JobState, a: Allocation, c: Cell, w: float) -> float:
-    return r.value(c, w) - w * r.penalty(js, c) - r.value(r.held_cell(js, a), w)
+    return r.value(c, w) - w * r.penalty(js, c, a.gpus) - r.value(r.held_cell(js, a), w)
 
 
 def _reserve_from(r: RoundState, jid: int, a: Allocation, c: Cell) -> bool:

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from tessera.scheduler.policies.tessera import Tessera
 
 
+def shares_type(a: GPUs, b: GPUs) -> bool:
+    """Whether two GPU sets have a GPU type in common."""
+    return any(t == u for t, _ in a for u, _ in b)
+
+
 @dataclass(frozen=True)
 class Victims:
     """The preemptible jobs holding one GPU type, in the order they make way (see ``admit._victims_by_type``)."""
@@ -42,6 +47,7 @@ class RoundState:
     # job → (seconds, GPU-seconds) it still needs on its smallest Cell
     remaining: dict[int, tuple[float, float]] = field(default_factory=dict)
     restart: dict[int, float] = field(default_factory=dict)  # job → restart seconds
+    relaunch: dict[int, float] = field(default_factory=dict)  # job → relaunch seconds (no worker kept)
     # the preemptible jobs (user priority, remaining GPU-seconds, id), found once a round
     victims: list[tuple[int, float, int]] | None = None
     victims_by_type: dict[str, Victims] | None = None  # the same per GPU type, in the order they make way
@@ -66,6 +72,18 @@ class RoundState:
             out = self.restart[js.job_id] = self.ctx.restart_s(js.job)
         return out
 
+    def relaunch_s(self, js: JobState) -> float:
+        """The job's cost of a move that keeps none of its workers (the backend's estimate, memoized)."""
+        out = self.relaunch.get(js.job_id)
+        if out is None:
+            out = self.relaunch[js.job_id] = self.ctx.relaunch_s(js.job)
+        return out
+
+    def move_s(self, js: JobState, new: GPUs, held: GPUs) -> float:
+        """What moving from ``held`` to ``new`` costs the job: a relaunch when they share no GPU type (the new
+        GPUs are on other nodes, so no worker is kept), else a restart that keeps workers."""
+        return self.restart_s(js) if shares_type(new, held) else self.relaunch_s(js)
+
     def settling(self, js: JobState) -> bool:
         """Hysteresis: the job's allocation changed (start, resume, rescale, migration) less than
         max(``settle_rounds`` rounds, ``settle_s``) ago — it has just moved."""
@@ -80,12 +98,13 @@ class RoundState:
         """How many times its restart cost a move must save: ``settle_factor`` while the job settles, else 1."""
         return self.pol.settle_factor if self.settling(js) else 1.0
 
-    def penalty(self, js: JobState, new: Cell) -> float:
+    def penalty(self, js: JobState, new: Cell, held: GPUs) -> float:
         """A move's restart in throughput terms: over the job's remaining time on the new Cell (T), a restart of c
-        seconds (× :meth:`restart_weight`) leaves an average of new × T / (c + T); the penalty is the
-        difference. A move is then worth it when the time it saves exceeds c: R/r_old − R/r_new > c."""
+        seconds (:meth:`move_s` from the GPUs ``held``, × :meth:`restart_weight`) leaves an average of
+        new × T / (c + T); the penalty is the difference. A move is then worth it when the time it saves exceeds
+        c: R/r_old − R/r_new > c."""
         T = js.remaining_at(self.ctx.now_s) / new.rate
-        c = self.restart_s(js) * self.restart_weight(js)
+        c = self.move_s(js, new.gpus, held) * self.restart_weight(js)
         return new.norm * c / (c + T) if c + T > 0 else 0.0
 
     def may_restart(self, js: JobState) -> bool:
@@ -140,7 +159,7 @@ class RoundState:
         pays and when that pays back, the time left, the LP's value gain and GPU prices (taken now, worded when
         read)."""
         now = self.ctx.now_s
-        c = self.restart_s(js)
+        c = self.move_s(js, new.gpus, old.gpus)
         left = js.remaining_at(now) / old.rate if old.rate > 0 else float("inf")
         ago = now - js.last_change_s if self.settling(js) and self.pol.settle_factor > 1 else None
         factor, prices = self.pol.settle_factor, self.prices
