@@ -55,6 +55,9 @@ def test_live_decisions_map_kinds_and_add_preemptions() -> None:
     ]  # fmt: skip
     assert [d.kind for d in live_decisions(moved, move_window_s=1.0)] == ["start", "migrate"]
     assert [d.kind for d in live_decisions(moved[:1], move_window_s=1.0)] == ["start", "preempt"]
+    # a resume soon after is a time-sharing round's preemption and resumption, two decisions
+    resumed = [moved[0], {**moved[1], "kind": "resume", "cell": "1xA100-40GB S1", "started_at": 5.5}]
+    assert [d.kind for d in live_decisions(resumed, move_window_s=20.0)] == ["start", "preempt", "resume"]
 
 
 def test_rounds_group_within_the_window() -> None:

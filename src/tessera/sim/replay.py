@@ -205,13 +205,15 @@ class ReplaySimulator(Simulator):
 
 def live_decisions(history: Iterable[Mapping], move_window_s: float = 1.0) -> list[Decision]:
     """Decisions from the service's allocation history (``GET /api/timeline``'s ``allocations``): each
-    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption unless the
-    job's next allocation starts within ``move_window_s`` (the service ends the old allocation of a move
-    with that reason too: the move itself is the decision)."""
+    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption unless a
+    move of the job (rescale or migration) starts within ``move_window_s`` (the service ends the old
+    allocation of a move with that reason too: the move itself is the decision). A resume, however soon, follows
+    a real preemption (a time-sharing round's)."""
     rows = sorted(history, key=lambda a: (float(a.get("started_at") or 0.0), int(a["job_id"])))
-    starts: dict[int, list[float]] = {}
+    starts: dict[int, list[float]] = {}  # job → when its moves started
     for a in rows:
-        if a.get("started_at") is not None:
+        moved = LIVE_KINDS.get(str(a.get("kind", "")).lower()) in ("rescale", "migrate")
+        if a.get("started_at") is not None and moved:
             starts.setdefault(int(a["job_id"]), []).append(float(a["started_at"]))
     out: list[Decision] = []
     for a in rows:
