@@ -25,8 +25,9 @@ What the replay may know is what the service knew BEFORE the run — never the r
   iteration: training step, stop flag, validation, data — and its GPUs; the factor is the cost model's
   estimate there ÷ that): a restarted service starts with them, so the live run's first round prices as
   the replay's does;
-* each configuration's seconds per checkpoint from earlier runs' telemetry, times the checkpoints a job
-  writes (about ten, whatever its length: a cost per job);
+* each configuration's cost of a checkpoint from earlier runs' telemetry, in steps of the job's own pace,
+  times the checkpoints a job writes (about ten, whatever its length): steps added to its work, so they
+  cost what a step costs on whichever device it runs;
 * start-up and restart costs from the earlier runs' allocations: span minus steps × seconds per step, the
   median per kind (cold launch, warm start onto a finished job's spare workers, rescale) — the launch, the
   first steps' extra, the final checkpoint and the teardown, measured on this machine under the same load
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -105,6 +107,7 @@ from tessera.service.scheduling import (  # noqa: E402
     save_restart_belief,
 )
 from tessera.sim.replay import (  # noqa: E402
+    Decision,
     ReplaySimulator,
     decision_match,
     live_decisions,
@@ -370,25 +373,38 @@ def earlier_allocation_costs(runs: list[dict[str, Any]], bench: dict[str, Any]) 
     }  # fmt: skip
 
 
-def checkpoint_seconds(
-    runs: list[dict[str, Any]], specs: dict[int, dict[str, Any]]
-) -> dict[JobConfig, float]:
-    """Seconds one checkpoint takes per configuration (the median over earlier runs' checkpointing steps):
-    what the replay charges a job for the checkpoints it will write (``JobSpec.checkpoints``)."""
+def checkpoint_steps(runs: list[dict[str, Any]], specs: dict[int, dict[str, Any]]) -> dict[JobConfig, float]:
+    """What one checkpoint costs per configuration, in steps of the job's own pace (the median over earlier runs'
+    checkpointing steps of its seconds ÷ that allocation's median step without one): a checkpoint is written by
+    the device's own process, so on this box it takes twice as long on ``cpu-half`` as on ``cpu-core``, as a step
+    does — seconds pooled over both types charged a job on the core about twice its checkpoints (4.4 s against
+    the 2.2 s it spent). The replay adds these steps to the job's work (``JobSpec.checkpoints`` of them), so they
+    cost what a step costs wherever it runs."""
     seen: dict[JobConfig, list[float]] = {}
     for run in runs:
         for jid, rows in run.get("steps", {}).items():
-            if jid in specs:
-                config = config_of(parse_job(specs[jid])).speed_key
-                seen.setdefault(config, []).extend(r["checkpoint_s"] for r in rows if r.get("checkpoint_s"))
+            if jid not in specs:
+                continue
+            config = config_of(parse_job(specs[jid])).speed_key
+            by_attempt: dict[Any, list[dict[str, Any]]] = {}
+            for r in rows:
+                by_attempt.setdefault(r.get("attempt"), []).append(r)
+            for part in by_attempt.values():
+                plain = [r["wall_s"] for r in part if not r.get("checkpoint_s") and r.get("wall_s")]
+                if not plain:
+                    continue
+                step_s = statistics.median(plain)
+                seen.setdefault(config, []).extend(
+                    r["checkpoint_s"] / step_s for r in part if r.get("checkpoint_s")
+                )
     return {k: statistics.median(v) for k, v in seen.items() if v}
 
 
-def checkpoint_costs(
+def checkpoint_work(
     live: dict[str, Any], specs: dict[int, dict[str, Any]], per_checkpoint: dict[JobConfig, float]
 ) -> dict[int, float]:
-    """Each live job's checkpoints × its configuration's seconds per checkpoint (the median of all
-    configurations where its own was never measured; nothing when none was)."""
+    """Each live job's checkpoints × its configuration's steps per checkpoint (the median of all configurations
+    where its own was never measured; nothing when none was): the steps the replay adds to its work."""
     if not per_checkpoint:
         return {}
     fallback = statistics.median(per_checkpoint.values())
@@ -414,7 +430,7 @@ def replay_origin(views: dict[int, dict[str, Any]]) -> float:
 
 def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, dict[str, Any]],
            cost: CostModel, factors: dict[MeasuredKey, float], costs: dict[str, Any], believed: RestartBelief,
-           job_extra_s: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
+           extra_steps: dict[int, float] | None = None) -> ReplaySimulator:  # fmt: skip
     """The simulator on the same arrivals, policy, round length and speed source, with pre-run knowledge."""
     cluster = get_cluster(CLUSTER)
     speed = SpeedSource(cluster, cost, models=ServiceModels())
@@ -423,6 +439,10 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
     # the live server's forced rounds fall on the wall clock's multiples of the round: the same instants here
     phase = (-t0) % round_s
     jobs = [job_of(parse_job(specs[i]), i, live["views"][i]["submitted_at"] - t0) for i in live["ids"]]
+    extra = extra_steps or {}  # the checkpoints' cost, as steps of the job's work (checkpoint_steps)
+    jobs = [
+        dataclasses.replace(j, total_iterations=j.total_iterations + extra.get(j.job_id, 0.0)) for j in jobs
+    ]
     for i in live["ids"]:
         speed.models.register(parse_job(specs[i]))  # type: ignore[attr-defined]
     sim = ReplaySimulator(
@@ -431,7 +451,6 @@ def replay(policy: str, round_s: float, live: dict[str, Any], specs: dict[int, d
         restart_s=costs["restart_s"], believed=believed,
         service_round_s=round_s, service_round_phase_s=phase, warm_start_s=costs.get("warm_start_s"),
         spare_s=SPARE_S,
-        job_extra_s=job_extra_s,
     )  # fmt: skip
     sim.result = sim.run()  # type: ignore[attr-defined]
     return sim
@@ -482,7 +501,7 @@ def planned_replay(planned: list[tuple[float, dict[str, Any]]], *, policy: str, 
         "views": {i: {"submitted_at": t} for i, (t, _) in enumerate(planned)},
     }
     stub_specs = {i: s for i, (_, s) in enumerate(planned)}
-    extra = checkpoint_costs(stub, stub_specs, per_ckpt)
+    extra = checkpoint_work(stub, stub_specs, per_ckpt)
     return replay(policy, round_s, stub, stub_specs, cost, factors, costs, believed, extra)
 
 
@@ -522,10 +541,7 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
     )  # the replay's clock: 0 = the live tick at or before the first arrival
     samples = sum(specs[i]["steps"] * specs[i]["global_batch"] for i in live["ids"])
     live_tp, rep_tp = throughput(samples, live_end), throughput(samples, rep_end)
-    live_dec = live_decisions(live["allocations"], move_window_s=round_s)
-    # shift live times to the replay's clock (replay_origin); one round window groups a round's launches
-    live_dec = [type(d)(d.time_s - t0, d.job_id, d.kind, d.cell) for d in live_dec]
-    match = decision_match(live_dec, sim.decisions, window_s=round_s)
+    live_dec, match = score_decisions(live["allocations"], sim.decisions, round_s, t0)
     errs = [abs(j["jct_error"]) for j in jobs]
     return {
         "mean_abs_jct_error": statistics.fmean(errs),
@@ -543,7 +559,49 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
         "live_waits": live_waits(live, round_s),
         "jobs": jobs,
         "live_allocations": live["allocations"],  # the raw history, to recompute the match offline
+        "replay_origin_s": t0,
     }  # fmt: skip
+
+
+# How long the live service takes to carry out one round's decisions (a preempted gang's checkpoint and stop,
+# the assignments of the others: under a second here); decisions this close together are one round. A whole
+# round (20 s for the time-sharing policies) chained a run's decisions into one or two "rounds", so a single
+# differing decision read as 0 % of rounds matching.
+ROUND_SPREAD_S = 1.0
+
+
+def score_decisions(allocations: list[dict[str, Any]], replay_decisions: list[Decision], round_s: float,
+                    t0: float) -> tuple[list[Decision], float]:  # fmt: skip
+    """The live run's decisions (from its allocation history, on the replay's clock: ``t0`` = its time 0 on the
+    wall clock) and the fraction of rounds of both runs whose decisions the other run made too."""
+    live_dec = live_decisions(allocations, move_window_s=round_s)
+    live_dec = [Decision(d.time_s - t0, d.job_id, d.kind, d.cell) for d in live_dec]
+    return live_dec, decision_match(live_dec, replay_decisions, window_s=min(ROUND_SPREAD_S, round_s / 2))
+
+
+def rescore(path: Path) -> None:
+    """Recompute a written result's decision figures from its raw histories (the live allocations and the
+    replay's decisions, both kept in it) with this code's rules, in place — a rule fixed after a run scores
+    that run again without re-running it; every other figure is left as the run wrote it."""
+    result = json.loads(path.read_text())
+    for name, fig in result["policies"].items():
+        allocs = fig["live_allocations"]
+        t0 = fig.get("replay_origin_s")
+        if t0 is None:  # written before the origin was kept: the first live start on both clocks
+            first = min(float(a["started_at"]) for a in allocs if a.get("started_at") is not None)
+            t0 = first - min(d["time_s"] for d in fig["live_decisions"])
+        replay_dec = [Decision(**d) for d in fig["replay_decisions"]]
+        live_dec, match = score_decisions(allocs, replay_dec, fig["round_s"], t0)
+        was = fig["decision_match"]
+        fig.update({
+            "decision_match": match, "live_decisions": [d.__dict__ for d in live_dec], "replay_origin_s": t0,
+            "live_rescales": sum(1 for d in live_dec if d.kind in ("rescale", "migrate")),
+        })  # fmt: skip
+        fig.setdefault("decision_match_as_run", was)
+        print(f"  [{name}] decisions matching {match:.1%} of rounds (as run: {was:.1%})", flush=True)
+    result["rescored"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "round_spread_s": ROUND_SPREAD_S}
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"rescored {path}")
 
 
 def main() -> None:
@@ -570,7 +628,12 @@ def main() -> None:
         action="store_true",
         help="keep the planned arrivals even where one is predicted to fall on a completion (see CLEAR_FRACTION)",
     )
+    ap.add_argument("--rescore", type=Path, metavar="JSON",
+                    help="recompute the decision figures of a written result from its raw histories, and stop")  # fmt: skip
     args = ap.parse_args()
+    if args.rescore is not None:
+        rescore(args.rescore)
+        return
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     rounds = policy_rounds(args.round_for, args.round_s)
     for p in policies:
@@ -634,7 +697,7 @@ def main() -> None:
             round_s = rounds.get(policy, args.round_s)
             earlier = earlier_allocation_costs(runs, costs)
             used = earlier or costs
-            per_ckpt = checkpoint_seconds(runs, specs_by_id)
+            per_ckpt = checkpoint_steps(runs, specs_by_id)
             if "arrival_clearance" not in result and not args.no_clear:
                 # once, with the first policy's knowledge before its run; every policy then gets these arrivals
                 replay_at = functools.partial(
@@ -658,7 +721,7 @@ def main() -> None:
             print(f"  live run took {time.time() - t:.0f} s; replaying…", flush=True)
             # restarts priced by what earlier runs' allocations cost beyond their steps (same machine, same
             # load: ``used``, above); bench/service.py's figures (an idle cluster) are the alternative, beside
-            extra = checkpoint_costs(live, specs, per_ckpt)
+            extra = checkpoint_work(live, specs, per_ckpt)
             sim = replay(policy, round_s, live, specs, cost, factors, used, believed, extra)
             fig = compare(policy, round_s, live, sim, specs)
             after = load_restart_belief(cost_dir / RESTART_FILE, ServiceConfig().restart_cost_s)
@@ -669,7 +732,7 @@ def main() -> None:
             fig["round_s"] = round_s
             fig["restart_costs"] = used
             fig["prior_speed_factors"] = prior
-            fig["checkpoint_s_by_config"] = {config_label(k): v for k, v in per_ckpt.items()}
+            fig["checkpoint_steps_by_config"] = {config_label(k): v for k, v in per_ckpt.items()}
             if earlier is not None:
                 alt = compare(policy, round_s, live, replay(policy, round_s, live, specs, cost, factors,
                               costs, believed, extra), specs)  # fmt: skip

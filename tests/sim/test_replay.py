@@ -58,6 +58,14 @@ def test_live_decisions_map_kinds_and_add_preemptions() -> None:
     # a resume soon after is a time-sharing round's preemption and resumption, two decisions
     resumed = [moved[0], {**moved[1], "kind": "resume", "cell": "1xA100-40GB S1", "started_at": 5.5}]
     assert [d.kind for d in live_decisions(resumed, move_window_s=20.0)] == ["start", "preempt", "resume"]
+    # ... and a move of the resumed job soon after does not hide that preemption
+    later = [*resumed, {**moved[1], "kind": "resize", "started_at": 9.0}]
+    assert [d.kind for d in live_decisions(later, move_window_s=20.0)] == [
+        "start",
+        "preempt",
+        "resume",
+        "rescale",
+    ]
 
 
 def test_rounds_group_within_the_window() -> None:
@@ -242,11 +250,14 @@ def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
     timed = {**run, "steps": {1: rows}}
     assert fid.allocation_overheads(timed)["cold"][0] == pytest.approx(14.0 - 12.0)
     spec = {"name": "j", "model": "gpt-tiny", "global_batch": 8, "seq_len": 64, "steps": 100}
-    per = fid.checkpoint_seconds([timed], {1: spec})
-    assert list(per.values()) == [pytest.approx(0.02)]
+    # a checkpoint of 0.02 s beside steps of 0.12 s: a sixth of a step; on a device half as fast (another
+    # attempt) both take twice as long, and it is still a sixth of a step there
+    slow = [{**r, "attempt": 2, "wall_s": 0.24, "checkpoint_s": 2 * r["checkpoint_s"]} for r in rows]
+    per = fid.checkpoint_steps([{**run, "steps": {1: rows + slow}}], {1: spec})
+    assert list(per.values()) == [pytest.approx(1 / 6)]
     # a job of 100 steps writes 10 checkpoints; one of 15 steps (interval 1) 15; an unknown config the median
-    extra = fid.checkpoint_costs({"ids": [5, 6]}, {5: spec, 6: {**spec, "steps": 15, "global_batch": 4}}, per)
-    assert extra == {5: pytest.approx(0.2), 6: pytest.approx(0.3)}
+    extra = fid.checkpoint_work({"ids": [5, 6]}, {5: spec, 6: {**spec, "steps": 15, "global_batch": 4}}, per)
+    assert extra == {5: pytest.approx(10 / 6), 6: pytest.approx(15 / 6)}
 
 
 def test_a_resume_after_a_preemption_is_a_launch() -> None:

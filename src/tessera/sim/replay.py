@@ -205,16 +205,16 @@ class ReplaySimulator(Simulator):
 
 def live_decisions(history: Iterable[Mapping], move_window_s: float = 1.0) -> list[Decision]:
     """Decisions from the service's allocation history (``GET /api/timeline``'s ``allocations``): each
-    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption unless a
-    move of the job (rescale or migration) starts within ``move_window_s`` (the service ends the old
-    allocation of a move with that reason too: the move itself is the decision). A resume, however soon, follows
-    a real preemption (a time-sharing round's)."""
+    allocation's start is a decision of its kind; one that ended ``preempt``-ed adds a preemption unless the
+    job's next allocation is a move (rescale or migration) starting within ``move_window_s`` (the service ends
+    the old allocation of a move with that reason too: the move itself is the decision). A resume, however soon,
+    follows a real preemption (a time-sharing round's), and so does a later move of the resumed job."""
     rows = sorted(history, key=lambda a: (float(a.get("started_at") or 0.0), int(a["job_id"])))
-    starts: dict[int, list[float]] = {}  # job → when its moves started
+    starts: dict[int, list[tuple[float, bool]]] = {}  # job → (start, whether a move) of each allocation
     for a in rows:
-        moved = LIVE_KINDS.get(str(a.get("kind", "")).lower()) in ("rescale", "migrate")
-        if a.get("started_at") is not None and moved:
-            starts.setdefault(int(a["job_id"]), []).append(float(a["started_at"]))
+        if a.get("started_at") is not None:
+            moved = LIVE_KINDS.get(str(a.get("kind", "")).lower()) in ("rescale", "migrate")
+            starts.setdefault(int(a["job_id"]), []).append((float(a["started_at"]), moved))
     out: list[Decision] = []
     for a in rows:
         jid = int(a["job_id"])
@@ -224,7 +224,8 @@ def live_decisions(history: Iterable[Mapping], move_window_s: float = 1.0) -> li
         end = str(a.get("end_reason") or "").lower()
         if "preempt" in end and a.get("ended_at") is not None:
             t = float(a["ended_at"])
-            if not any(t - 1e-6 <= s <= t + move_window_s for s in starts.get(jid, ())):
+            nxt = next(((s, moved) for s, moved in starts.get(jid, ()) if s >= t - 1e-6), None)
+            if nxt is None or not (nxt[1] and nxt[0] <= t + move_window_s):
                 out.append(Decision(t, jid, "preempt", ""))
     return sorted(out, key=lambda d: (d.time_s, d.job_id))
 
