@@ -76,8 +76,6 @@ class ReplaySimulator(Simulator):
     policy is told a move costs — the service's own belief before the run (what it kept from earlier moves, or
     its configured guess) — and, as live, each move's pause is folded into it by the same rule
     (:meth:`RestartBelief.observed`), so the replay's core weighs moves as the live core did.
-    ``job_extra_s`` adds a job's own fixed cost to its first launch (the checkpoints it writes over its run:
-    about ten whatever its length, so a cost per job, not per step).
 
     The service's controller ticks every ``tick_s`` (asking the policy only when an arrival or completion
     happened) and forces a round at every multiple of ``service_round_s`` on the wall clock; the replay's
@@ -95,18 +93,16 @@ class ReplaySimulator(Simulator):
         service_round_phase_s: float = 0.0,
         warm_start_s: float | None = None,
         spare_s: float = 0.0,
-        job_extra_s: Mapping[int, float] | None = None,
         **kw,
     ) -> None:
         self._restart_cost_s = restart_s
-        self._job_extra_s = dict(job_extra_s or {})
         self._warm_start_s = warm_start_s
         self._spare_s = spare_s
         self._warm: dict[int, list[float]] = {}  # node → expiry times of its finished jobs' spare workers
         super().__init__(*args, **kw)
         self.belief = believed
         self.sched.restart_estimate = lambda job: self.belief.restart_s
-        self.sched.relaunch_estimate = lambda job: self.belief.relaunch_cost_s
+        self.sched.relaunch_estimate = lambda job: self.belief.relaunch_s
         self.decisions: list[Decision] = []
         if service_round_s is not None:
             if service_round_s < self.cfg.round_s:
@@ -138,9 +134,8 @@ class ReplaySimulator(Simulator):
 
     def start_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def, override]
         """A launch onto GPUs whose finished job's workers are still kept as spares (the service keeps a
-        completed gang's workers ``spare_s``) starts warm, in ``warm_start_s``; any GPU without one, cold;
-        plus the job's own fixed cost (``job_extra_s``)."""
-        return self._launch_s(job, placement, now) + self._job_extra_s.get(job.job_id, 0.0)
+        completed gang's workers ``spare_s``) starts warm, in ``warm_start_s``; any GPU without one, cold."""
+        return self._launch(job, placement, now)[0]
 
     def pause_s(self, ch: Change, job, now: float) -> float:  # type: ignore[no-untyped-def, override]
         """As the service pays them: a rescale or migration keeps the workers that stay on nodes of the new
@@ -150,7 +145,7 @@ class ReplaySimulator(Simulator):
         (Charging a resume the fast restart made every time-sharing swap of a Gavel replay 5 s too cheap.)"""
         assert ch.new is not None
         if ch.kind == "resume":
-            return self._launch_s(job, ch.new.placement, now)
+            return self._launch(job, ch.new.placement, now)[0]
         if ch.kind not in (ChangeKind.RESCALE, ChangeKind.MIGRATE):
             return super().pause_s(ch, job, now)
         kept = ch.old is not None and bool(
@@ -160,9 +155,6 @@ class ReplaySimulator(Simulator):
         # as the live service learns from each move: a gang that adopted no worker (kept or spare) relaunched
         self.belief = self.belief.observed(pause, relaunch=not (kept or warm))
         return pause
-
-    def _launch_s(self, job, placement, now: float) -> float:  # type: ignore[no-untyped-def]
-        return self._launch(job, placement, now)[0]
 
     def _launch(self, job, placement, now: float) -> tuple[float, bool]:  # type: ignore[no-untyped-def]
         """A launch's pause, and whether it started warm (on finished jobs' spare workers)."""

@@ -19,6 +19,12 @@ from tessera.scheduler.policy import SchedulingContext
 from tessera.scheduler.state import Allocation, GPUs, Job, JobState
 
 
+def shares_type(a: GPUs, b: GPUs) -> bool:
+    """Whether two GPU sets have a GPU type in common: a move between them keeps a worker (the fast rescale);
+    one between GPU sets of no common type lands on other nodes and relaunches the gang."""
+    return any(t == u for t, _ in a for u, _ in b)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One allowed Cell of a job, flattened for the hot loops."""
@@ -76,10 +82,10 @@ class JobCells:
         if out is None:
             norm, rate, gpus = self.lp_arrays(types)
             keep = np.array([c.gpus != held for c in self.lp_cells], dtype=bool)
+            fresh = np.array([not shares_type(c.gpus, held) for c in self.lp_cells], dtype=bool)[keep]
             row = np.zeros((1, len(types)))
             for t, n in held:
                 row[0, types.index(t)] = n
-            fresh = ~(gpus[keep] * (row[0] > 0)).any(axis=1)
             out = self._moves[(types, held)] = (norm[keep], rate[keep], np.vstack([row, gpus[keep]]), fresh)
         return out
 
@@ -194,4 +200,4 @@ class CellCatalog:
         return c
 
 
-__all__ = ["Cell", "CellCatalog", "JobCells"]
+__all__ = ["Cell", "CellCatalog", "JobCells", "shares_type"]

@@ -12,17 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tessera.scheduler.policies.tessera.cells import Cell, JobCells
+from tessera.scheduler.policies.tessera.cells import Cell, JobCells, shares_type
 from tessera.scheduler.policy import SchedulingContext, fmt_gpus, fmt_s
 from tessera.scheduler.state import Allocation, GPUs, Job, JobState
 
 if TYPE_CHECKING:
     from tessera.scheduler.policies.tessera import Tessera
-
-
-def shares_type(a: GPUs, b: GPUs) -> bool:
-    """Whether two GPU sets have a GPU type in common."""
-    return any(t == u for t, _ in a for u, _ in b)
 
 
 @dataclass(frozen=True)
