@@ -98,6 +98,7 @@ from tessera.service.config import ServiceConfig  # noqa: E402
 from tessera.service.controller import SPARE_S  # noqa: E402
 from tessera.service.job_models import ServiceModels  # noqa: E402
 from tessera.service.scheduling import (  # noqa: E402
+    FINAL_MIN_STEPS,
     MEASURED_FILE,
     RESTART_FILE,
     MeasuredKey,
@@ -271,6 +272,7 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
                 time.sleep(1.0)
             timeline = c.timeline()["allocations"]
             steps = {i: c.telemetry(i)["steps"] for i in ids}  # each step's loop time and checkpoint share
+            wall_s, server_cpu = time.time() - t0, cpu_s(server.proc.pid)
     finally:
         server.stop()
     failed = {i: v["error"] for i, v in views.items() if v["state"] != "SUCCEEDED"}
@@ -278,8 +280,50 @@ def run_live(state: Path, policy: str, round_s: float, jobs: list[tuple[float, d
         raise RuntimeError(f"live run of {policy}: jobs did not succeed: {failed}")
     return {
         "ids": ids, "views": views, "allocations": [a for a in timeline if a["job_id"] in set(ids)],
-        "steps": steps,
+        "steps": steps, "wall_s": wall_s, "server_cpu_s": server_cpu,
     }  # fmt: skip
+
+
+def cpu_s(pid: int) -> float | None:
+    """The CPU seconds a process has used (user + system, Linux): what the server's own work took from the
+    cores its devices run on."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# An allocation's estimate is compared with its measured step from this many steps on (the service's own rule
+# for an ended allocation's steady step: FINAL_MIN_STEPS); the target is issue 17's "within 15 % per job".
+ESTIMATE_TOLERANCE = 0.15
+
+
+def estimate_errors(allocations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each live allocation's estimate (made when it started, from what the service knew then: profiles,
+    calibration, the speed factors of earlier runs) against the seconds per step of progress it measured, for
+    allocations of at least ``FINAL_MIN_STEPS`` steps: the fraction within ``ESTIMATE_TOLERANCE``, the median and
+    largest |error|, and each row (error = estimate ÷ measured − 1: positive, estimated too slow)."""
+    rows = []
+    for a in allocations:
+        measured = a.get("measured_step_s") or a.get("measured_iter_s")
+        steps = (a.get("to_step") or 0) - (a.get("from_step") or 0)
+        if not (a.get("estimate_iter_s") and measured) or steps < FINAL_MIN_STEPS:
+            continue
+        rows.append({
+            "job": a["job_id"], "name": a.get("job_name"), "attempt": a.get("attempt"), "steps": steps,
+            "gpu_types": sorted({g["gpu_type"] for g in a.get("gpus") or []}),
+            "estimate_s": a["estimate_iter_s"], "measured_s": measured,
+            "error": a["estimate_iter_s"] / measured - 1.0,
+        })  # fmt: skip
+    errs = [abs(r["error"]) for r in rows]
+    return {
+        "tolerance": ESTIMATE_TOLERANCE,
+        "within_tolerance": sum(e <= ESTIMATE_TOLERANCE for e in errs) / len(errs) if errs else None,
+        "median_abs": statistics.median(errs) if errs else None,
+        "max_abs": max(errs) if errs else None,
+        "allocations": rows,
+    }
 
 
 def service_bench_belief(data: dict[str, Any]) -> RestartBelief:
@@ -420,6 +464,16 @@ def config_label(config: JobConfig) -> str:
     return f"{config.model}|{config.global_batch}|{config.seq_len}"
 
 
+def estimate_line(e: dict[str, Any]) -> str:
+    """One line of :func:`estimate_errors`' summary."""
+    if not e["allocations"]:
+        return "no allocation long enough to compare its estimate"
+    return (
+        f"estimates within {e['tolerance']:.0%} of the measured step in {e['within_tolerance']:.0%} of "
+        f"{len(e['allocations'])} allocations (median |error| {e['median_abs']:.1%}, max {e['max_abs']:.1%})"
+    )
+
+
 def replay_origin(views: dict[int, dict[str, Any]]) -> float:
     """The replay's time 0 on the wall clock: the live control loop's tick at or before the first arrival.
     The live loop decides on the wall clock's multiples of its tick and the replay on multiples of the same
@@ -557,6 +611,9 @@ def compare(policy: str, round_s: float, live: dict[str, Any], sim: ReplaySimula
         "live_rescales": sum(1 for d in live_dec if d.kind in ("rescale", "migrate")),
         "replay_rescales": sum(1 for d in sim.decisions if d.kind in ("rescale", "migrate")),
         "live_waits": live_waits(live, round_s),
+        "estimate_error": estimate_errors(live["allocations"]),
+        "live_wall_s": live.get("wall_s"),
+        "server_cpu_s": live.get("server_cpu_s"),
         "jobs": jobs,
         "live_allocations": live["allocations"],  # the raw history, to recompute the match offline
         "replay_origin_s": t0,
@@ -598,7 +655,9 @@ def rescore(path: Path) -> None:
             "live_rescales": sum(1 for d in live_dec if d.kind in ("rescale", "migrate")),
         })  # fmt: skip
         fig.setdefault("decision_match_as_run", was)
-        print(f"  [{name}] decisions matching {match:.1%} of rounds (as run: {was:.1%})", flush=True)
+        fig["estimate_error"] = estimate_errors(allocs)
+        print(f"  [{name}] decisions matching {match:.1%} of rounds (as run: {was:.1%}); "
+              f"{estimate_line(fig['estimate_error'])}", flush=True)  # fmt: skip
     result["rescored"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "round_spread_s": ROUND_SPREAD_S}
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"rescored {path}")
@@ -750,6 +809,9 @@ def main() -> None:
             for j in fig["jobs"]:
                 print(f"    job {j['job']} {j['name']:<16} live {j['live_jct_s']:7.1f} s  replay "
                       f"{j['replay_jct_s']:7.1f} s  error {j['jct_error']:+.1%}", flush=True)  # fmt: skip
+            print(f"  [{policy}] {estimate_line(fig['estimate_error'])}; server CPU "
+                  f"{fig['server_cpu_s'] or float('nan'):.0f} s in a {fig['live_wall_s'] or float('nan'):.0f} s "
+                  f"live run", flush=True)  # fmt: skip
             print(f"  [{policy}] mean |JCT error| {fig['mean_abs_jct_error']:.1%}, throughput error "
                   f"{fig['throughput_error']:.1%}, decisions matching {fig['decision_match']:.1%} of rounds; "
                   f"makespan live {fig['makespan_live_s']:.1f} s vs replay {fig['makespan_replay_s']:.1f} s; "

@@ -128,3 +128,35 @@ def test_timings_taken_while_a_profile_ran_are_marked_disturbed(tmp_path):
     assert keeper.busy_during(before - 1, before + 0.01)  # overlaps the run's start
     assert keeper.busy_during(after - 0.01, after + 5)  # and its end
     assert not keeper.busy_during(after + 1, after + 2)  # nothing ran then
+
+
+@pytest.mark.timeout(300)
+def test_each_emulated_node_runs_its_worker_processes_on_its_devices_cores(tmp_path):
+    # a launch (a worker's interpreter, Ray, the preloaded torch) runs on the core of the device it launches
+    # for, never on another device's: unpinned, the OS put it on the cpu-core device's core, beside a job there
+    import os
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from tessera.service.ray_backend import RayCluster
+
+    @ray.remote(num_cpus=0)
+    class Where:
+        def cores(self) -> list[int]:
+            return sorted(os.sched_getaffinity(0))  # as the process started: the device worker pins later
+
+    cluster = RayCluster(
+        emulate=get_cluster("embedded"), tmp_dir=ServiceConfig(state_dir=tmp_path).ray_tmp_dir
+    )
+    cluster.start()
+    try:
+        for node in ("core-0", "half-0"):
+            core, _ = cluster.device_core(node, 0)
+            assert core is not None
+            actor = Where.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(cluster.node_id(node), soft=False)
+            ).remote()
+            assert ray.get(actor.cores.remote(), timeout=120) == [core], node
+    finally:
+        cluster.shutdown()

@@ -205,10 +205,8 @@ def test_a_launch_onto_a_finished_jobs_spare_workers_starts_warm() -> None:
     assert pauses[3] == pytest.approx(6.0)  # the spare expired long before
 
 
-def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
-    """bench/fidelity.py's prior restart costs: an allocation's span minus its steps × seconds per step of
-    progress, grouped as the replay charges them (a device's first launch is cold, one onto a finished job's
-    spares within SPARE_S warm, a rescale a restart), the median per kind from earlier runs."""
+def _fidelity_bench():
+    """bench/fidelity.py as a module (it is a script, not a package module)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -218,6 +216,33 @@ def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
     fid = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = fid
     spec.loader.exec_module(fid)
+    return fid
+
+
+def test_estimate_errors_compare_each_long_enough_allocation_with_its_measured_step() -> None:
+    """bench/fidelity.py's estimate figure (issue 17 item 2): estimate ÷ measured step of progress − 1 per live
+    allocation of at least FINAL_MIN_STEPS steps, and the fraction within 15 %."""
+    fid = _fidelity_bench()
+
+    def alloc(steps, est, step_s, iter_s=None):
+        return {"job_id": 1, "job_name": "j", "attempt": 1, "gpus": [{"gpu_type": "cpu-core"}], "from_step": 10,
+                "to_step": 10 + steps, "estimate_iter_s": est, "measured_step_s": step_s, "measured_iter_s": iter_s}  # fmt: skip
+
+    got = fid.estimate_errors([
+        alloc(100, 0.011, 0.010), alloc(50, 0.008, 0.010), alloc(5, 0.1, 0.010),  # too short: left out
+        alloc(40, 0.012, None, iter_s=0.010), alloc(60, None, 0.01),  # no estimate: left out
+    ])  # fmt: skip
+    assert [r["error"] for r in got["allocations"]] == pytest.approx([0.1, -0.2, 0.2])
+    assert got["within_tolerance"] == pytest.approx(1 / 3) and got["max_abs"] == pytest.approx(0.2)
+    assert got["median_abs"] == pytest.approx(0.2) and got["allocations"][0]["gpu_types"] == ["cpu-core"]
+    assert fid.estimate_errors([])["within_tolerance"] is None
+
+
+def test_allocation_overheads_split_cold_warm_and_restart_launches() -> None:
+    """bench/fidelity.py's prior restart costs: an allocation's span minus its steps × seconds per step of
+    progress, grouped as the replay charges them (a device's first launch is cold, one onto a finished job's
+    spares within SPARE_S warm, a rescale a restart), the median per kind from earlier runs."""
+    fid = _fidelity_bench()
 
     def alloc(job, kind, node, start, end, steps, step_s, iter_s=None):
         return {"job_id": job, "kind": kind, "gpus": [{"node": node}], "started_at": start, "ended_at": end,

@@ -190,18 +190,46 @@ def _cluster_table(cluster: dict[str, Any]) -> Table:
     return t
 
 
-def _error(a: dict[str, Any] | None) -> str:
-    """The last allocation's estimate against its measured iteration time (after the calibrations before it)."""
-    if not a or not a.get("estimate_iter_s") or not a.get("measured_iter_s"):
-        return "-"
-    return f"{(a['estimate_iter_s'] - a['measured_iter_s']) / a['measured_iter_s']:+.0%}"
+def _measured(a: dict[str, Any]) -> float | None:
+    """An allocation's measured seconds per step of progress (the loop iteration a calibrated estimate
+    predicts), or its training step where the loop was not timed."""
+    return a.get("measured_step_s") or a.get("measured_iter_s")
+
+
+def _error(a: dict[str, Any] | None) -> float | None:
+    """An allocation's estimate against its measurement: estimate ÷ measured − 1 (positive: estimated slow)."""
+    if not a or not a.get("estimate_iter_s") or not _measured(a):
+        return None
+    return a["estimate_iter_s"] / _measured(a) - 1.0
+
+
+def after_calibration(history: list[dict[str, Any]], min_steps: int) -> list[float]:
+    """The estimate errors of a job's allocations made after its own first calibration: those that follow an
+    allocation of it that ran at least ``min_steps`` steps (the service's rule for an ended allocation's steady
+    step joining its configuration's measured speed) — the estimates the service made knowing the job."""
+    out: list[float] = []
+    calibrated = False
+    for h in sorted(history, key=lambda h: h["attempt"]):
+        e = _error(h)
+        if calibrated and e is not None:
+            out.append(e)
+        steps = (h.get("to_step") or 0) - (h.get("from_step") or 0)
+        calibrated = calibrated or (_measured(h) is not None and steps >= min_steps)
+    return out
+
+
+def _pct(e: float | None) -> str:
+    return "-" if e is None else f"{e:+.0%}"
 
 
 def _summary(c: Any) -> None:
+    from tessera.service.scheduling import FINAL_MIN_STEPS
+
     t = Table(title="summary")
     for col in ("job", "state", "GPUs of each allocation", "plan (last)", "rescales", "restarts", "JCT", "loss",
-                "est iter ms", "measured iter ms", "est. error (last)"):  # fmt: skip
+                "est step ms", "measured step ms", "est. error (first)", "est. error after calibration"):  # fmt: skip
         t.add_column(col)
+    after: list[float] = []
     for j in c.jobs()["jobs"]:
         d = c.job(j["id"])
         hist = d["history"]
@@ -212,15 +240,25 @@ def _summary(c: Any) -> None:
         last = hist[-1] if hist else None
         jct = (d["finished_at"] - d["submitted_at"]) if d["finished_at"] else None
         est = [h["estimate_iter_s"] for h in hist if h["estimate_iter_s"]]
-        meas = [h["measured_iter_s"] for h in hist if h["measured_iter_s"]]
+        meas = [m for h in hist if (m := _measured(h))]
+        mine = after_calibration(hist, FINAL_MIN_STEPS)
+        after += mine
         t.add_row(
             f"{d['id']} {d['name']}", d["state"], gpus, plan_text(last["stages"]) if last else "-", str(d["rescales"]),
             str(d["restarts"]), duration(jct), f"{d['first_loss'] or 0:.2f} → {d['last_loss'] or 0:.2f}",
             " / ".join(f"{x * 1e3:.2f}" for x in est) or "-", " / ".join(f"{x * 1e3:.1f}" for x in meas) or "-",
-            _error(last),
+            _pct(_error(hist[0]) if hist else None), " / ".join(_pct(e) for e in mine) or "-",
         )  # fmt: skip
     console.print(t)
     console.print(
         "estimates are for the devices that ran (this machine's CPU, profiled once per model before a job's "
-        "first launch); each allocation's measured time calibrates the device type for later estimates."
+        "first launch); each allocation's measured time calibrates the device type and the job's configuration "
+        "for later estimates."
     )
+    if after:
+        worst = max(after, key=abs)
+        console.print(
+            f"after a job's first calibration: {len(after)} estimate(s), "
+            f"{sum(abs(e) <= 0.15 for e in after)} within 15 % of the measured step (largest error {worst:+.0%})",
+            highlight=False,
+        )
