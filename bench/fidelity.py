@@ -1,6 +1,6 @@
 """Fidelity: the live embedded service vs the simulator replaying the same arrivals (issue 17, item 3).
 
-    python bench/fidelity.py [--policies tessera,gavel,fcfs] [--quick] [--round 2] [--round-for gavel=20]
+    python bench/fidelity.py [--policies tessera,frenzy,fcfs,gavel] [--quick] [--round 2] [--round-for gavel=20]
 
 For each policy, one live run: ``tessera server --policy NAME --round R`` (embedded Ray emulating the
 ``embedded`` preset — this CPU as a cpu-core and a cpu-half device; ``TESSERA_FIDELITY_CLUSTER=local`` for the
@@ -665,7 +665,7 @@ def rescore(path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policies", default="tessera,gavel,fcfs", help="comma-separated policy names")
+    ap.add_argument("--policies", default="tessera,frenzy,fcfs,gavel", help="comma-separated policy names")
     ap.add_argument("--quick", action="store_true", help="half the steps and arrival gaps")
     ap.add_argument("--round", type=float, default=2.0, dest="round_s", help="scheduling round, seconds")
     ap.add_argument(

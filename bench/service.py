@@ -88,7 +88,9 @@ def rescale_rounds(service: Service, c: httpx.Client, n: int) -> dict:
     for i in range(n):
         short = c.post("/api/jobs", json={**JOB, **only_a100, "name": f"short-{i}", "steps": 30,
                                           "max_gpus": 1}).json()["job"]["id"]  # fmt: skip
-        long_ = c.post("/api/jobs", json={**JOB, **only_a100, "name": f"long-{i}", "steps": 600,
+        # long enough that growing pays the tessera policy's settling rule (a job that just started moves
+        # only for a gain of 3 restarts): at 600 steps (~15 s here) it never grew
+        long_ = c.post("/api/jobs", json={**JOB, **only_a100, "name": f"long-{i}", "steps": 2400,
                                           "checkpoint_every_steps": 1000}).json()["job"]["id"]  # fmt: skip
         for jid in (short, long_):
             _wait_done(c, jid)
@@ -112,7 +114,8 @@ def rescale_rounds(service: Service, c: httpx.Client, n: int) -> dict:
                     print(f"  job {jid}: {nxt['kind']} {prev['cell']} → {nxt['cell']}: pause {pause:.2f} s",
                           flush=True)  # fmt: skip
     if not pauses:
-        raise RuntimeError(f"no rescale happened in {n} rounds")
+        why = [ln for _, _, ln in service.store.logs(long_) if not ln.startswith("step ")][-8:]
+        raise RuntimeError(f"no rescale happened in {n} rounds; the last long job's log: {why}")
     return {
         "rescale_pause_s_p50": statistics.median(pauses),
         "rescale_pause_s_all": pauses,
