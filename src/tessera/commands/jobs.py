@@ -216,21 +216,26 @@ def status(
             + f"; Cell {a['cell']}",
             highlight=False,
         )
-    est, meas = j["estimate_iter_s"], j["measured_iter_s"]
+    est, meas = j["estimate_iter_s"], j.get("measured_step_s") or j["measured_iter_s"]
     if est or meas:
         off = f" (estimate {(est - meas) / meas:+.0%})" if est and meas else ""
-        console.print(f"iteration: estimated {ms(est)}, measured {ms(meas)}{off}", highlight=False)
+        step = f" (training step {ms(j['measured_iter_s'])})" if j.get("measured_step_s") else ""
+        console.print(
+            f"iteration: estimated {ms(est)}, measured {ms(meas)} per step of progress{step}{off}",
+            highlight=False,
+        )
     if j["error"]:
         console.print(f"[red]last error:[/] {j['error']}", highlight=False)
     if j["history"]:
         t = Table(title="allocations (rescale / migration / recovery history)")
-        for col in ("attempt", "kind", "GPUs", "plan", "steps", "est ms", "measured ms", "ended"):
+        for col in ("attempt", "kind", "GPUs", "plan", "steps", "est ms", "measured step ms", "ended"):
             t.add_column(col)
         for h in j["history"]:
             t.add_row(
                 str(h["attempt"]), h["kind"], h["cell"], plan_text(h["stages"]),
                 f"{h['from_step']}→{h['to_step'] if h['to_step'] is not None else '…'}",
-                ms(h["estimate_iter_s"], unit=""), ms(h["measured_iter_s"], unit=""), h["end_reason"] or "running",
+                ms(h["estimate_iter_s"], unit=""), ms(h.get("measured_step_s") or h["measured_iter_s"], unit=""),
+                h["end_reason"] or "running",
             )  # fmt: skip
         console.print(t)
 

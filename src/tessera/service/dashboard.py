@@ -57,11 +57,11 @@ INDEX_HTML = """<!doctype html>
     <svg id="timeline" class="chart" viewBox="0 0 1140 120"></svg>
   </section>
   <section id="estimates-panel">
-    <h2>Estimated vs measured iteration time</h2>
+    <h2>Estimated vs measured iteration time (a step of progress: training step + loop)</h2>
     <svg id="estimate-chart" class="chart" viewBox="0 0 1140 200"></svg>
     <table id="estimates">
       <thead><tr><th>job</th><th>attempt</th><th>kind</th><th>Cell</th><th>plan</th>
-      <th>estimated ms</th><th>measured ms</th><th>ratio</th></tr></thead>
+      <th>estimated ms</th><th>measured step ms</th><th>measured ÷ estimated</th></tr></thead>
       <tbody></tbody>
     </table>
   </section>
@@ -266,23 +266,26 @@ function renderTimeline(tl) {
              sv('text', { x: W - R, y: H - 4, 'text-anchor': 'end' }, new Date(t1 * 1000).toLocaleTimeString()));
 }
 
+// what a calibrated estimate predicts: a step of progress (training step + what the loop adds), where timed
+const measuredOf = a => a.measured_step_s || a.measured_iter_s;
+
 function renderEstimates(tl) {
   const rows = tl.allocations.filter(a => a.estimate_iter_s);
   const tb = $('#estimates tbody'); tb.replaceChildren();
   for (const a of rows) {
     const plan = a.stages.map(s => `[${s.layers[0]},${s.layers[1]}) ${s.dp}×${s.tp} ${s.gpu_types.join('+')}`).join(' → ');
-    const ratio = a.measured_iter_s ? (a.measured_iter_s / a.estimate_iter_s) : null;
+    const ratio = measuredOf(a) ? (measuredOf(a) / a.estimate_iter_s) : null;
     tb.append(Object.assign(el('tr', { 'data-job': a.job_id }), {}));
     tb.lastChild.append(el('td', {}, `#${a.job_id}`), el('td', {}, a.attempt), el('td', {}, a.kind), el('td', {}, a.cell),
       el('td', {}, plan), el('td', { class: 'est' }, fmt(a.estimate_iter_s * 1e3, 3)),
-      el('td', { class: 'meas' }, a.measured_iter_s ? fmt(a.measured_iter_s * 1e3, 3) : '–'),
+      el('td', { class: 'meas' }, measuredOf(a) ? fmt(measuredOf(a) * 1e3, 3) : '–'),
       el('td', {}, ratio ? fmt(ratio, 3) + '×' : '–'));
   }
   const svg = $('#estimate-chart'); svg.replaceChildren();
-  const done = rows.filter(a => a.measured_iter_s);
+  const done = rows.filter(a => measuredOf(a));
   const W = 1140, H = 200, L = 60, B = 40, T = 10;
   if (!done.length) { svg.append(sv('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no measured allocation yet')); return; }
-  const vals = done.flatMap(a => [a.estimate_iter_s, a.measured_iter_s]);
+  const vals = done.flatMap(a => [a.estimate_iter_s, measuredOf(a)]);
   const lo = Math.log10(Math.min(...vals)) - 0.2, hi = Math.log10(Math.max(...vals)) + 0.2;
   const Y = v => H - B - (Math.log10(v) - lo) / (hi - lo) * (H - T - B);
   const bw = Math.min(40, (W - L) / done.length / 2.5);
@@ -292,7 +295,7 @@ function renderEstimates(tl) {
   done.forEach((a, i) => {
     const x = L + 10 + i * bw * 2.5;
     svg.append(sv('rect', { class: 'bar-est', x, y: Y(a.estimate_iter_s), width: bw, height: H - B - Y(a.estimate_iter_s), fill: '#b8c7ec' }),
-               sv('rect', { class: 'bar-meas', x: x + bw, y: Y(a.measured_iter_s), width: bw, height: H - B - Y(a.measured_iter_s), fill: jobColor(a.job_id) }),
+               sv('rect', { class: 'bar-meas', x: x + bw, y: Y(measuredOf(a)), width: bw, height: H - B - Y(measuredOf(a)), fill: jobColor(a.job_id) }),
                sv('text', { x: x, y: H - B + 14 }, `#${a.job_id}.${a.attempt}`));
   });
   svg.append(sv('text', { x: W - 10, y: 20, 'text-anchor': 'end' }, 'light: estimated · dark: measured (log scale)'));
