@@ -116,9 +116,9 @@ def weight(r: RoundState, js: JobState) -> float:
 
 
 def weight_bucket(r: RoundState, js: JobState) -> int:
-    """The weight to an octave: jobs in one bucket may share an LP group. With SRPT weights spanning three
-    orders of magnitude, quarter octaves cut that range four times as finely into groups, with no better
-    schedule in the runs tried on the Philly window."""
+    """The weight to a whole octave: jobs in one bucket may share an LP group. With SRPT weights spanning three
+    orders of magnitude, quarter octaves (the rule before) cut that range four times as finely into groups, with
+    no better schedule in the runs tried on the Philly window."""
     return int(math.log2(weight(r, js)))
 
 
