@@ -65,10 +65,17 @@ def demo_jobs(data_path: str) -> list[dict[str, Any]]:
     return jobs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound now (``port`` 0: any free one): a port only looked up here and bound after the
+    embedded Ray started was once taken by one of Ray's processes in between ("address already in use")."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def demo(
@@ -94,15 +101,18 @@ def demo(
     state_dir.mkdir(parents=True, exist_ok=True)
     data = state_dir / "corpus.txt"
     data.write_text(CORPUS)
+    sock = _listening_socket(ServiceConfig().host, port)
     config = ServiceConfig(
-        port=port or _free_port(), state_dir=state_dir, round_s=round_s, restart_cost_s=5.0, pg_timeout_s=30.0,
+        port=sock.getsockname()[1], state_dir=state_dir, round_s=round_s, restart_cost_s=5.0, pg_timeout_s=30.0,
         watchdog_s=120.0, backoff_s=2.0, log_every=20,
     )  # fmt: skip
     service = Service(config)
     server = uvicorn.Server(
         uvicorn.Config(service.app(), host=config.host, port=config.port, log_level="warning")
     )
-    thread = threading.Thread(target=server.run, name="tessera-demo-api", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="tessera-demo-api", daemon=True
+    )
     ok = False
     t0 = time.time()
     try:
@@ -134,6 +144,7 @@ def demo(
         with console.status("stopping the service and its Ray processes…"):
             server.should_exit = True
             thread.join(timeout=60)
+            sock.close()
             service.stop()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
