@@ -85,6 +85,7 @@ for _k, _v in {
 
 import httpx  # noqa: E402
 
+from tessera.commands.common import allocation_steps, estimate_error, measured_step  # noqa: E402
 from tessera.hardware.cluster import get_cluster  # noqa: E402
 from tessera.jobs.spec import parse_job  # noqa: E402
 from tessera.perf.costmodel import CostModel  # noqa: E402
@@ -306,15 +307,13 @@ def estimate_errors(allocations: list[dict[str, Any]]) -> dict[str, Any]:
     largest |error|, and each row (error = estimate ÷ measured − 1: positive, estimated too slow)."""
     rows = []
     for a in allocations:
-        measured = a.get("measured_step_s") or a.get("measured_iter_s")
-        steps = (a.get("to_step") or 0) - (a.get("from_step") or 0)
-        if not (a.get("estimate_iter_s") and measured) or steps < FINAL_MIN_STEPS:
+        error, steps = estimate_error(a), allocation_steps(a)
+        if error is None or steps < FINAL_MIN_STEPS:
             continue
         rows.append({
             "job": a["job_id"], "name": a.get("job_name"), "attempt": a.get("attempt"), "steps": steps,
             "gpu_types": sorted({g["gpu_type"] for g in a.get("gpus") or []}),
-            "estimate_s": a["estimate_iter_s"], "measured_s": measured,
-            "error": a["estimate_iter_s"] / measured - 1.0,
+            "estimate_s": a["estimate_iter_s"], "measured_s": measured_step(a), "error": error,
         })  # fmt: skip
     errs = [abs(r["error"]) for r in rows]
     return {

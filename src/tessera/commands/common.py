@@ -8,7 +8,7 @@ registers commands, commands render through these helpers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import wraps
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
@@ -65,6 +65,26 @@ def num(x: float | None, fmt: str = ".4g", unit: str = "") -> str:
 def ms(seconds: float | None, unit: str = " ms") -> str:
     """Seconds as milliseconds with two decimals (``-`` when missing)."""
     return "-" if seconds is None else num(seconds * 1e3, ".2f", unit)
+
+
+# ------------------------------------------------------------------------------ an allocation's estimate
+def measured_step(a: Mapping[str, Any]) -> float | None:
+    """An allocation's (or job's) measured seconds per step of progress — the loop iteration a calibrated
+    estimate predicts — or its training step where the loop was not timed."""
+    return a.get("measured_step_s") or a.get("measured_iter_s")
+
+
+def estimate_error(a: Mapping[str, Any] | None) -> float | None:
+    """An allocation's estimate against its measured step: estimate ÷ measured − 1 (positive: estimated slow)."""
+    measured = measured_step(a) if a else None
+    if not a or not a.get("estimate_iter_s") or not measured:
+        return None
+    return a["estimate_iter_s"] / measured - 1.0
+
+
+def allocation_steps(a: Mapping[str, Any]) -> int:
+    """The steps an allocation ran (0 while its end is unknown)."""
+    return (a.get("to_step") or 0) - (a.get("from_step") or 0)
 
 
 # ------------------------------------------------------------------------------ flags rendered as flags

@@ -24,6 +24,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from tessera.commands.common import allocation_steps, estimate_error, measured_step
 from tessera.commands.jobs import duration, gpus_text, jobs_table, plan_text
 
 console = Console()
@@ -201,19 +202,6 @@ def _cluster_table(cluster: dict[str, Any]) -> Table:
     return t
 
 
-def _measured(a: dict[str, Any]) -> float | None:
-    """An allocation's measured seconds per step of progress (the loop iteration a calibrated estimate
-    predicts), or its training step where the loop was not timed."""
-    return a.get("measured_step_s") or a.get("measured_iter_s")
-
-
-def _error(a: dict[str, Any] | None) -> float | None:
-    """An allocation's estimate against its measurement: estimate ÷ measured − 1 (positive: estimated slow)."""
-    if not a or not a.get("estimate_iter_s") or not _measured(a):
-        return None
-    return a["estimate_iter_s"] / _measured(a) - 1.0
-
-
 def after_calibration(history: list[dict[str, Any]], min_steps: int) -> list[float]:
     """The estimate errors of a job's allocations made after its own first calibration: those that follow an
     allocation of it that ran at least ``min_steps`` steps (the service's rule for an ended allocation's steady
@@ -221,11 +209,10 @@ def after_calibration(history: list[dict[str, Any]], min_steps: int) -> list[flo
     out: list[float] = []
     calibrated = False
     for h in sorted(history, key=lambda h: h["attempt"]):
-        e = _error(h)
+        e = estimate_error(h)
         if calibrated and e is not None:
             out.append(e)
-        steps = (h.get("to_step") or 0) - (h.get("from_step") or 0)
-        calibrated = calibrated or (_measured(h) is not None and steps >= min_steps)
+        calibrated = calibrated or (measured_step(h) is not None and allocation_steps(h) >= min_steps)
     return out
 
 
@@ -251,14 +238,14 @@ def _summary(c: Any) -> None:
         last = hist[-1] if hist else None
         jct = (d["finished_at"] - d["submitted_at"]) if d["finished_at"] else None
         est = [h["estimate_iter_s"] for h in hist if h["estimate_iter_s"]]
-        meas = [m for h in hist if (m := _measured(h))]
+        meas = [m for h in hist if (m := measured_step(h))]
         mine = after_calibration(hist, FINAL_MIN_STEPS)
         after += mine
         t.add_row(
             f"{d['id']} {d['name']}", d["state"], gpus, plan_text(last["stages"]) if last else "-", str(d["rescales"]),
             str(d["restarts"]), duration(jct), f"{d['first_loss'] or 0:.2f} → {d['last_loss'] or 0:.2f}",
             " / ".join(f"{x * 1e3:.2f}" for x in est) or "-", " / ".join(f"{x * 1e3:.1f}" for x in meas) or "-",
-            _pct(_error(hist[0]) if hist else None), " / ".join(_pct(e) for e in mine) or "-",
+            _pct(estimate_error(hist[0]) if hist else None), " / ".join(_pct(e) for e in mine) or "-",
         )  # fmt: skip
     console.print(t)
     console.print(

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from tessera.commands.common import console, fail, ms, num
+from tessera.commands.common import console, estimate_error, fail, measured_step, ms, num
 from tessera.service.client import Client, ClientError
 
 URL = typer.Option(None, "--url", envvar="TESSERA_URL", help="server URL (default: http://127.0.0.1:8470)")
@@ -216,9 +216,9 @@ def status(
             + f"; Cell {a['cell']}",
             highlight=False,
         )
-    est, meas = j["estimate_iter_s"], j.get("measured_step_s") or j["measured_iter_s"]
+    est, meas, err = j["estimate_iter_s"], measured_step(j), estimate_error(j)
     if est or meas:
-        off = f" (estimate {(est - meas) / meas:+.0%})" if est and meas else ""
+        off = f" (estimate {err:+.0%})" if err is not None else ""
         step = f" (training step {ms(j['measured_iter_s'])})" if j.get("measured_step_s") else ""
         console.print(
             f"iteration: estimated {ms(est)}, measured {ms(meas)} per step of progress{step}{off}",
@@ -234,7 +234,7 @@ def status(
             t.add_row(
                 str(h["attempt"]), h["kind"], h["cell"], plan_text(h["stages"]),
                 f"{h['from_step']}→{h['to_step'] if h['to_step'] is not None else '…'}",
-                ms(h["estimate_iter_s"], unit=""), ms(h.get("measured_step_s") or h["measured_iter_s"], unit=""),
+                ms(h["estimate_iter_s"], unit=""), ms(measured_step(h), unit=""),
                 h["end_reason"] or "running",
             )  # fmt: skip
         console.print(t)
