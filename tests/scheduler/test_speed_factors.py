@@ -69,3 +69,15 @@ def test_the_speed_source_prices_each_type_by_its_own_factor():
     # V100 for c: never measured there; other configurations' V100 part 0.8 against A100's 0.5 (c's own)
     assert source.true(c, v100) == pytest.approx(base[1] * 0.5 * 0.8 / 0.5)
     assert source.dp(c, "V100-32GB", 1) == pytest.approx(base[2] * 0.8)
+
+
+def test_each_factor_says_what_it_was_read_from():
+    from tessera.scheduler.factors import FactorBasis
+
+    f = SpeedFactors({(A, ("cpu-half",)): 0.6, (B, ("cpu-half",)): 0.5, (B, ("cpu-core",)): 1.0})
+    assert f.resolve(A, HALF) == (0.6, FactorBasis.THESE_TYPES)
+    assert f.resolve(A, CORE)[1] is FactorBasis.OTHER_TYPES
+    assert f.resolve(C, HALF) == (pytest.approx(0.55), FactorBasis.DEVICE_TYPES)
+    assert f.resolve(C, (("A100-40GB", 1),)) == (0.6, FactorBasis.ALL)
+    assert SpeedFactors().resolve(A, CORE) == (1.0, FactorBasis.NONE)
+    assert [b.knows_configuration for b in FactorBasis] == [True, True, False, False, False]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -222,6 +223,10 @@ def test_dashboard_in_headless_chromium(served, tmp_path):
             ]
             both = [(float(e), float(m)) for e, m in pairs if e.strip() != "–" and m.strip() != "–"]
             assert both and all(e > 0 and m > 0 for e, m in both), pairs
+            # each estimate says how it corrected the cost model's, and from what
+            bases = [r.locator("td.basis").inner_text() for r in page.locator("#estimates tbody tr").all()]
+            pattern = r"×[0-9.]+ \((these types|other types|device types|all|none)\)"
+            assert bases and all(re.fullmatch(pattern, b) for b in bases), bases
             # clicking a job focuses the charts on it
             rows.first.click()
             page.wait_for_timeout(500)

@@ -364,6 +364,29 @@ def test_measured_speed_scales_every_figure_of_the_configuration(adapter):
     assert adapter.core.jobs[1].rate_iters_per_s == pytest.approx(1 / (4 * a.estimate_iter_s))
 
 
+def test_the_estimate_shown_is_the_one_the_policy_believes(adapter):
+    """An allocation's estimate is the cost model's step ÷ the configuration's speed factor there, with what
+    the factor was read from: a second job of a configuration measured at twice its estimate is shown the
+    measured step, not the cost model's, and a configuration never measured is shown the cost model's."""
+    s = spec("m", steps=5000)
+    adapter.sync([JobInput(1, s, 0.0)], 1.0)
+    a = adapter.round(1.0).changes[0].new
+    assert a.estimate["estimate_basis"] == "none" and a.estimate["speed_factor"] == 1.0
+    assert a.estimate_iter_s == pytest.approx(a.estimate["cost_model_step_time_s"])
+    measured = JobInput(1, s, 0.0, assignment=a, steps_done=20, measured_step_s=2 * a.estimate_iter_s)
+    adapter.sync([measured], 2.0)
+    twin = spec("m2", steps=5000)  # the same configuration
+    adapter.sync([JobInput(2, twin, 2.5)], 3.0)  # job 1 has ended; its GPUs are free
+    b = next(ch.new for ch in adapter.round(3.0).changes if ch.job_id == 2)
+    assert b.gpus == a.gpus
+    assert b.estimate["estimate_basis"] == "these_types"
+    assert b.estimate_iter_s == pytest.approx(2 * a.estimate_iter_s, rel=1e-6)
+    assert b.estimate_iter_s == pytest.approx(
+        b.estimate["cost_model_step_time_s"] / b.estimate["speed_factor"]
+    )
+    assert b.plan.meta["estimate_basis"] == "these_types"  # kept with the allocation's plan (its history)
+
+
 def test_speed_measurements_survive_a_restart_and_a_recalibration(tmp_path):
     """What an adapter measures (seconds per step, on which GPUs) is saved beside the cost model; a new adapter
     (a restarted service) starts with the same factors; the factors follow the cost model they refine (a

@@ -82,6 +82,25 @@ def estimate_error(a: Mapping[str, Any] | None) -> float | None:
     return a["estimate_iter_s"] / measured - 1.0
 
 
+def knew_configuration(a: Mapping[str, Any]) -> bool:
+    """The allocation's estimate was corrected by a measurement of its own configuration (on these GPU types
+    or others): an estimate made after that configuration's first calibration."""
+    # imported here: the scheduler's import is slow for every command
+    from tessera.scheduler.factors import FactorBasis
+
+    basis = a.get("estimate_basis")
+    return basis is not None and FactorBasis[str(basis).upper()].knows_configuration
+
+
+def correction_text(a: Mapping[str, Any]) -> str:
+    """How an allocation's estimate corrected the cost model's (× 1 / its speed factor) and what the factor was
+    read from, e.g. ``×1.61 (these types)``; ``-`` for allocations planned before estimates recorded it."""
+    basis, factor = a.get("estimate_basis"), a.get("speed_factor")
+    if basis is None or not factor:
+        return "-"
+    return f"×{1 / factor:.2f} ({str(basis).replace('_', ' ')})"
+
+
 def allocation_steps(a: Mapping[str, Any]) -> int:
     """The steps an allocation ran (0 while its end is unknown)."""
     return (a.get("to_step") or 0) - (a.get("from_step") or 0)

@@ -24,7 +24,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from tessera.commands.common import allocation_steps, estimate_error, measured_step
+from tessera.commands.common import allocation_steps, estimate_error, knew_configuration, measured_step
 from tessera.commands.jobs import duration, gpus_text, jobs_table, plan_text
 
 console = Console()
@@ -203,17 +203,14 @@ def _cluster_table(cluster: dict[str, Any]) -> Table:
 
 
 def after_calibration(history: list[dict[str, Any]], min_steps: int) -> list[float]:
-    """The estimate errors of a job's allocations made after its own first calibration: those that follow an
-    allocation of it that ran at least ``min_steps`` steps (the service's rule for an ended allocation's steady
-    step joining its configuration's measured speed) — the estimates the service made knowing the job."""
-    out: list[float] = []
-    calibrated = False
-    for h in sorted(history, key=lambda h: h["attempt"]):
-        e = estimate_error(h)
-        if calibrated and e is not None:
-            out.append(e)
-        calibrated = calibrated or (measured_step(h) is not None and allocation_steps(h) >= min_steps)
-    return out
+    """The estimate errors of a job's allocations whose estimate knew its configuration's measured speed (made
+    after that configuration's first calibration, by this job or another of the same configuration), over
+    those that ran at least ``min_steps`` steps (the service's rule for an allocation's steady step)."""
+    return [
+        e
+        for h in sorted(history, key=lambda h: h["attempt"])
+        if knew_configuration(h) and allocation_steps(h) >= min_steps and (e := estimate_error(h)) is not None
+    ]
 
 
 def _pct(e: float | None) -> str:
@@ -256,7 +253,7 @@ def _summary(c: Any) -> None:
     if after:
         worst = max(after, key=abs)
         console.print(
-            f"after a job's first calibration: {len(after)} estimate(s), "
+            f"estimates made after the configuration's first calibration: {len(after)}, "
             f"{sum(abs(e) <= 0.15 for e in after)} within 15 % of the measured step (largest error {worst:+.0%})",
             highlight=False,
         )

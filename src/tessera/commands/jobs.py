@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from tessera.commands.common import console, estimate_error, fail, measured_step, ms, num
+from tessera.commands.common import console, correction_text, estimate_error, fail, measured_step, ms, num
 from tessera.service.client import Client, ClientError
 
 URL = typer.Option(None, "--url", envvar="TESSERA_URL", help="server URL (default: http://127.0.0.1:8470)")
@@ -228,13 +228,15 @@ def status(
         console.print(f"[red]last error:[/] {j['error']}", highlight=False)
     if j["history"]:
         t = Table(title="allocations (rescale / migration / recovery history)")
-        for col in ("attempt", "kind", "GPUs", "plan", "steps", "est ms", "measured step ms", "ended"):
+        cols = ("attempt", "kind", "GPUs", "plan", "steps", "est ms", "est. corrected by", "measured step ms",
+                "ended")  # fmt: skip
+        for col in cols:
             t.add_column(col)
         for h in j["history"]:
             t.add_row(
                 str(h["attempt"]), h["kind"], h["cell"], plan_text(h["stages"]),
                 f"{h['from_step']}→{h['to_step'] if h['to_step'] is not None else '…'}",
-                ms(h["estimate_iter_s"], unit=""), ms(measured_step(h), unit=""),
+                ms(h["estimate_iter_s"], unit=""), correction_text(h), ms(measured_step(h), unit=""),
                 h["end_reason"] or "running",
             )  # fmt: skip
         console.print(t)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 from tessera.scheduler.state import GPUs, JobConfig
@@ -25,6 +26,22 @@ TypesKey = tuple[str, ...]  # the sorted GPU type names of an allocation
 def types_of(gpus: GPUs) -> TypesKey:
     """The allocation's GPU types, sorted (counts left out: the cost model scales with the count)."""
     return tuple(sorted({t for t, n in gpus if n > 0}))
+
+
+class FactorBasis(StrEnum):
+    """What a factor was read from (:meth:`SpeedFactors.of`'s rules, in order): a user is shown whether an
+    estimate already knew how fast its configuration runs, or only how its device types err."""
+
+    THESE_TYPES = "configuration measured on these GPU types"
+    OTHER_TYPES = "configuration measured on other GPU types"
+    DEVICE_TYPES = "other configurations measured on these GPU types"
+    ALL = "median of every measured configuration"
+    NONE = "nothing measured"
+
+    @property
+    def knows_configuration(self) -> bool:
+        """The estimate was corrected by a measurement of the configuration itself."""
+        return self in (FactorBasis.THESE_TYPES, FactorBasis.OTHER_TYPES)
 
 
 @dataclass(frozen=True)
@@ -59,7 +76,11 @@ class SpeedFactors:
         return statistics.median(self.measured.values()) if self.measured else 1.0
 
     def of(self, config: JobConfig, gpus: GPUs) -> float:
-        """The factor for ``config`` on ``gpus``, in this order:
+        """The factor for ``config`` on ``gpus`` (:meth:`resolve`)."""
+        return self.resolve(config, gpus)[0]
+
+    def resolve(self, config: JobConfig, gpus: GPUs) -> tuple[float, FactorBasis]:
+        """The factor for ``config`` on ``gpus`` and what it was read from, in this order:
 
         1. measured on these GPU types: that factor;
         2. measured on other types: the median over them of that factor × (these types' part ÷ those types'
@@ -71,12 +92,19 @@ class SpeedFactors:
         if mine:
             f = mine.get(types)
             if f is not None:
-                return f
+                return f, FactorBasis.THESE_TYPES
             here = self._by_types.get(types)
             if here is None:
-                return statistics.median(mine.values())
-            return statistics.median(f * here / self._by_types[t] for t, f in mine.items())
-        return self._by_types.get(types, self._median)
+                return statistics.median(mine.values()), FactorBasis.OTHER_TYPES
+            return (
+                statistics.median(f * here / self._by_types[t] for t, f in mine.items()),
+                FactorBasis.OTHER_TYPES,
+            )
+        if types in self._by_types:
+            return self._by_types[types], FactorBasis.DEVICE_TYPES
+        if self.measured:
+            return self._median, FactorBasis.ALL
+        return 1.0, FactorBasis.NONE
 
 
-__all__ = ["SpeedFactors", "TypesKey", "types_of"]
+__all__ = ["FactorBasis", "SpeedFactors", "TypesKey", "types_of"]

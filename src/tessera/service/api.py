@@ -538,6 +538,9 @@ def _history(a: dict[str, Any]) -> dict[str, Any]:
             for s in plan.get("stages", [])
         ],  # fmt: skip
         "estimate_iter_s": a["estimate_iter_s"],
+        # what the estimate was corrected by (rows planned before the factor was applied have neither)
+        "estimate_basis": (plan.get("meta") or {}).get("estimate_basis"),
+        "speed_factor": (plan.get("meta") or {}).get("speed_factor"),
         "measured_iter_s": a["measured_iter_s"],
         "measured_step_s": a.get("measured_step_s"),
         "started_at": a["started_at"],

@@ -61,7 +61,7 @@ INDEX_HTML = """<!doctype html>
     <svg id="estimate-chart" class="chart" viewBox="0 0 1140 200"></svg>
     <table id="estimates">
       <thead><tr><th>job</th><th>attempt</th><th>kind</th><th>Cell</th><th>plan</th>
-      <th>estimated ms</th><th>measured step ms</th><th>measured ÷ estimated</th></tr></thead>
+      <th>estimated ms</th><th>estimate corrected by</th><th>measured step ms</th><th>measured ÷ estimated</th></tr></thead>
       <tbody></tbody>
     </table>
   </section>
@@ -278,6 +278,8 @@ function renderEstimates(tl) {
     tb.append(Object.assign(el('tr', { 'data-job': a.job_id }), {}));
     tb.lastChild.append(el('td', {}, `#${a.job_id}`), el('td', {}, a.attempt), el('td', {}, a.kind), el('td', {}, a.cell),
       el('td', {}, plan), el('td', { class: 'est' }, fmt(a.estimate_iter_s * 1e3, 3)),
+      el('td', { class: 'basis' }, a.estimate_basis && a.speed_factor
+        ? `×${fmt(1 / a.speed_factor, 2)} (${a.estimate_basis.replaceAll('_', ' ')})` : '–'),
       el('td', { class: 'meas' }, measuredOf(a) ? fmt(measuredOf(a) * 1e3, 3) : '–'),
       el('td', {}, ratio ? fmt(ratio, 3) + '×' : '–'));
   }

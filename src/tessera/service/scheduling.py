@@ -460,9 +460,15 @@ class SchedulingAdapter:
             plan, cells.spec, self.cluster.spec, cost=self.cost, extras=StepExtras.of_job(spec)
         )
         label = tuned.label
-        plan = plan.with_(meta={**plan.meta, "cell": label})
-        # shown and calibrated against the runtime's measured step, which has no validation passes in it
-        return Assignment(tuple(slots), label, plan, est.step_time_s, est.to_dict())
+        # what the policy believes: the cost model's step ÷ the configuration's measured speed factor there (the
+        # loop's own per-step work, which the cost model does not price, is in it); the breakdown stays the
+        # cost model's. Shown against the runtime's measured step, which has no validation passes in it
+        factor, basis = self.speed.factors.resolve(config_of(spec), gpus)
+        step_s = est.step_time_s / factor
+        meta = {"cell": label, "estimate_basis": basis.name.lower(), "speed_factor": factor}
+        plan = plan.with_(meta={**plan.meta, **meta})
+        detail = {**est.to_dict(), "step_time_s": step_s, "cost_model_step_time_s": est.step_time_s, **meta}
+        return Assignment(tuple(slots), label, plan, step_s, detail)
 
     def _reasons(self) -> dict[int, str]:
         """Why each pending job waits: Backoff, Infeasible (nothing of this cluster can run it), Priority (it
