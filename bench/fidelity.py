@@ -314,6 +314,7 @@ def estimate_errors(allocations: list[dict[str, Any]]) -> dict[str, Any]:
             "job": a["job_id"], "name": a.get("job_name"), "attempt": a.get("attempt"), "steps": steps,
             "gpu_types": sorted({g["gpu_type"] for g in a.get("gpus") or []}),
             "estimate_s": a["estimate_iter_s"], "measured_s": measured_step(a), "error": error,
+            "estimate_basis": a.get("estimate_basis"), "speed_factor": a.get("speed_factor"),
         })  # fmt: skip
     errs = [abs(r["error"]) for r in rows]
     return {

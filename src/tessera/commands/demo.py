@@ -228,8 +228,13 @@ def _summary(c: Any) -> None:
     for j in c.jobs()["jobs"]:
         d = c.job(j["id"])
         hist = d["history"]
+        # each later allocation with its kind: a preempted job started again is not counted as a rescale
         gpus = (
-            " → ".join(gpus_text(h["gpus_by_type"]) if "gpus_by_type" in h else h["cell"] for h in hist)
+            " → ".join(
+                (f"{h['kind']} " if i else "")
+                + (gpus_text(h["gpus_by_type"]) if "gpus_by_type" in h else h["cell"])
+                for i, h in enumerate(hist)
+            )
             or "-"
         )
         last = hist[-1] if hist else None

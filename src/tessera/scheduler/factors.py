@@ -5,9 +5,13 @@ device type (how well that type's profile and calibration match it). A factor me
 on another carries the first type's error there: on the embedded cluster a job measured on ``cpu-half`` (whose
 estimates ran about 1.4x low) was then priced 40 % slow on ``cpu-core``. So a factor is kept per
 (configuration, GPU types); where an allocation's types were never measured for a configuration, the rule
-(:meth:`SpeedFactors.of`) treats the two parts as multiplicative, each type's part read from the other
-configurations measured on it. Configurations are keyed by their ``speed_key``: a job's limits on where it may
-run do not change how fast a step runs where it does.
+(:meth:`SpeedFactors.resolve`) treats the two parts as multiplicative and moves the factor from the types it
+was measured on to these by the ratio of the two types' factors for the configurations measured on both. Read
+from configurations measured on only one of them, the ratio would carry their own errors: on the embedded
+cluster a small model whose loop overhead the cost model does not price (its factor about 0.5) made cpu-core's
+part 0.77 against cpu-half's 1.0, and a job moved half → core was then estimated 28–50 % slow.
+Configurations are keyed by their ``speed_key``: a job's limits on where it may run do not change how fast a
+step runs where it does.
 """
 
 from __future__ import annotations
@@ -83,9 +87,9 @@ class SpeedFactors:
         """The factor for ``config`` on ``gpus`` and what it was read from, in this order:
 
         1. measured on these GPU types: that factor;
-        2. measured on other types: the median over them of that factor × (these types' part ÷ those types'
-           part), where these types' part is known (else that factor as it is);
-        3. never measured: these types' part, else the median of every factor, else 1.0.
+        2. measured on other types: the median over them of that factor × :meth:`ratio` (these types ÷ those);
+        3. never measured: these types' part (the median factor of the configurations measured on them), else
+           the median of every factor, else 1.0.
         """
         types = types_of(gpus)
         mine = self._by_config.get(config.speed_key)
@@ -93,18 +97,21 @@ class SpeedFactors:
             f = mine.get(types)
             if f is not None:
                 return f, FactorBasis.THESE_TYPES
-            here = self._by_types.get(types)
-            if here is None:
-                return statistics.median(mine.values()), FactorBasis.OTHER_TYPES
-            return (
-                statistics.median(f * here / self._by_types[t] for t, f in mine.items()),
-                FactorBasis.OTHER_TYPES,
-            )
+            return statistics.median(
+                f * self.ratio(types, t) for t, f in mine.items()
+            ), FactorBasis.OTHER_TYPES
         if types in self._by_types:
             return self._by_types[types], FactorBasis.DEVICE_TYPES
         if self.measured:
             return self._median, FactorBasis.ALL
         return 1.0, FactorBasis.NONE
+
+    def ratio(self, here: TypesKey, there: TypesKey) -> float:
+        """How a factor measured on ``there`` moves to ``here``: the median over the configurations measured on
+        both of their factor here ÷ their factor there; 1.0 where none was (the cost model's relative speeds of
+        the two types stand)."""
+        pairs = [c[here] / c[there] for c in self._by_config.values() if here in c and there in c]
+        return statistics.median(pairs) if pairs else 1.0
 
 
 __all__ = ["FactorBasis", "SpeedFactors", "TypesKey", "types_of"]
