@@ -52,3 +52,11 @@ def test_every_basis_the_service_writes_is_read():
         "all": False,
         "none": False,
     }
+
+
+def test_the_correction_reads_as_what_the_cost_model_was_multiplied_by():
+    from tessera.commands.common import correction_text
+
+    assert correction_text({"estimate_basis": "these_types", "speed_factor": 0.5}) == "×2.00 (these types)"
+    assert correction_text({"estimate_basis": "none", "speed_factor": 1.0}) == "×1.00 (none)"
+    assert correction_text({"estimate_iter_s": 0.01}) == "-"  # planned before estimates recorded it
