@@ -44,7 +44,7 @@ def test_the_estimate_is_compared_with_the_loop_step_where_it_was_timed():
 def test_every_basis_the_service_writes_is_read():
     from tessera.scheduler.factors import FactorBasis
 
-    knows = {b.name.lower(): knew_configuration({"estimate_basis": b.name.lower()}) for b in FactorBasis}
+    knows = {b.value: knew_configuration({"estimate_basis": b.value}) for b in FactorBasis}
     assert knows == {
         "these_types": True,
         "other_types": True,

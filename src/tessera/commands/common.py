@@ -89,7 +89,7 @@ def knew_configuration(a: Mapping[str, Any]) -> bool:
     from tessera.scheduler.factors import FactorBasis
 
     basis = a.get("estimate_basis")
-    return basis is not None and FactorBasis[str(basis).upper()].knows_configuration
+    return basis is not None and FactorBasis(basis).knows_configuration
 
 
 def correction_text(a: Mapping[str, Any]) -> str:

@@ -8,8 +8,8 @@ estimates ran about 1.4x low) was then priced 40 % slow on ``cpu-core``. So a fa
 (:meth:`SpeedFactors.resolve`) treats the two parts as multiplicative and moves the factor from the types it
 was measured on to these by the ratio of the two types' factors for the configurations measured on both. Read
 from configurations measured on only one of them, the ratio would carry their own errors: on the embedded
-cluster a small model whose loop overhead the cost model does not price (its factor about 0.5) made cpu-core's
-part 0.77 against cpu-half's 1.0, and a job moved half → core was then estimated 28–50 % slow.
+cluster a small model whose loop overhead the cost model does not price (its factor about 0.5) pulled
+cpu-core's part down, and a job moved half → core was then estimated 28–50 % slow (the demo's summaries).
 Configurations are keyed by their ``speed_key``: a job's limits on where it may run do not change how fast a
 step runs where it does.
 """
@@ -33,14 +33,17 @@ def types_of(gpus: GPUs) -> TypesKey:
 
 
 class FactorBasis(StrEnum):
-    """What a factor was read from (:meth:`SpeedFactors.of`'s rules, in order): a user is shown whether an
-    estimate already knew how fast its configuration runs, or only how its device types err."""
+    """What a factor was read from (:meth:`SpeedFactors.resolve`'s rules, in order): a user is shown whether an
+    estimate already knew how fast its configuration runs, or only how its device types err. The value is what
+    an allocation records: the configuration measured on these GPU types, on other types (moved by
+    :meth:`SpeedFactors.ratio`), other configurations measured on these types, the median of every measured
+    configuration, nothing measured."""
 
-    THESE_TYPES = "configuration measured on these GPU types"
-    OTHER_TYPES = "configuration measured on other GPU types"
-    DEVICE_TYPES = "other configurations measured on these GPU types"
-    ALL = "median of every measured configuration"
-    NONE = "nothing measured"
+    THESE_TYPES = "these_types"
+    OTHER_TYPES = "other_types"
+    DEVICE_TYPES = "device_types"
+    ALL = "all"
+    NONE = "none"
 
     @property
     def knows_configuration(self) -> bool:

@@ -465,7 +465,7 @@ class SchedulingAdapter:
         # cost model's. Shown against the runtime's measured step, which has no validation passes in it
         factor, basis = self.speed.factors.resolve(config_of(spec), gpus)
         step_s = est.step_time_s / factor
-        meta = {"cell": label, "estimate_basis": basis.name.lower(), "speed_factor": factor}
+        meta = {"cell": label, "estimate_basis": basis.value, "speed_factor": factor}
         plan = plan.with_(meta={**plan.meta, **meta})
         detail = {**est.to_dict(), "step_time_s": step_s, "cost_model_step_time_s": est.step_time_s, **meta}
         return Assignment(tuple(slots), label, plan, step_s, detail)
