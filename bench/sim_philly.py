@@ -59,7 +59,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default="all")
-    ap.add_argument("--depth-sweep", default="1,2,3,4")
+    ap.add_argument("--depth-sweep", default="1,2,3,4,10")
     ap.add_argument("--start", default="2017-10-09")
     ap.add_argument("--end", default="2017-10-23")
     ap.add_argument("--seed", type=int, default=0)
@@ -69,6 +69,12 @@ def main() -> int:
         "--densities", default="0.25,0.5,1,2,4,8", help="arrival densities of the saturation table"
     )
     ap.add_argument("--sweep-policies", default="tessera,tessera-crius,sia,gavel,elasticflow-ls,gandiva,fcfs")
+    ap.add_argument(
+        "--tick-s",
+        type=float,
+        default=60.0,
+        help="decide arrivals and completions between rounds at this tick, as the live service does (0: rounds only)",
+    )
     ap.add_argument("--noise", default="0.1,0.2,0.3", help="estimation-noise σ of the robustness curve")
     ap.add_argument("--noise-policies", default="tessera,sia,gavel")
     ap.add_argument(
@@ -78,11 +84,23 @@ def main() -> int:
         "--bounds-only", action="store_true", help="only the bounds per density (sim_bounds.json)"
     )
     ap.add_argument(
-        "--from", dest="source", default=str(RESULTS / "sim_philly.json"), help="with --bounds-only"
+        "--from",
+        dest="source",
+        default=str(RESULTS / "sim_philly.json"),
+        help="with --bounds-only / --plot-only",
+    )
+    ap.add_argument(
+        "--plot-only", action="store_true", help="only the saturation plot, from --from's saturation table"
     )
     args = ap.parse_args()
+    args.tick_s = args.tick_s or None
     if args.bounds_only:
         return _bounds_only(args)
+    if args.plot_only:
+        print(
+            f"wrote {plot_saturation(json.loads(Path(args.source).read_text())['saturation'], Path(args.out))}"
+        )
+        return 0
     depths = [int(x) for x in args.depth_sweep.split(",") if x.strip()]
     out = Path(args.out)
     work = out / "sim_philly_report"
@@ -103,7 +121,14 @@ def main() -> int:
     window = dict(
         cluster="crius-sim-1280", trace="philly", start=args.start, end=args.end, seed=args.seed, workers=args.workers
     )  # fmt: skip
-    study = run_study(**window, policies=args.policies, depth_sweep=depths, out_dir=work, on_phase=on_phase)
+    study = run_study(
+        **window,
+        config=SimConfig(seed=args.seed, tick_s=args.tick_s),
+        policies=args.policies,
+        depth_sweep=depths,
+        out_dir=work,
+        on_phase=on_phase,
+    )
     print(" | ".join(COLUMNS))
     for row in comparison_rows(study.metrics):
         print(" | ".join(row))
@@ -133,15 +158,15 @@ def main() -> int:
         )
     )
     saturation = {
-        f"{d:g}": _saturation_row(window, args.sweep_policies, d, on_phase)
+        f"{d:g}": _saturation_row(window, args.sweep_policies, d, args.tick_s, on_phase)
         for d in [float(x) for x in args.densities.split(",") if x.strip()]
     }
     workloads = {
-        name: _workload_row(name, args.seed, args.sweep_policies, on_phase)
+        name: _workload_row(name, args.seed, args.sweep_policies, args.tick_s, on_phase)
         for name in [x.strip() for x in args.families.split(",") if x.strip()]
     }
     noise = {
-        f"{sigma:g}": _noise_row(window, args.noise_policies, sigma, on_phase)
+        f"{sigma:g}": _noise_row(window, args.noise_policies, sigma, args.tick_s, on_phase)
         for sigma in [float(x) for x in args.noise.split(",") if x.strip()]
     }
     payload = {
@@ -150,6 +175,7 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
         "cluster": study.cluster,
         "window": [args.start, args.end],
+        "tick_s": args.tick_s,
         "jobs": study.n_jobs,
         "demand_gpu_hours": study.demand_gpu_hours,
         **bounds,
@@ -172,16 +198,20 @@ def main() -> int:
     (out / "sim_philly.json").write_text(json.dumps(clean_nan(payload), indent=1))
     for f in work.glob("*.png"):
         shutil.copy(f, out / f"sim_philly_{f.name}")
+    plot_saturation(clean_nan(saturation), out)
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(clean_nan(targets), indent=1))
     print(f"wrote {out / 'sim_philly.json'}")
     return 0
 
 
-def _saturation_row(window: dict, policies: str, density: float, on_phase: PhaseFn) -> dict:
+def _saturation_row(
+    window: dict, policies: str, density: float, tick_s: float | None, on_phase: PhaseFn
+) -> dict:
     """One density of the saturation table: per policy the bounds' fractions, JCT, slowdown and waits."""
     st = run_study(
         **window,
+        config=SimConfig(seed=window["seed"], tick_s=tick_s),
         policies=policies,
         out_dir=None,
         plots=False,
@@ -206,6 +236,48 @@ def _saturation_row(window: dict, policies: str, density: float, on_phase: Phase
         f"p99 slowdown {v['p99_slowdown']:.1f}" for n, v in rows.items()
     ), flush=True)  # fmt: skip
     return row
+
+
+def plot_saturation(saturation: dict, out: Path) -> Path:
+    """The saturation table as four panels against arrival density, one line per policy: average JCT, the share
+    of the capacity bound reached, p99 JCT slowdown and the longest wait (where starvation would show)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    densities = sorted(saturation, key=float)
+    policies = list(dict.fromkeys(n for d in densities for n in saturation[d]["policies"]))
+    panels = (
+        ("avg_jct_s", "average JCT (h)", 1 / 3600, True),
+        ("capacity_fraction", "avg throughput ÷ capacity bound", 1.0, False),
+        ("p99_slowdown", "p99 JCT slowdown", 1.0, True),
+        ("max_wait_s", "longest wait to a first start (h)", 1 / 3600, True),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (key, label, scale, log) in zip(axes.ravel(), panels, strict=True):
+        for n in policies:
+            pts = [
+                (float(d), v * scale)
+                for d in densities
+                if (v := saturation[d]["policies"].get(n, {}).get(key)) is not None
+            ]
+            ax.plot(
+                [x for x, _ in pts], [y for _, y in pts], marker="o", label=n, lw=2.5 if n == "tessera" else 1
+            )
+        ax.set_xscale("log", base=2)
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("arrival density (× the Philly window's)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Philly window on crius-sim-1280 under saturation")
+    fig.tight_layout()
+    path = out / "sim_philly_saturation.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _fractions(throughput: float, bounds: dict) -> dict:
@@ -236,7 +308,7 @@ def _bounds_only(args: argparse.Namespace) -> int:
     rows = {}
     for d in [float(x) for x in args.densities.split(",") if x.strip()]:
         tr = densify(window(full, args.start, args.end), d)
-        cfg = SimConfig(seed=args.seed, window_s=w_len / d)
+        cfg = SimConfig(seed=args.seed, window_s=w_len / d, tick_s=args.tick_s)
         table, jobs, _ = prepare(spec, tr, WorkloadSpec(seed=args.seed), max_gpus=64, workers=args.workers)
         t = time.perf_counter()
         bounds = throughput_bounds(jobs, table, cfg) or {}
@@ -281,12 +353,13 @@ def _bounds_only(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload_row(name: str, seed: int, policies: str, on_phase: PhaseFn) -> dict:
+def _workload_row(name: str, seed: int, policies: str, tick_s: float | None, on_phase: PhaseFn) -> dict:
     """A generated workload family (tessera.sim.generator) on the same cluster: its knobs and every policy."""
     st = run_study(
         cluster="crius-sim-1280",
         trace=f"gen:{name}",
         seed=seed,
+        config=SimConfig(seed=seed, tick_s=tick_s),
         policies=policies,
         out_dir=None,
         plots=False,
@@ -306,14 +379,14 @@ def _workload_row(name: str, seed: int, policies: str, on_phase: PhaseFn) -> dic
     return row
 
 
-def _noise_row(window: dict, policies: str, sigma: float, on_phase: PhaseFn) -> dict:
+def _noise_row(window: dict, policies: str, sigma: float, tick_s: float | None, on_phase: PhaseFn) -> dict:
     """The truth departs from every policy's belief by a lognormal σ per (job, allocation)."""
     st = run_study(
         **window,
         policies=policies,
         out_dir=None,
         plots=False,
-        config=SimConfig(seed=window["seed"], noise_sigma=sigma),
+        config=SimConfig(seed=window["seed"], noise_sigma=sigma, tick_s=tick_s),
         on_phase=lambda label, done, total: on_phase(f"noise {sigma:g}: {label}", done, total),
     )
     rows = {n: {k: v[k] for k in SWEEP_KEYS} for n, v in st.metrics.items()}

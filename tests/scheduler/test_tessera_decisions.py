@@ -72,10 +72,12 @@ PINNED = {
     # re-recorded when the LP's shortest-remaining-first horizon went from 300 s to 16 h (order.SRPT_HORIZON_S)
     # and its LP groups from quarter-octave to octave weight buckets. On this synthetic burst tessera's average
     # JCT rose (18,491.6 s before), tessera-nh's and tessera-na's fell (22,280.3 and 18,226.1 s before; -na's
-    # was recorded at 3975290); the Philly window's fell for all three — see policies/tessera/order.py
-    "tessera": ("ca2aa806d631f3f6", 19942.86119, 240, 425),
-    "tessera-nh": ("aafd390d0ac5fa1c", 21174.21476, 240, 239),
-    "tessera-na": ("206aa029229ad368", 17777.719832, 240, 306),
+    # was recorded at 3975290); the Philly window's fell for all three — see policies/tessera/order.py.
+    # Re-recorded again when the horizon went to 32 h and the depth from 3 to 10 moves per arrival or departure
+    # (19,942.9 / 21,174.2 / 17,777.7 s before): tessera's and tessera-na's average JCT fell, tessera-nh's rose
+    "tessera": ("5501738ed8bf4268", 19488.821379, 240, 510),
+    "tessera-nh": ("2c8288c6383ff59f", 21480.434439, 240, 239),
+    "tessera-na": ("ab05ef2b29b7ccdb", 17587.836004, 240, 297),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
     "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),
     # recorded at 3975290, before their 12,800-GPU speed-ups

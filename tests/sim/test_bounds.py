@@ -27,6 +27,9 @@ def test_a_lone_job_is_bounded_by_its_fastest_allocation_after_the_first_round_a
     assert b is not None and b["demand_bound_throughput"] == pytest.approx((1.0 + 1000.0) / 900)
     b = throughput_bounds(jobs, table, SimConfig(round_s=300, startup_s=30, window_s=600))
     assert b is not None and b["demand_bound_throughput"] == pytest.approx(1.9 * 370 / 600)
+    # with a 60 s control tick a policy can start it at 120 s: 1.9 × (700 − 150) = 1,045 > 1,000 → all of it
+    b = throughput_bounds(jobs, table, SimConfig(round_s=300, tick_s=60, startup_s=30, window_s=600))
+    assert b is not None and b["demand_bound_throughput"] == pytest.approx(1000 / 600)
 
 
 def test_the_capacity_bound_counts_the_gpu_time_the_cluster_has():
@@ -80,8 +83,9 @@ def test_no_bound_with_noisy_speeds():
     assert throughput_bounds([Job(0, "m", 8, 0.0, 10.0, 1, A100)], table, SimConfig(noise_sigma=0.1)) is None
 
 
+@pytest.mark.parametrize("tick_s", [None, 60.0])
 @pytest.mark.parametrize("policy", policy_names())
-def test_no_policy_beats_the_bounds(policy):
+def test_no_policy_beats_the_bounds(policy, tick_s):
     models = {
         ("s", 8): SyntheticModel(memory_gib=10, base_rate=2.0, scaling=0.9),
         ("l", 8): SyntheticModel(memory_gib=90, base_rate=0.5, scaling=0.8),
@@ -94,7 +98,7 @@ def test_no_policy_beats_the_bounds(policy):
         n = 1 if model == "s" else 4
         rate = table.true_of((model, 8), ((gpu_type, n),))
         jobs.append(Job(i, model, 8, 250.0 * i, (600.0 + 170 * i) * rate, n, gpu_type))
-    cfg = SimConfig(round_s=300, window_s=3600)
+    cfg = SimConfig(round_s=300, tick_s=tick_s, window_s=3600)
     m = compute_metrics(Simulator(cs, jobs, table, get_policy(policy), cfg).run())
     b = throughput_bounds(jobs, table, cfg)
     assert b is not None

@@ -53,7 +53,7 @@ def test_simulate_writes_json_and_plots(setup):
     ):
         assert (out / name).stat().st_size > 0, name
     # the table: the second run reads the rate table from the cache
-    r = runner.invoke(app, _args(setup, "--policies", "fcfs", "--no-plots"))
+    r = runner.invoke(app, _args(setup, "--policies", "fcfs", "--no-plots", "--tick", "60"))
     assert r.exit_code == 0, r.output
     assert "fcfs" in r.stdout and "avg JCT h" in r.stdout
 
@@ -64,6 +64,7 @@ def test_simulate_writes_json_and_plots(setup):
         (["--policies", "fcfz"], "unknown policy 'fcfz'"),
         (["--models", "bert-tinyy"], "--models: unknown model 'bert-tinyy'"),
         (["--round", "0"], "--round: must be > 0"),
+        (["--tick", "600"], "--tick: must be > 0 and <= --round (300), got 600"),
         (["--start", "yesterday"], "--start: 'yesterday' is neither seconds nor a date"),
     ],
 )

@@ -202,3 +202,40 @@ def test_slowdown_and_longest_wait():
     assert m["max_slowdown"] == pytest.approx(2.0)  # the second: 7,200 s for 3,600 s of work
     assert 1.0 < m["p99_slowdown"] <= 2.0
     assert m["max_wait_s"] == pytest.approx(3600.0)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=clusters, specs=job_specs)
+def test_simulation_invariants_with_control_ticks(policy, nodes, specs):
+    cs, table, jobs = _setup(nodes, specs)
+    if not jobs:
+        return
+    cfg = SimConfig(round_s=300, tick_s=60, record_allocations=True, noise_sigma=0.1)
+    res = Simulator(cs, jobs, table, get_policy(policy), cfg).run()
+    check_invariants(res, cs, table, jobs)
+
+
+def test_control_ticks_decide_arrivals_and_completions_between_rounds():
+    # two 2-GPU jobs want the same 2 GPUs: the second arrives mid-round and waits for the first to finish
+    cs, table, jobs = _setup([(A100, 2)], [("m", A100, 0.0, 1000.0, 2), ("m", A100, 100.0, 1000.0, 2)])
+
+    def starts(cfg: SimConfig) -> list[float | None]:
+        res = Simulator(cs, jobs, table, get_policy("fcfs"), cfg).run()
+        return [r.first_start_s for r in sorted(res.jobs, key=lambda r: r.job_id)]
+
+    # rounds only: the first finishes at 1,030 s and the second starts at the round after, 1,200 s
+    assert starts(SimConfig(startup_s=30)) == [0.0, 1200.0]
+    # with a 60 s tick it starts at the first tick after the completion, 1,080 s
+    assert starts(SimConfig(startup_s=30, tick_s=60)) == [0.0, 1080.0]
+    # and an arrival on a free cluster starts at the next tick, not the next round
+    cs1, table1, alone = _setup([(A100, 2)], [("m", A100, 100.0, 1000.0, 2)])
+    res = Simulator(cs1, alone, table1, get_policy("fcfs"), SimConfig(tick_s=60)).run()
+    assert res.jobs[0].first_start_s == 120.0
+
+
+def test_a_tick_must_fit_in_a_round():
+    with pytest.raises(ValueError, match="tick_s"):
+        SimConfig(round_s=300, tick_s=600)
+    with pytest.raises(ValueError, match="tick_s"):
+        SimConfig(tick_s=0)

@@ -48,6 +48,12 @@ def simulate(
     policies: str = typer.Option("all", "--policies", help="comma list of policies, or all"),
     seed: int = typer.Option(0, "--seed", help="seeds model assignment, noise and failures"),
     round_s: float = typer.Option(300.0, "--round", help="seconds between scheduling rounds"),
+    tick_s: float | None = typer.Option(
+        None,
+        "--tick",
+        help="decide arrivals and completions at the next multiple of this many seconds, between "
+        "rounds, as the live service does (default: only at rounds)",
+    ),
     noise: float = typer.Option(0.0, "--noise", help="lognormal σ of true speed around the estimate"),
     mtbf_h: float | None = typer.Option(None, "--mtbf", help="mean hours between failures per node (off)"),
     deadlines: bool = typer.Option(False, "--deadlines", help="give jobs ElasticFlow deadlines"),
@@ -83,6 +89,8 @@ def simulate(
 
     if round_s <= 0:
         raise ValueError(f"--round: must be > 0, got {round_s}")
+    if tick_s is not None and not 0 < tick_s <= round_s:
+        raise ValueError(f"--tick: must be > 0 and <= --round ({round_s:g}), got {tick_s:g}")
     if noise < 0:
         raise ValueError(f"--noise: must be >= 0, got {noise}")
     if mtbf_h is not None and mtbf_h <= 0:
@@ -113,7 +121,11 @@ def simulate(
     label = trace_label(trace_file) if trace_file else trace
     out_dir = Path(out) if out else Path("runs") / "sim" / f"{label}-{Path(cluster).stem}"
     cfg = SimConfig(
-        round_s=round_s, seed=seed, noise_sigma=noise, node_mtbf_s=mtbf_h * 3600 if mtbf_h else None
+        round_s=round_s,
+        tick_s=tick_s,
+        seed=seed,
+        noise_sigma=noise,
+        node_mtbf_s=mtbf_h * 3600 if mtbf_h else None,
     )
     columns = {"submit": submit_col, "duration": duration_col, "gpus": gpus_col}
     if id_col:

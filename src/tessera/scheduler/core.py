@@ -222,6 +222,7 @@ class Scheduler:
         t0 = time.perf_counter()
         ctx = self.context(now_s)
         ctx.events = ev
+        ctx.at_round = boundary
         decision = self.policy.schedule(ctx)
         if decision is None:
             decision = ctx.decision()

@@ -207,6 +207,8 @@ class SchedulingContext:
             jobs if jobs is not None else {js.job_id: js for js in (*self.running, *self.pending)}
         )
         self.events = events
+        # False at a control tick between rounds (an event decided as soon as the tick comes), True at a round
+        self.at_round = True
         self.keep_in_node = keep_in_node
         self.cluster = cluster.copy()
         # free GPUs per type in the virtual state: counted on first ask, then kept in step by _take/_give

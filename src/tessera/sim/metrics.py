@@ -139,8 +139,8 @@ def throughput_bounds(
     bounds use the table's truth, and noisy speeds could exceed it).
 
     A job j of normalized work w_j (total iterations ÷ its true speed on the requested GPUs) arriving at a_j can
-    compute from e_j = the first round boundary at or after a_j, plus the start-up (no policy decides between
-    rounds, and a first start costs ``startup_s``), at most at speed s_j = its fastest allocation on the rate
+    compute from e_j = the first round boundary (tick, with ``tick_s``) at or after a_j, plus the start-up (no
+    policy decides between them, and a first start costs ``startup_s``), at most at speed s_j = its fastest allocation on the rate
     table's grid ÷ its requested speed (powers of two per type up to ``max_gpus`` and even two-type mixes — the
     allocations every policy here makes; s_j > 1 when more or faster GPUs speed it up). So its normalized work
     inside the window [t0, t1) is at most u_j = min(w_j, s_j · max(0, t1 − e_j)).
@@ -168,6 +168,7 @@ def throughput_bounds(
     inside: dict[tuple, float] = {}  # (config, request) → Σ u_j
     key_of: list[tuple] = []  # per job: its (config, request)
     start_s, work, s_max_of = (np.zeros(len(jobs)) for _ in range(3))
+    decide_s = config.tick_s or config.round_s  # the first instant a policy can decide on an arrival
     for i, j in enumerate(jobs):
         ref = reference_rate(table, j, table.true_rate)
         key = (j.config, j.requested)
@@ -179,7 +180,7 @@ def throughput_bounds(
                 if (r := table.true_of(j.config, g)) > 0
             ]
         s_max = max((s for s, _ in opts), default=0.0)
-        start = math.ceil(j.arrival_s / config.round_s - 1e-9) * config.round_s + config.startup_s
+        start = math.ceil(j.arrival_s / decide_s - 1e-9) * decide_s + config.startup_s
         u = min(j.total_iterations / ref, s_max * max(0.0, t1 - start))
         inside[key] = inside.get(key, 0.0) + u
         key_of.append(key)

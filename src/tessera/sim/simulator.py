@@ -1,7 +1,10 @@
 """The event-driven simulator: the scheduler core as its backend, the cost model as the truth.
 
 Events — arrivals, completions, restarts done, node failures and repairs — come off one heap; round ticks
-(default every 300 s) let the policy decide. Between events every running job advances linearly at its true
+(default every 300 s) let the policy decide. With ``tick_s`` set, an arrival or completion between rounds is also
+decided at the next multiple of ``tick_s`` (the core asks the policy on events only there, and time-sharing
+policies re-share only at rounds), as the live service's control loop reacts to events between its rounds: with
+rounds alone, a finished job's GPUs idle until the next round. Between events every running job advances linearly at its true
 speed: the tuned plan's estimate on its GPUs (:meth:`PerfTable.true_rate`), times an optional per-(job, GPUs)
 lognormal error factor that models what the estimates get wrong. Every allocation change costs the job a
 restart: start-up for a first start; checkpoint save + load (model parameters × bytes per parameter over the
@@ -35,7 +38,7 @@ _STATUS = {s: s.value for s in JobStatus}
 FREEZE_MIN_JOBS = 1000
 
 # event kinds, in the order events at the same instant are handled
-COMPLETE, FAIL, REPAIR, ARRIVE, RESUME, ROUND = range(6)
+COMPLETE, FAIL, REPAIR, ARRIVE, RESUME, TICK, ROUND = range(7)
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,16 @@ class SimConfig:
     window_s: float | None = None  # the trace window, for metrics (throughput average, jobs finished)
     keep_in_node: bool = True
     record_allocations: bool = False  # keep every allocation change (for invariant checks)
+    # control ticks between rounds: an arrival or completion is decided at the next multiple of tick_s, as the
+    # live service's control loop does (None: only at round boundaries)
+    tick_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("round_s", "checkpoint_bandwidth_Bps", "repair_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.tick_s is not None and not 0 < self.tick_s <= self.round_s:
+            raise ValueError(f"tick_s must be > 0 and <= round_s ({self.round_s}), got {self.tick_s}")
         if self.noise_sigma < 0 or self.startup_s < 0:
             raise ValueError("noise_sigma and startup_s must be >= 0")
         if self.node_mtbf_s is not None and self.node_mtbf_s <= 0:
@@ -362,6 +370,19 @@ class Simulator:
         now = start
         self._mark(start)
         last_progress = 0.0
+        pending_tick: list[float | None] = [None]
+
+        def control_tick(t: float) -> None:
+            """An event between rounds is decided at the next tick (when ticks are on), unless a round or an
+            earlier tick comes first."""
+            if cfg.tick_s is None:
+                return
+            at = math.ceil(t / cfg.tick_s - 1e-9) * cfg.tick_s
+            if at >= next_round or (pending_tick[0] is not None and pending_tick[0] <= at):
+                return
+            pending_tick[0] = at
+            self._push(at, TICK)
+
         while self._heap:
             t, kind, _, a, b = heapq.heappop(self._heap)
             if cfg.horizon_s is not None and t > cfg.horizon_s:
@@ -372,12 +393,14 @@ class Simulator:
                 if self._on_complete(a, b, now):
                     done_jobs += 1
                     self._mark(now)
+                    control_tick(now)
             elif kind == RESUME:
                 self._on_resume(a, b, now)
                 self._mark(now)
             elif kind == ARRIVE:
                 self.sched.submit(by_id[a], now)
                 arrivals_left -= 1
+                control_tick(now)
             elif kind == FAIL:
                 if self.state.up[a] and self.sched.cluster.up[a]:
                     self._on_fail(a, now)
@@ -387,8 +410,19 @@ class Simulator:
                 self.sched.node_repaired(a, now)
                 if cfg.node_mtbf_s is not None:
                     self._push(now + float(rng.exponential(cfg.node_mtbf_s)), FAIL, a)
+            elif kind == TICK:
+                if pending_tick[0] == now:
+                    pending_tick[0] = None
+                res = self.sched.tick(now, boundary=False)
+                if res.decided:
+                    decision_s.append(res.decision_s)
+                for ch in res.changes:
+                    self._apply(ch, now)
+                if res.changes:
+                    self._mark(now)
             elif kind == ROUND:
                 rounds += 1
+                next_round = now + cfg.round_s
                 res = self.sched.tick(now)
                 if res.decided:
                     decision_s.append(res.decision_s)
@@ -403,11 +437,12 @@ class Simulator:
                     self.progress(now, done_jobs, len(self.jobs))
                 if arrivals_left == 0 and not self.sched.active:
                     break
-                nxt = now + cfg.round_s
+                nxt = next_round
                 if not self.sched.active and arrivals_left:
                     # idle: jump to the round boundary at or after the next arrival
                     first = min(e[0] for e in self._heap if e[1] == ARRIVE)
                     nxt = max(nxt, math.ceil(first / cfg.round_s) * cfg.round_s)
+                next_round = nxt
                 self._push(nxt, ROUND)
         end = now
         self._mark(end)

@@ -14,13 +14,16 @@ One round (:meth:`Tessera.schedule`) runs these rules, each a small module of th
    **order and weights** rule (:mod:`.order`). A running job's other Cells are worth their throughput less the
    restart they cost; its duals price each GPU type for the round.
 4. **Rescale** (:func:`.rescale.rescale_running`, VirtualAlloc line 19, ScaleResource): the running jobs the LP
-   moves change first — at most ``depth`` (default 3) per arrival or departure of the round, the most valuable
+   moves change first — at most ``depth`` (default 10) per arrival or departure of the round, the most valuable
    first, all released together so two jobs can trade GPU types.
 5. **Admit, backfill, preempt** (:func:`.admit.admit`): queued jobs take the LP's Cells in queue order; those left
    out may start on free GPUs with a Cell worth its GPUs' prices, by opportunistic execution (Crius §6.1) or by
    shortest-remaining preemption — both through the one "suspend until it fits, else undo" loop.
 6. **Grow** (:func:`.grow.grow_new`): jobs admitted this round grow into GPUs left idle before they start (no
-   restart yet), best gain per GPU first.
+   restart yet), best gain per GPU first — at rounds only. At a control tick between rounds (an arrival or a
+   completion decided as it happens, ``SchedulingContext.at_round`` False) a job admitted takes its Cell: the
+   next arrival may be seconds away, and a job grown into the GPUs a completion just freed is shrunk for it at a
+   restart's cost (under saturation, growing at every tick made the large jobs' restarts and JCTs grow).
 7. **FinalizeAlloc** (lines 8 and 13): the core binds the virtual allocation.
 
 Cells (:mod:`.cells`, Crius §6.1 "Initializing Cells"): per GPU type the counts N/2, N, 2N, … ``max_scale`` × N
@@ -82,6 +85,12 @@ from tessera.scheduler.state import Job
 # with the options a round has and, at 12,800 GPUs, dominated the decision time.
 LP_COLUMNS_MIN_GPUS = 4096
 
+# Running jobs the LP may move per arrival or departure. Crius's depth of 2-3 left the LP's better Cells unused under
+# saturation: with 10 (and the SRPT horizon at 32 h, order.py) tessera's average JCT on the Philly window is 0.82 /
+# 0.78 / 0.72x the best baseline's at 2x / 4x / 8x density (0.86 / 0.87 / 0.94 with 3 and 16 h), rounds only
+# (bench/results/sim_philly_rounds_only.json); hysteresis and the restart budget keep a job from moving on a small gain.
+DEPTH = 10
+
 
 @register("tessera")
 @register("tessera-na", count_scaling=False)
@@ -94,7 +103,7 @@ class Tessera(Policy):
 
     def __init__(
         self,
-        depth: int = 3,
+        depth: int = DEPTH,
         *,
         count_scaling: bool = True,
         type_scaling: bool = True,
@@ -184,7 +193,7 @@ class Tessera(Policy):
         if p is not None:
             rescale_running(r, p)
         admitted = admit(r, q, p)
-        if self.grow:
+        if self.grow and ctx.at_round:
             grow_new(r, admitted)
 
 

@@ -9,10 +9,12 @@
   and by 1 + θ ÷ t, t the seconds it still needs on its smallest Cell (at least ``srpt_floor_s``), θ =
   ``srpt_horizon_s``: throughput alone does not care which job finishes first. With θ far above most jobs' length
   the LP maximizes, in effect, the rate at which jobs complete (weight ∝ 1 ÷ t), the fluid form of
-  shortest-remaining-first; θ = 16 h (``SRPT_HORIZON_S``) was chosen on the Philly window: ``bench/sim_philly.py``
-  with it (b0326fc) against θ = 300 s (8322165) gives tessera ÷ best baseline average JCT 0.86 / 0.87 / 0.94 at 2× /
-  4× / 8× density (0.87 / 0.94 / 1.03 before) and p99 JCT slowdown 7.7 at 8× (10.4), for a capacity fraction of
-  0.85 at 4× (0.87); light load is unchanged. On workloads without a heavy tail it can cost: the synthetic burst of
+  shortest-remaining-first; θ = 32 h (``SRPT_HORIZON_S``) was chosen on the Philly window. θ = 16 h
+  (``bench/sim_philly.py`` at b0326fc, against θ = 300 s at 8322165) gave tessera ÷ best baseline average JCT 0.86 /
+  0.87 / 0.94 at 2× / 4× / 8× density (0.87 / 0.94 / 1.03 before) and p99 JCT slowdown 7.7 at 8× (10.4), for a
+  capacity fraction of 0.85 at 4× (0.87); light load unchanged. θ = 32 h with the rescale depth at 10
+  (``bench/results/sim_philly_rounds_only.json``, rounds only): 0.82 / 0.78 / 0.72, p99 slowdown 7.4 at 8× (Sia's
+  7.5), capacity fraction 0.85 at 4×. On workloads without a heavy tail it can cost: the synthetic burst of
   ``tests/scheduler/test_tessera_decisions.py`` finishes its jobs later on average with it.
 """
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 # LP weight of one user-priority level over the next lower one (× the largest SRPT factor: set_priority_weights)
 PRIORITY_WEIGHT = 4.0
-SRPT_HORIZON_S = 16 * 3600.0  # θ of the LP weight 1 + θ ÷ t (see the module doc for why this long)
+SRPT_HORIZON_S = 32 * 3600.0  # θ of the LP weight 1 + θ ÷ t (see the module doc for why this long)
 
 
 def remaining(r: RoundState, js: JobState) -> tuple[float, float]:
