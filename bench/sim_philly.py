@@ -3,7 +3,12 @@
 ``--policies all`` is every registered policy: ``tessera-crius`` (Crius Algorithm 1 as published) runs beside
 ``tessera`` (the project's rework of it), in the main run and in the load sweep.
 
-    python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4] [--workers 2] [--densities 0.25,0.5,1,2,4,8] [--noise 0.1,0.2,0.3]
+    python bench/sim_philly.py [--policies all] [--depth-sweep 1,2,3,4,10] [--workers 2] [--densities 0.25,0.5,1,2,4,8] [--noise 0.1,0.2,0.3] [--tick-s 60]
+
+Every run in it (``tick_s`` in the JSON) decides arrivals and completions between the 300 s rounds at the next
+60 s tick (``SimConfig.tick_s``), as the live service's control loop decides them as they happen; ``--tick-s 0``
+decides only at rounds (``bench/results/sim_philly_rounds_only.json`` is such a run). The saturation table is also
+drawn as ``sim_philly_saturation.png`` (``--plot-only`` redraws it from ``--from``'s JSON).
 
 Writes bench/results/sim_philly.json (per policy under ``policies.<name>``: avg_jct_s, avg_queue_s,
 avg_throughput, peak_throughput, finished, restarts_per_job, decision_ms_p99, sim_wall_s, and more) and the

@@ -411,3 +411,19 @@ def test_srpt_settings_that_would_divide_by_zero_are_refused():
     for bad in ({"srpt_floor_s": 0.0}, {"srpt_floor_s": -1.0}, {"srpt_horizon_s": -5.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Tessera(**bad)
+
+
+def test_jobs_admitted_at_a_control_tick_are_not_grown_until_a_round(monkeypatch):
+    # between rounds (a tick deciding an arrival or completion) a job admitted takes its Cell; growing into idle
+    # GPUs is the round's: the next arrival may be seconds away and would shrink it again at a restart's cost
+    import tessera.scheduler.policies.tessera as tessera_policy
+
+    grown: list[list[int]] = []
+    real = tessera_policy.grow_new
+    monkeypatch.setattr(tessera_policy, "grow_new", lambda r, ids: grown.append(list(ids)) or real(r, ids))
+    for at_round in (False, True):
+        ctx = make_context([(A100, 4)], KN, pending=[job(1, gpus=2, gpu_type=A100, iterations=BIG)])
+        ctx.at_round = at_round
+        get_policy("tessera").schedule(ctx)
+        assert 1 in ctx.decision().allocations  # admitted either way
+    assert grown == [[1]]  # the round's call only
