@@ -4,9 +4,9 @@ Events — arrivals, completions, restarts done, node failures and repairs — c
 (default every 300 s) let the policy decide. With ``tick_s`` set, an arrival or completion between rounds is also
 decided at the next multiple of ``tick_s`` (the core asks the policy on events only there, and time-sharing
 policies re-share only at rounds), as the live service's control loop reacts to events between its rounds: with
-rounds alone, a finished job's GPUs idle until the next round. Between events every running job advances linearly at its true
-speed: the tuned plan's estimate on its GPUs (:meth:`PerfTable.true_rate`), times an optional per-(job, GPUs)
-lognormal error factor that models what the estimates get wrong. Every allocation change costs the job a
+rounds alone, a finished job's GPUs idle until the next round. Between events every running job advances
+linearly at its true speed: the tuned plan's estimate on its GPUs (:meth:`PerfTable.true_rate`), times an
+optional per-(job, GPUs) lognormal error factor that models what the estimates get wrong. Every allocation change costs the job a
 restart: start-up for a first start; checkpoint save + load (model parameters × bytes per parameter over the
 checkpoint bandwidth) + start-up for a rescale, migration or resume. Everything random derives from the seed,
 so one seed gives one result.
@@ -341,6 +341,17 @@ class Simulator:
         """When the scheduler first sees ``job``: on arrival (a replay of the service sees it a tick later)."""
         return job.arrival_s
 
+    def _decide(self, now: float, decision_s: list[float], *, boundary: bool) -> None:
+        """A round (``boundary``) or a control tick: the core decides when due, and its changes are applied."""
+        # a round is the core's default tick (a replay of the service wraps it with its own round timing)
+        res = self.sched.tick(now) if boundary else self.sched.tick(now, boundary=False)
+        if res.decided:
+            decision_s.append(res.decision_s)
+        for ch in res.changes:
+            self._apply(ch, now)
+        if res.changes:
+            self._mark(now)
+
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
         with _frozen_heap(len(self.jobs)):
@@ -413,23 +424,11 @@ class Simulator:
             elif kind == TICK:
                 if pending_tick[0] == now:
                     pending_tick[0] = None
-                res = self.sched.tick(now, boundary=False)
-                if res.decided:
-                    decision_s.append(res.decision_s)
-                for ch in res.changes:
-                    self._apply(ch, now)
-                if res.changes:
-                    self._mark(now)
+                self._decide(now, decision_s, boundary=False)
             elif kind == ROUND:
                 rounds += 1
                 next_round = now + cfg.round_s
-                res = self.sched.tick(now)
-                if res.decided:
-                    decision_s.append(res.decision_s)
-                for ch in res.changes:
-                    self._apply(ch, now)
-                if res.changes:
-                    self._mark(now)
+                self._decide(now, decision_s, boundary=True)
                 if freeze_rounds:
                     gc.freeze()  # what this round left is the run's state now (see _frozen_heap)
                 if self.progress is not None and now - last_progress >= 3600.0:
