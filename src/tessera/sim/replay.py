@@ -106,7 +106,9 @@ class ReplaySimulator(Simulator):
         self.decisions: list[Decision] = []
         if service_round_s is not None:
             if self.cfg.tick_s is not None:
-                raise ValueError("tick_s: a replay of the service ticks as the service did (round_s is its tick)")
+                raise ValueError(
+                    "tick_s: a replay of the service ticks as the service did (round_s is its tick)"
+                )
             if service_round_s < self.cfg.round_s:
                 raise ValueError(
                     f"service_round_s ({service_round_s}) must be >= the simulator's round_s (the tick, "
