@@ -47,6 +47,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tessera.sim.generator import FAMILIES, family
@@ -126,9 +127,10 @@ def main() -> int:
     window = dict(
         cluster="crius-sim-1280", trace="philly", start=args.start, end=args.end, seed=args.seed, workers=args.workers
     )  # fmt: skip
+    config = SimConfig(seed=args.seed, tick_s=args.tick_s)  # every run's, noise aside
     study = run_study(
         **window,
-        config=SimConfig(seed=args.seed, tick_s=args.tick_s),
+        config=config,
         policies=args.policies,
         depth_sweep=depths,
         out_dir=work,
@@ -163,15 +165,15 @@ def main() -> int:
         )
     )
     saturation = {
-        f"{d:g}": _saturation_row(window, args.sweep_policies, d, args.tick_s, on_phase)
+        f"{d:g}": _saturation_row(window, args.sweep_policies, d, config, on_phase)
         for d in [float(x) for x in args.densities.split(",") if x.strip()]
     }
     workloads = {
-        name: _workload_row(name, args.seed, args.sweep_policies, args.tick_s, on_phase)
+        name: _workload_row(name, args.sweep_policies, config, on_phase)
         for name in [x.strip() for x in args.families.split(",") if x.strip()]
     }
     noise = {
-        f"{sigma:g}": _noise_row(window, args.noise_policies, sigma, args.tick_s, on_phase)
+        f"{sigma:g}": _noise_row(window, args.noise_policies, replace(config, noise_sigma=sigma), on_phase)
         for sigma in [float(x) for x in args.noise.split(",") if x.strip()]
     }
     payload = {
@@ -211,12 +213,12 @@ def main() -> int:
 
 
 def _saturation_row(
-    window: dict, policies: str, density: float, tick_s: float | None, on_phase: PhaseFn
+    window: dict, policies: str, density: float, config: SimConfig, on_phase: PhaseFn
 ) -> dict:
     """One density of the saturation table: per policy the bounds' fractions, JCT, slowdown and waits."""
     st = run_study(
         **window,
-        config=SimConfig(seed=window["seed"], tick_s=tick_s),
+        config=config,
         policies=policies,
         out_dir=None,
         plots=False,
@@ -358,13 +360,14 @@ def _bounds_only(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload_row(name: str, seed: int, policies: str, tick_s: float | None, on_phase: PhaseFn) -> dict:
+def _workload_row(name: str, policies: str, config: SimConfig, on_phase: PhaseFn) -> dict:
     """A generated workload family (tessera.sim.generator) on the same cluster: its knobs and every policy."""
+    seed = config.seed
     st = run_study(
         cluster="crius-sim-1280",
         trace=f"gen:{name}",
         seed=seed,
-        config=SimConfig(seed=seed, tick_s=tick_s),
+        config=config,
         policies=policies,
         out_dir=None,
         plots=False,
@@ -384,14 +387,16 @@ def _workload_row(name: str, seed: int, policies: str, tick_s: float | None, on_
     return row
 
 
-def _noise_row(window: dict, policies: str, sigma: float, tick_s: float | None, on_phase: PhaseFn) -> dict:
-    """The truth departs from every policy's belief by a lognormal σ per (job, allocation)."""
+def _noise_row(window: dict, policies: str, config: SimConfig, on_phase: PhaseFn) -> dict:
+    """The truth departs from every policy's belief by a lognormal σ (``config.noise_sigma``) per (job,
+    allocation)."""
+    sigma = config.noise_sigma
     st = run_study(
         **window,
         policies=policies,
         out_dir=None,
         plots=False,
-        config=SimConfig(seed=window["seed"], noise_sigma=sigma, tick_s=tick_s),
+        config=config,
         on_phase=lambda label, done, total: on_phase(f"noise {sigma:g}: {label}", done, total),
     )
     rows = {n: {k: v[k] for k in SWEEP_KEYS} for n, v in st.metrics.items()}

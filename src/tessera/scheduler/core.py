@@ -184,7 +184,7 @@ class Scheduler:
             resumed=tuple(self._resumed),
         )
 
-    def context(self, now_s: float) -> SchedulingContext:
+    def context(self, now_s: float, *, at_round: bool = True) -> SchedulingContext:
         return SchedulingContext(
             now_s=now_s,
             cluster=self.cluster,
@@ -197,6 +197,7 @@ class Scheduler:
             restart_estimate=self.restart_estimate,
             relaunch_estimate=self.relaunch_estimate,
             jobs=ActiveJobs(self.running, self.pending),
+            at_round=at_round,
         )
 
     def running_in_order(self) -> list[JobState]:
@@ -220,9 +221,8 @@ class Scheduler:
         if not due:
             return RoundResult((), False, 0.0)
         t0 = time.perf_counter()
-        ctx = self.context(now_s)
+        ctx = self.context(now_s, at_round=boundary)
         ctx.events = ev
-        ctx.at_round = boundary
         decision = self.policy.schedule(ctx)
         if decision is None:
             decision = ctx.decision()

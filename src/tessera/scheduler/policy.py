@@ -197,6 +197,7 @@ class SchedulingContext:
         restart_estimate: Callable[[Job], float] | None = None,
         relaunch_estimate: Callable[[Job], float] | None = None,
         jobs: Mapping[int, JobState] | None = None,
+        at_round: bool = True,
     ) -> None:
         self.now_s, self.round_s = now_s, round_s
         self._restart_estimate = restart_estimate
@@ -208,7 +209,7 @@ class SchedulingContext:
         )
         self.events = events
         # False at a control tick between rounds (an event decided as soon as the tick comes), True at a round
-        self.at_round = True
+        self.at_round = at_round
         self.keep_in_node = keep_in_node
         self.cluster = cluster.copy()
         # free GPUs per type in the virtual state: counted on first ask, then kept in step by _take/_give

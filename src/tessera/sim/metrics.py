@@ -140,8 +140,8 @@ def throughput_bounds(
 
     A job j of normalized work w_j (total iterations ÷ its true speed on the requested GPUs) arriving at a_j can
     compute from e_j = the first round boundary (tick, with ``tick_s``) at or after a_j, plus the start-up (no
-    policy decides between them, and a first start costs ``startup_s``), at most at speed s_j = its fastest allocation on the rate
-    table's grid ÷ its requested speed (powers of two per type up to ``max_gpus`` and even two-type mixes — the
+    policy decides between them, and a first start costs ``startup_s``), at most at speed s_j = its fastest
+    allocation on the rate table's grid ÷ its requested speed (powers of two per type up to ``max_gpus`` and even two-type mixes — the
     allocations every policy here makes; s_j > 1 when more or faster GPUs speed it up). So its normalized work
     inside the window [t0, t1) is at most u_j = min(w_j, s_j · max(0, t1 − e_j)).
 

@@ -119,7 +119,9 @@ class ReplaySimulator(Simulator):
             phase = service_round_phase_s % service_round_s
             next_forced = [phase]
 
-            def service_tick(now_s: float, *, force: bool = False):  # type: ignore[no-untyped-def]
+            def service_tick(now_s: float, *, force: bool = False, boundary: bool = True):  # type: ignore[no-untyped-def]
+                # every simulator round is a service tick (tick_s is refused above, so ``boundary`` is True);
+                # which of them are the service's periodic rounds is the wall clock's, from the phase
                 periodic = now_s >= next_forced[0] - 1e-9
                 if periodic:  # the next multiple of the round after now, from the phase (as live: wall clock)
                     k = math.floor((now_s - phase) / service_round_s + 1e-9) + 1

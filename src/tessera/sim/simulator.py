@@ -6,9 +6,9 @@ decided at the next multiple of ``tick_s`` (the core asks the policy on events o
 policies re-share only at rounds), as the live service's control loop reacts to events between its rounds: with
 rounds alone, a finished job's GPUs idle until the next round. Between events every running job advances
 linearly at its true speed: the tuned plan's estimate on its GPUs (:meth:`PerfTable.true_rate`), times an
-optional per-(job, GPUs) lognormal error factor that models what the estimates get wrong. Every allocation change costs the job a
-restart: start-up for a first start; checkpoint save + load (model parameters × bytes per parameter over the
-checkpoint bandwidth) + start-up for a rescale, migration or resume. Everything random derives from the seed,
+optional per-(job, GPUs) lognormal error factor that models what the estimates get wrong. Every allocation change
+costs the job a restart: start-up for a first start; checkpoint save + load (model parameters × bytes per
+parameter over the checkpoint bandwidth) + start-up for a rescale, migration or resume. Everything random derives from the seed,
 so one seed gives one result.
 """
 
@@ -343,8 +343,7 @@ class Simulator:
 
     def _decide(self, now: float, decision_s: list[float], *, boundary: bool) -> None:
         """A round (``boundary``) or a control tick: the core decides when due, and its changes are applied."""
-        # a round is the core's default tick (a replay of the service wraps it with its own round timing)
-        res = self.sched.tick(now) if boundary else self.sched.tick(now, boundary=False)
+        res = self.sched.tick(now, boundary=boundary)
         if res.decided:
             decision_s.append(res.decision_s)
         for ch in res.changes:
@@ -381,18 +380,18 @@ class Simulator:
         now = start
         self._mark(start)
         last_progress = 0.0
-        pending_tick: list[float | None] = [None]
+        last_tick = -math.inf
 
         def control_tick(t: float) -> None:
-            """An event between rounds is decided at the next tick (when ticks are on), unless a round or an
-            earlier tick comes first."""
+            """An event between rounds is decided at the next tick (when ticks are on), unless the round comes
+            first or that tick is already due (events come in time order, so a tick pushed is never later)."""
+            nonlocal last_tick
             if cfg.tick_s is None:
                 return
             at = math.ceil(t / cfg.tick_s - 1e-9) * cfg.tick_s
-            if at >= next_round or (pending_tick[0] is not None and pending_tick[0] <= at):
-                return
-            pending_tick[0] = at
-            self._push(at, TICK)
+            if last_tick < at < next_round:
+                last_tick = at
+                self._push(at, TICK)
 
         while self._heap:
             t, kind, _, a, b = heapq.heappop(self._heap)
@@ -422,8 +421,6 @@ class Simulator:
                 if cfg.node_mtbf_s is not None:
                     self._push(now + float(rng.exponential(cfg.node_mtbf_s)), FAIL, a)
             elif kind == TICK:
-                if pending_tick[0] == now:
-                    pending_tick[0] = None
                 self._decide(now, decision_s, boundary=False)
             elif kind == ROUND:
                 rounds += 1
