@@ -30,28 +30,24 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
 
-    from tessera.hardware import get_cluster
     from tessera.sim.metrics import compute_metrics, throughput_bounds
-    from tessera.sim.report import prepare, run_policy
+    from tessera.sim.report import run_policy, study_inputs
     from tessera.sim.simulator import SimConfig
-    from tessera.sim.trace import densify, load_philly, window, window_length
-    from tessera.sim.workload import WorkloadSpec
 
     t0 = time.perf_counter()
-    spec = get_cluster("crius-sim-1280")
-    full = load_philly(None)
     out: dict = {
         "benchmark": "lp_columns_ab",
         "command": "python " + " ".join(sys.argv),
-        "cluster": spec.name,
+        "cluster": "crius-sim-1280",
         "window": [args.start, args.end],
         "densities": {},
     }
     for d in [float(x) for x in args.densities.split(",") if x.strip()]:
-        tr = densify(window(full, args.start, args.end), d)
-        w_len = window_length(full, args.start, args.end)
-        cfg = SimConfig(seed=args.seed, window_s=w_len / d if w_len else None)
-        table, jobs, _ = prepare(spec, tr, WorkloadSpec(seed=args.seed), workers=args.workers)
+        inp = study_inputs(
+            start=args.start, end=args.end, seed=args.seed, density=d, workers=args.workers,
+            config=SimConfig(seed=args.seed),
+        )  # fmt: skip
+        spec, table, jobs, cfg = inp.cluster, inp.table, inp.jobs, inp.config
         cap = (throughput_bounds(jobs, table, cfg) or {}).get("capacity_bound_throughput")
         row: dict = {"jobs": len(jobs), "capacity_bound_throughput": cap}
         for label, cols in (("highs_full", False), ("lp_columns", True)):

@@ -301,22 +301,18 @@ def _fractions(throughput: float, bounds: dict) -> dict:
 def _bounds_only(args: argparse.Namespace) -> int:
     """The bounds at each density without simulating, and the fractions of the policies' avg_throughput in
     ``args.source`` (a sim_philly.json of the same window) against them."""
-    from tessera.hardware import get_cluster
     from tessera.sim.metrics import throughput_bounds
-    from tessera.sim.report import load_trace, prepare
-    from tessera.sim.trace import densify, window, window_length
-    from tessera.sim.workload import WorkloadSpec
+    from tessera.sim.report import study_inputs
 
     t0 = time.perf_counter()
     source = json.loads(Path(args.source).read_text()) if Path(args.source).exists() else {}
-    spec = get_cluster("crius-sim-1280")
-    full, _ = load_trace("philly", None, None)
-    w_len = window_length(full, args.start, args.end)
     rows = {}
     for d in [float(x) for x in args.densities.split(",") if x.strip()]:
-        tr = densify(window(full, args.start, args.end), d)
-        cfg = SimConfig(seed=args.seed, window_s=w_len / d, tick_s=args.tick_s)
-        table, jobs, _ = prepare(spec, tr, WorkloadSpec(seed=args.seed), max_gpus=64, workers=args.workers)
+        inp = study_inputs(
+            start=args.start, end=args.end, seed=args.seed, density=d, workers=args.workers,
+            config=SimConfig(seed=args.seed, tick_s=args.tick_s),
+        )  # fmt: skip
+        table, jobs, cfg = inp.table, inp.jobs, inp.config
         t = time.perf_counter()
         bounds = throughput_bounds(jobs, table, cfg) or {}
         bound_s = time.perf_counter() - t
@@ -347,7 +343,7 @@ def _bounds_only(args: argparse.Namespace) -> int:
         "benchmark": "sim_bounds",
         "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
         "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
-        "cluster": spec.name,
+        "cluster": "crius-sim-1280",
         "window": [args.start, args.end],
         "throughputs_from": source.get("command"),
         "saturation": rows,

@@ -1,7 +1,11 @@
 """Benchmark: the simulator and every policy at ten times the cluster (issue 21 item 2), and a cold table build.
 
     python bench/sim_scale.py [--policies all] [--copies 10] [--curve 1,2,4,10] [--cap-s 300] [--cold-only]
-                              [--[no-]lp-columns] [--cold-only --trace gen:months-16k]
+                              [--[no-]lp-columns] [--cold-only --trace gen:months-16k] [--tick-s 60]
+
+Every run decides at rounds only unless ``--tick-s`` gives the simulator's control tick (an arrival or completion
+decided at the next multiple of it, as ``bench/sim_philly.py`` runs by default): a decision is then timed at every
+tick the core asks the policy, and ``round_ms_by_gpus``'s simulator ms is per 300 s round of simulated time.
 
 1. **Cold tables** — with an empty table cache (a fresh ``$TESSERA_HOME``), the time from loading the Philly
    two-week window to the first simulated event on ``crius-sim-1280`` (trace, every configuration's rate
@@ -211,6 +215,8 @@ def main() -> int:
     ap.add_argument("--end", default="2017-10-23")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cap-s", type=float, default=300.0, help="wall-clock cap per policy run")
+    ap.add_argument("--tick-s", type=float, default=0.0,
+                    help="control ticks: decide an arrival or completion at the next multiple of this (0: rounds only)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=None, help="processes building the cold tables")
     ap.add_argument("--home", default=None, help="TESSERA_HOME for the table cache (default: a fresh one)")
     ap.add_argument("--models", default=None, help="zoo models only (a smoke test), default: the Philly mix")
@@ -271,7 +277,7 @@ def main() -> int:
     )  # this process and its (reaped) pool workers: the figure load does not inflate
     log(f"cold_table_s {cold_table_s:.1f} (CPU {cold_cpu_s:.1f} s; tables {table_s:.1f} s, {len(jobs1)} jobs, cache was "
         f"{'warm' if cached else 'empty'})")  # fmt: skip
-    cfg = SimConfig(seed=args.seed, window_s=w_len)
+    cfg = SimConfig(seed=args.seed, window_s=w_len, tick_s=args.tick_s or None)
 
     def header(benchmark: str) -> dict[str, Any]:
         """What every JSON this bench writes starts with: the run and the machine it ran on."""
@@ -285,6 +291,7 @@ def main() -> int:
                 "load_avg_at_end": os.getloadavg(),
             },
             "window": [args.start, args.end],
+            "tick_s": args.tick_s or None,
             "lp_columns": args.lp_columns if args.lp_columns is not None else "by cluster size",
         }
 

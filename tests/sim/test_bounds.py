@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,12 @@ from hypothesis import strategies as st
 from tessera.scheduler import ClusterState, Job, get_policy, policy_names
 from tessera.scheduler.knowledge import SyntheticModel, synthetic_table
 from tessera.scheduler.testing import table_knowledge
-from tessera.sim.metrics import compute_metrics, throughput_bounds
+from tessera.sim.metrics import (
+    capacity_bound_by_request,
+    compute_metrics,
+    throughput_bounds,
+    throughput_by_request,
+)
 from tessera.sim.simulator import SimConfig, Simulator
 
 A100, A10 = "A100-40GB", "A10"
@@ -76,6 +83,30 @@ def test_a_job_computes_no_faster_than_its_fastest_allocation_in_each_interval()
     want = (1.0 + 1.9 * 270) / 600
     assert b["capacity_bound_throughput"] == pytest.approx(want)
     assert b["capacity_bound_untimed_throughput"] == pytest.approx(want)
+
+
+def test_the_capacity_bound_spends_the_gpu_time_on_the_cheapest_work_first():
+    # two GPUs over [0, 1,000 s), both jobs computing from 0 s: a 1-GPU job does a unit of normalized work per
+    # GPU-second on one GPU; a 2-GPU job half a unit on its two, 0.6 on one. So the bound gives the 1-GPU job one
+    # GPU (1,000 units) and the 2-GPU job the other (0.6 × 1,000 = 600), not its request (500); the 1-GPU job on
+    # both GPUs (1.5 units per 2 GPU-seconds) would leave the 2-GPU job none and do 1,500 in all
+    table = table_knowledge(
+        {("a", 8): {(A100, 1): 1.0, (A100, 2): 1.5}, ("b", 8): {(A100, 1): 0.6, (A100, 2): 1.0}},
+        capacity={A100: 2},
+    )
+    jobs = [Job(0, "a", 8, 0.0, 2000.0, 1, A100), Job(1, "b", 8, 0.0, 2000.0, 2, A100)]
+    cfg = SimConfig(round_s=100, startup_s=0, window_s=1000)
+    split = capacity_bound_by_request(jobs, table, cfg, intervals=4)
+    b = throughput_bounds(jobs, table, cfg, intervals=4)
+    assert split is not None and b is not None
+    assert sorted(split) == [1, 2]
+    assert split[1].jobs == split[2].jobs == 1
+    # alone, the 1-GPU job would run on both GPUs (1.5 × 1,000), the 2-GPU job on its request (1,000)
+    assert split[1].demand_throughput == pytest.approx(1.5)
+    assert split[2].demand_throughput == pytest.approx(1.0)
+    assert split[1].capacity_throughput == pytest.approx(1.0)
+    assert split[2].capacity_throughput == pytest.approx(0.6)
+    assert b["capacity_bound_throughput"] == pytest.approx(1.6)
 
 
 def test_no_bound_with_noisy_speeds():
@@ -155,3 +186,28 @@ def test_the_time_indexed_bound_is_below_the_untimed_one_and_above_every_policy(
     for policy in RANDOM_POLICIES:
         m = compute_metrics(Simulator(cs, jobs, table, get_policy(policy), cfg).run())
         assert m["avg_throughput"] <= b["capacity_bound_throughput"] * (1 + 1e-6) + 1e-9, policy
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases())
+def test_the_splits_by_request_add_up_to_the_bound_and_to_the_policy_throughput(case):
+    cs, table, jobs, cfg, intervals = case
+    b = throughput_bounds(jobs, table, cfg, intervals=intervals)
+    split = capacity_bound_by_request(jobs, table, cfg, intervals=intervals)
+    assert b is not None and split is not None
+    assert sum(s.jobs for s in split.values()) == len(jobs)
+    assert sum(s.demand_throughput for s in split.values()) == pytest.approx(b["demand_bound_throughput"])
+    assert sum(s.capacity_throughput for s in split.values()) == pytest.approx(
+        b["capacity_bound_throughput"], rel=1e-6, abs=1e-9
+    )
+    for s in split.values():
+        assert s.capacity_throughput <= s.demand_throughput * (1 + 1e-6) + 1e-9
+    # a run stopped at the window's end: its split by request is its average throughput over the window
+    stopped = replace(cfg, horizon_s=cfg.window_s)
+    for policy in ("tessera", "sia"):
+        r = Simulator(cs, jobs, table, get_policy(policy), stopped).run()
+        by_request = throughput_by_request(r)
+        assert set(by_request) == set(split)
+        assert sum(by_request.values()) == pytest.approx(
+            compute_metrics(r)["avg_throughput"], rel=1e-6, abs=1e-9
+        )

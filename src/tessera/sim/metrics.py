@@ -14,12 +14,17 @@
   throughput integrates over its life to its normalized work (total iterations ÷ its speed on the requested
   GPUs — the trace duration), so no policy averages more than the normalized work that can fall inside the
   window, divided by the window.
+* Where the bound's throughput comes from (:func:`capacity_bound_by_request`) beside a run's
+  (:func:`throughput_by_request`), split by the GPU count jobs requested: a job counts 1 a second on its request
+  whatever its size, so the bound spends GPU-time on the work a GPU-second buys most of, and leaves the largest
+  jobs' work past the window's end; a policy that serves every job in turn cannot.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -158,44 +163,128 @@ def throughput_bounds(
 
     The metric averages per-round averages; over a window of whole rounds (the benchmark's two weeks are 4,032
     rounds of 300 s) that equals the time average bounded here."""
-    if config.noise_sigma > 0 or not jobs:
+    inp = _BoundInputs.of(jobs, table, config, max_gpus)
+    if inp is None:
         return None
-    t0 = min(j.arrival_s for j in jobs)
-    t1 = t0 + (config.window_s if config.window_s else max(j.arrival_s for j in jobs) - t0)
-    if t1 <= t0:
-        return None
-    speeds: dict[tuple, list[tuple[float, GPUs]]] = {}  # (config, request) → (speed ÷ reference, GPUs)
-    inside: dict[tuple, float] = {}  # (config, request) → Σ u_j
-    key_of: list[tuple] = []  # per job: its (config, request)
-    start_s, work, s_max_of = (np.zeros(len(jobs)) for _ in range(3))
-    decide_s = config.tick_s or config.round_s  # the first instant a policy can decide on an arrival
-    for i, j in enumerate(jobs):
-        ref = reference_rate(table, j, table.true_rate)
-        key = (j.config, j.requested)
-        opts = speeds.get(key)
-        if opts is None:
-            opts = speeds[key] = [
-                (r / ref, g)
-                for g in table.grid(j.config, max_gpus=max_gpus)
-                if (r := table.true_of(j.config, g)) > 0
-            ]
-        s_max = max((s for s, _ in opts), default=0.0)
-        start = math.ceil(j.arrival_s / decide_s - 1e-9) * decide_s + config.startup_s
-        u = min(j.total_iterations / ref, s_max * max(0.0, t1 - start))
-        inside[key] = inside.get(key, 0.0) + u
-        key_of.append(key)
-        start_s[i], work[i], s_max_of[i] = start, j.total_iterations / ref, s_max
-    window = t1 - t0
-    untimed = _capacity_bound(speeds, inside, table.capacity, window)
-    timed = _timed_capacity_bound(
-        speeds, key_of, start_s, work, s_max_of, table.capacity, np.linspace(t0, t1, max(1, intervals) + 1)
-    )
+    untimed = _capacity_bound(inp.speeds, inp.inside, table.capacity, inp.window_s)
+    timed, _ = _timed_capacity_bound(inp, table.capacity, intervals)
     return {
-        "demand_bound_throughput": sum(inside.values()) / window,
+        "demand_bound_throughput": sum(inp.inside.values()) / inp.window_s,
         # the LP's optimum up to HiGHS' tolerance; never reported above the untimed bound it tightens
-        "capacity_bound_throughput": min(timed, untimed) / window,
-        "capacity_bound_untimed_throughput": untimed / window,
+        "capacity_bound_throughput": min(timed, untimed) / inp.window_s,
+        "capacity_bound_untimed_throughput": untimed / inp.window_s,
     }
+
+
+@dataclass(frozen=True)
+class RequestShare:
+    """What the jobs requesting one GPU count can add to ``avg_throughput`` (normalized work inside the window ÷
+    the window): at most ``demand_throughput``; ``capacity_throughput`` in the optimum of the time-indexed
+    capacity bound's LP (which of its optima HiGHS returns: the split, not the sum, may differ between optima)."""
+
+    jobs: int
+    demand_throughput: float
+    capacity_throughput: float
+
+
+def capacity_bound_by_request(
+    jobs: Sequence[Job], table: PerfTable, config: SimConfig, *, max_gpus: int = 64, intervals: int = 16
+) -> dict[int, RequestShare] | None:
+    """The time-indexed capacity bound's optimum split by the GPU count jobs requested (0: no request): which
+    jobs' work the bound lets fill the window — beside :func:`throughput_by_request`, where a policy's falls short
+    of it. None where :func:`throughput_bounds` is None."""
+    inp = _BoundInputs.of(jobs, table, config, max_gpus)
+    if inp is None:
+        return None
+    _, by_key = _timed_capacity_bound(inp, table.capacity, intervals)
+    n_jobs: dict[int, int] = {}
+    demand: dict[int, float] = {}
+    capacity: dict[int, float] = {}
+    for j, u in zip(jobs, inp.inside_of, strict=True):
+        n = _requested_count(j.requested)
+        n_jobs[n] = n_jobs.get(n, 0) + 1
+        demand[n] = demand.get(n, 0.0) + u
+    for key, w in by_key.items():
+        n = _requested_count(key[1])
+        capacity[n] = capacity.get(n, 0.0) + w
+    return {
+        n: RequestShare(n_jobs[n], demand[n] / inp.window_s, capacity.get(n, 0.0) / inp.window_s)
+        for n in sorted(n_jobs)
+    }
+
+
+def throughput_by_request(result: SimResult) -> dict[int, float]:
+    """A run's normalized work (done ÷ total iterations × the job's run time alone on its requested GPUs) by the
+    GPU count jobs requested (0: no request), ÷ the window (``config.window_s``, else the run): the split of
+    ``avg_throughput`` by request size for a run stopped at the window's end (``SimConfig.horizon_s``)."""
+    t0 = min((j.arrival_s for j in result.jobs), default=0.0)
+    window = result.config.window_s or (result.end_s - t0)
+    out: dict[int, float] = {}
+    for j in result.jobs:
+        n = _requested_count(j.requested)
+        done = j.done_iterations / j.total_iterations * j.alone_s if j.total_iterations > 0 else 0.0
+        out[n] = out.get(n, 0.0) + done / window
+    return dict(sorted(out.items()))
+
+
+def _requested_count(requested: GPUs | None) -> int:
+    return sum(n for _, n in requested) if requested else 0
+
+
+@dataclass(frozen=True)
+class _BoundInputs:
+    """Per job what the bounds read (see :func:`throughput_bounds`): its (configuration, request) key, earliest
+    compute start e_j, normalized work w_j, fastest speed s_j and u_j; per key its grid allocations as (speed ÷
+    reference, GPUs) and Σ u_j."""
+
+    t0_s: float
+    t1_s: float
+    speeds: dict[tuple, list[tuple[float, GPUs]]]
+    inside: dict[tuple, float]
+    key_of: list[tuple]
+    inside_of: np.ndarray
+    start_s: np.ndarray
+    work: np.ndarray
+    s_max: np.ndarray
+
+    @property
+    def window_s(self) -> float:
+        return self.t1_s - self.t0_s
+
+    @classmethod
+    def of(
+        cls, jobs: Sequence[Job], table: PerfTable, config: SimConfig, max_gpus: int
+    ) -> _BoundInputs | None:
+        """None when the bounds do not apply: estimation noise (the truth could beat the table), no jobs, an
+        empty window."""
+        if config.noise_sigma > 0 or not jobs:
+            return None
+        t0 = min(j.arrival_s for j in jobs)
+        t1 = t0 + (config.window_s if config.window_s else max(j.arrival_s for j in jobs) - t0)
+        if t1 <= t0:
+            return None
+        speeds: dict[tuple, list[tuple[float, GPUs]]] = {}
+        inside: dict[tuple, float] = {}
+        key_of: list[tuple] = []
+        inside_of, start_s, work, s_max_of = (np.zeros(len(jobs)) for _ in range(4))
+        decide_s = config.tick_s or config.round_s  # the first instant a policy can decide on an arrival
+        for i, j in enumerate(jobs):
+            ref = reference_rate(table, j, table.true_rate)
+            key = (j.config, j.requested)
+            opts = speeds.get(key)
+            if opts is None:
+                opts = speeds[key] = [
+                    (r / ref, g)
+                    for g in table.grid(j.config, max_gpus=max_gpus)
+                    if (r := table.true_of(j.config, g)) > 0
+                ]
+            s_max = max((s for s, _ in opts), default=0.0)
+            start = math.ceil(j.arrival_s / decide_s - 1e-9) * decide_s + config.startup_s
+            u = min(j.total_iterations / ref, s_max * max(0.0, t1 - start))
+            inside[key] = inside.get(key, 0.0) + u
+            key_of.append(key)
+            inside_of[i], start_s[i], work[i], s_max_of[i] = u, start, j.total_iterations / ref, s_max
+        return cls(t0, t1, speeds, inside, key_of, inside_of, start_s, work, s_max_of)
 
 
 def _capacity_bound(
@@ -223,14 +312,8 @@ def _capacity_bound(
 
 
 def _timed_capacity_bound(
-    speeds: dict[tuple, list[tuple[float, GPUs]]],
-    key_of: Sequence[tuple],
-    start_s: np.ndarray,
-    work: np.ndarray,
-    s_max: np.ndarray,
-    capacity: dict[str, int],
-    edges: np.ndarray,
-) -> float:
+    inp: _BoundInputs, capacity: dict[str, int], intervals: int
+) -> tuple[float, dict[tuple, float]]:
     """The time-indexed LP of :func:`throughput_bounds`: most normalized work inside [edges[0], edges[-1]) when
     interval k = [edges[k], edges[k+1]) has its own GPU-time. Jobs of one (configuration, request) key whose
     earliest start e_j falls in one interval form a cohort i. With L_jk = |[max(e_j, edges[k]), edges[k+1])| the
@@ -246,10 +329,14 @@ def _timed_capacity_bound(
     at most its work, and GPUs held without computing (start-up, restarts) only add to the GPU-time used. So the
     optimum bounds the work inside the window. Summing the per-interval rows gives the untimed LP's rows, so it
     is never above :func:`_capacity_bound`. Allocations another option dominates (no slower, no more GPU-time of
-    any type per unit of work) are dropped: swapping to the dominating one keeps every row feasible."""
+    any type per unit of work) are dropped: swapping to the dominating one keeps every row feasible.
+
+    Returns the optimum and its work per key (``intervals`` equal intervals of the window)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
+    speeds, key_of, start_s, work, s_max = inp.speeds, inp.key_of, inp.start_s, inp.work, inp.s_max
+    edges = np.linspace(inp.t0_s, inp.t1_s, max(1, intervals) + 1)
     types = sorted(capacity)
     col = {t: k for k, t in enumerate(types)}
     n_types, n_int = len(types), len(edges) - 1
@@ -270,7 +357,7 @@ def _timed_capacity_bound(
     codes, cohort = np.unique(cohort_code[live], return_inverse=True)
     n_coh = len(codes)
     if n_coh == 0:
-        return 0.0
+        return 0.0, {}
     coh_key, coh_first = codes // n_int, codes % n_int
     coh_u = np.bincount(cohort, weights=u[live], minlength=n_coh)
     coh_cap = np.zeros((n_coh, n_int))
@@ -334,7 +421,11 @@ def _timed_capacity_bound(
     )  # fmt: skip
     if res.status != 0:
         raise RuntimeError(f"the time-indexed throughput bound's LP failed: {res.message}")
-    return float(-res.fun)
+    by_key: dict[tuple, float] = {}
+    for (i, _), v in y_of.items():
+        key = keys[int(coh_key[i])]
+        by_key[key] = by_key.get(key, 0.0) + float(res.x[v])
+    return float(-res.fun), by_key
 
 
 def _undominated(

@@ -190,6 +190,57 @@ def run_policy(
     return Simulator(cluster, jobs, table, get_policy(policy, **options), config, progress=progress).run()
 
 
+@dataclass(frozen=True)
+class StudyInputs:
+    """What a study simulates: the cluster, the trace's name, the rate table, the jobs and the simulator's
+    configuration (its ``window_s`` the trace window's length ÷ the density)."""
+
+    cluster: ClusterSpec
+    trace: str
+    table: PerfTable
+    jobs: list[Job]
+    config: SimConfig
+    table_s: float  # building (or loading) the rate table
+
+
+def study_inputs(
+    *,
+    cluster: str = "crius-sim-1280",
+    trace: str = "philly",
+    trace_file: str | None = None,
+    columns: dict[str, str] | None = None,
+    start: str | float | None = None,
+    end: str | float | None = None,
+    seed: int = 0,
+    config: SimConfig | None = None,
+    workload: WorkloadSpec | None = None,
+    workers: int | None = None,
+    max_gpus: int = 64,
+    density: float = 1.0,
+    on_config: Callable[[int, int], None] | None = None,
+) -> StudyInputs:
+    """The trace's window (``start``–``end``) with arrivals ``density`` times as dense, its jobs and rate table
+    on ``cluster``: what :func:`run_study` simulates every policy on, for benches that simulate it otherwise."""
+    spec = get_cluster(cluster)
+    generated = generator_family(trace[len("gen:") :], seed) if trace.startswith("gen:") else None
+    if generated is not None:
+        tr, trace_name = generate(generated), trace
+    else:
+        tr, trace_name = load_trace(trace, trace_file, columns)
+    w_len = window_length(tr, start, end)
+    tr = densify(window(tr, start, end), density)
+    if w_len is not None:
+        w_len /= density
+    if not tr.jobs:
+        raise ValueError("the trace window holds no jobs")
+    wl = workload or (generated.workload() if generated is not None else WorkloadSpec(seed=seed))
+    cfg = config or SimConfig(seed=seed)
+    if cfg.window_s is None:
+        cfg = SimConfig(**{**cfg.__dict__, "window_s": w_len or tr.jobs[-1].submit_s - tr.jobs[0].submit_s})
+    table, jobs, table_s = prepare(spec, tr, wl, max_gpus=max_gpus, workers=workers, on_config=on_config)
+    return StudyInputs(spec, trace_name, table, jobs, cfg, table_s)
+
+
 def run_study(
     *,
     cluster: str = "crius-sim-1280",
@@ -214,30 +265,17 @@ def run_study(
     ``on_phase(label, done, total)`` reports progress (rate table, then each policy's simulated time).
     ``Study.first_event_s``: from the call to the first simulated event (trace, rate table and jobs ready)."""
     t_start = time.perf_counter()
-    spec = get_cluster(cluster)
     names = resolve_policies(policies)
-    generated = generator_family(trace[len("gen:") :], seed) if trace.startswith("gen:") else None
-    if generated is not None:
-        tr, trace_name = generate(generated), trace
-    else:
-        tr, trace_name = load_trace(trace, trace_file, columns)
-    w_len = window_length(tr, start, end)
-    tr = densify(window(tr, start, end), density)
-    if w_len is not None:
-        w_len /= density
-    if not tr.jobs:
-        raise ValueError("the trace window holds no jobs")
-    wl = workload or (generated.workload() if generated is not None else WorkloadSpec(seed=seed))
-    cfg = config or SimConfig(seed=seed)
-    if cfg.window_s is None:
-        cfg = SimConfig(**{**cfg.__dict__, "window_s": w_len or tr.jobs[-1].submit_s - tr.jobs[0].submit_s})
 
     def phase(label: str) -> Callable[[float, float], None]:
         return lambda d, t: on_phase(label, d, t) if on_phase else None
 
-    table, jobs, table_s = prepare(
-        spec, tr, wl, max_gpus=max_gpus, workers=workers, on_config=phase("rate table")
-    )
+    inp = study_inputs(
+        cluster=cluster, trace=trace, trace_file=trace_file, columns=columns, start=start, end=end, seed=seed,
+        config=config, workload=workload, workers=workers, max_gpus=max_gpus, density=density,
+        on_config=phase("rate table"),
+    )  # fmt: skip
+    spec, table, jobs, cfg, table_s = inp.cluster, inp.table, inp.jobs, inp.config, inp.table_s
     metrics: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
     first_event_s = time.perf_counter() - t_start
@@ -260,7 +298,7 @@ def run_study(
         phase("depth sweep")(len(sweep), len(depth_sweep))
     study = Study(
         cluster=spec.name,
-        trace=trace_name,
+        trace=inp.trace,
         n_jobs=len(jobs),
         window_s=cfg.window_s,
         demand_gpu_hours=demand_gpu_hours(jobs, table),
