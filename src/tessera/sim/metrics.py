@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -235,12 +236,11 @@ def _requested_count(requested: GPUs | None) -> int:
 class _BoundInputs:
     """Per job what the bounds read (see :func:`throughput_bounds`): its (configuration, request) key, earliest
     compute start e_j, normalized work w_j, fastest speed s_j and u_j; per key its grid allocations as (speed ÷
-    reference, GPUs) and Σ u_j."""
+    reference, GPUs) (and Σ u_j, :attr:`inside`, summed from the jobs')."""
 
     t0_s: float
     t1_s: float
     speeds: dict[tuple, list[tuple[float, GPUs]]]
-    inside: dict[tuple, float]
     key_of: list[tuple]
     inside_of: np.ndarray
     start_s: np.ndarray
@@ -250,6 +250,14 @@ class _BoundInputs:
     @property
     def window_s(self) -> float:
         return self.t1_s - self.t0_s
+
+    @cached_property
+    def inside(self) -> dict[tuple, float]:
+        """Σ u_j per key."""
+        out: dict[tuple, float] = {}
+        for key, u in zip(self.key_of, self.inside_of, strict=True):
+            out[key] = out.get(key, 0.0) + float(u)
+        return out
 
     @classmethod
     def of(
@@ -264,7 +272,6 @@ class _BoundInputs:
         if t1 <= t0:
             return None
         speeds: dict[tuple, list[tuple[float, GPUs]]] = {}
-        inside: dict[tuple, float] = {}
         key_of: list[tuple] = []
         inside_of, start_s, work, s_max_of = (np.zeros(len(jobs)) for _ in range(4))
         decide_s = config.tick_s or config.round_s  # the first instant a policy can decide on an arrival
@@ -281,10 +288,9 @@ class _BoundInputs:
             s_max = max((s for s, _ in opts), default=0.0)
             start = math.ceil(j.arrival_s / decide_s - 1e-9) * decide_s + config.startup_s
             u = min(j.total_iterations / ref, s_max * max(0.0, t1 - start))
-            inside[key] = inside.get(key, 0.0) + u
             key_of.append(key)
             inside_of[i], start_s[i], work[i], s_max_of[i] = u, start, j.total_iterations / ref, s_max
-        return cls(t0, t1, speeds, inside, key_of, inside_of, start_s, work, s_max_of)
+        return cls(t0, t1, speeds, key_of, inside_of, start_s, work, s_max_of)
 
 
 def _capacity_bound(
@@ -349,7 +355,7 @@ def _timed_capacity_bound(
     lo = np.maximum(edges[:-1][None, :], start_s[:, None])
     L = np.clip(edges[1:][None, :] - lo, 0.0, None)  # jobs × intervals
     cap_work = np.minimum(work[:, None], s_max[:, None] * L)
-    u = np.minimum(work, s_max * np.clip(t1 - start_s, 0.0, None))
+    u = inp.inside_of
     live = (u > 0) & (start_s < t1)
     first = np.clip(np.searchsorted(edges, start_s, side="right") - 1, 0, n_int - 1)
     # cohorts: (key, interval of e_j)

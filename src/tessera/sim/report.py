@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +236,7 @@ def study_inputs(
     wl = workload or (generated.workload() if generated is not None else WorkloadSpec(seed=seed))
     cfg = config or SimConfig(seed=seed)
     if cfg.window_s is None:
-        cfg = SimConfig(**{**cfg.__dict__, "window_s": w_len or tr.jobs[-1].submit_s - tr.jobs[0].submit_s})
+        cfg = replace(cfg, window_s=w_len or tr.jobs[-1].submit_s - tr.jobs[0].submit_s)
     table, jobs, table_s = prepare(spec, tr, wl, max_gpus=max_gpus, workers=workers, on_config=on_config)
     return StudyInputs(spec, trace_name, table, jobs, cfg, table_s)
 

@@ -8,8 +8,8 @@ rounds alone, a finished job's GPUs idle until the next round. Between events ev
 linearly at its true speed: the tuned plan's estimate on its GPUs (:meth:`PerfTable.true_rate`), times an
 optional per-(job, GPUs) lognormal error factor that models what the estimates get wrong. Every allocation change
 costs the job a restart: start-up for a first start; checkpoint save + load (model parameters × bytes per
-parameter over the checkpoint bandwidth) + start-up for a rescale, migration or resume. Everything random derives from the seed,
-so one seed gives one result.
+parameter over the checkpoint bandwidth) + start-up for a rescale, migration or resume. Everything random derives
+from the seed, so one seed gives one result.
 """
 
 from __future__ import annotations
