@@ -289,8 +289,8 @@ def _force_round(s, now: float):
 
 def _ping_pong(policy, rates_by_round, *, iterations=200.0):
     """One 2-GPU job on 2 A100-40GB + 2 V100-32GB, rounds 10 s apart; each round's estimates change (as calibration changes them in
-    the service, which then resets the policy's Cells); the job runs at its estimate. Returns each round's
-    changes."""
+    the service, which then resets the policy's Cells); the job runs at its estimate (the policy values its held
+    Cell at the speed measured there). Returns each round's changes."""
     from tessera.scheduler import ClusterState, Scheduler
 
     s = Scheduler(
@@ -302,15 +302,14 @@ def _ping_pong(policy, rates_by_round, *, iterations=200.0):
     )
     s.submit(job(1, gpus=2, gpu_type=A100, iterations=iterations, arrival_s=0.5), 0.0)
     out = []
+    js = s.jobs[1]
     for k, rates in enumerate(rates_by_round):
         now = 1000.0 + 10.0 * k  # it waited: a restart budget of 10 % of its age allows a few moves
         s.knowledge = table_knowledge({("m", 8): rates}).view()
         policy.reset()
-        changes = s.tick(now).changes if k == 0 else _force_round(s, now)
-        js = s.jobs[1]
-        if js.allocation is not None:
+        if js.allocation is not None:  # calibrated: what it measures on its GPUs is the new estimate there
             js.rate_iters_per_s = rates[(js.allocation.gpus[0][0], js.allocation.n_gpus)]
-        out.append(changes)
+        out.append(s.tick(now).changes if k == 0 else _force_round(s, now))
     return out
 
 

@@ -9,7 +9,7 @@ round leaks into the next and every rule is a function of (round state, its inpu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tessera.scheduler.policies.tessera.cells import Cell, JobCells, shares_type
@@ -52,7 +52,14 @@ class RoundState:
         return self.pol.catalog.info(self.ctx, job)
 
     def held_cell(self, js: JobState, a: Allocation) -> Cell:
-        return self.pol.catalog.held_cell(self.ctx, js, a)
+        """The Cell of GPUs ``a``; when the job runs on them and its speed there was measured, at that speed
+        (measured truth over the estimate: a job whose Cell estimate is 40 % slow is not shrunk or moved for a
+        gain that exists only against the estimate)."""
+        c = self.pol.catalog.held_cell(self.ctx, js, a)
+        m = js.rate_iters_per_s
+        if m > 0 and m != c.rate and js.allocation is not None and js.allocation.gpus == a.gpus:
+            c = replace(c, norm=m / self.info(js.job).ref, rate=m)
+        return c
 
     def value(self, c: Cell, w: float = 1.0) -> float:
         """A Cell's worth to the cluster this round: its normalized throughput (× the job's LP weight ``w``) less
@@ -158,8 +165,17 @@ class RoundState:
         left = js.remaining_at(now) / old.rate if old.rate > 0 else float("inf")
         ago = now - js.last_change_s if self.settling(js) and self.pol.settle_factor > 1 else None
         factor, prices = self.pol.settle_factor, self.prices
+        a = js.allocation  # the GPUs it runs on (released from the virtual state by now, not from the job)
+        measured = (
+            a is not None
+            and a.gpus == old.gpus
+            and old.rate != self.pol.catalog.held_cell(self.ctx, js, a).rate
+        )
         self.ctx.explain(
-            js.job_id, lambda: move_words(old, new, c, left, ago, factor, gain / max(w, 1e-12), prices)
+            js.job_id,
+            lambda: move_words(
+                old, new, c, left, ago, factor, gain / max(w, 1e-12), prices, measured=measured
+            ),
         )
 
 
@@ -172,15 +188,15 @@ def price_note(prices: Mapping[str, float], gpus: GPUs) -> str:
 
 def move_words(
     old: Cell, new: Cell, restart_s: float, left_s: float, settled_ago_s: float | None, settle_factor: float,
-    gain: float, prices: Mapping[str, float],
+    gain: float, prices: Mapping[str, float], *, measured: bool = False,
 ) -> str:  # fmt: skip
-    """A rescale's or migration's reason (:meth:`RoundState.explain_move`'s figures in words)."""
+    """A rescale's or migration's reason (:meth:`RoundState.explain_move`'s figures in words); ``measured``:
+    the speed before is the one measured on the GPUs held, not the estimate."""
     verb = "migrate" if old.gpus == new.gpus else "rescale"  # the core's kinds (ChangeKind)
     r0, r1 = old.rate, new.rate
     pct = 100.0 * (r1 / r0 - 1.0) if r0 > 0 else float("inf")
-    parts = [
-        f"{verb} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}: est. {r0:.3g} → {r1:.3g} it/s ({pct:+.0f} %)"
-    ]
+    speeds = f"{r0:.3g} it/s measured → est. {r1:.3g} it/s" if measured else f"est. {r0:.3g} → {r1:.3g} it/s"
+    parts = [f"{verb} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}: {speeds} ({pct:+.0f} %)"]
     if r1 > r0:
         payback = r0 * restart_s / (r1 - r0)
         parts.append(f"restart {fmt_s(restart_s)} pays back in {fmt_s(payback)} of {fmt_s(left_s)} left")
