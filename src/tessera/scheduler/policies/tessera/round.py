@@ -52,12 +52,16 @@ class RoundState:
         return self.pol.catalog.info(self.ctx, job)
 
     def held_cell(self, js: JobState, a: Allocation) -> Cell:
-        """The Cell of GPUs ``a``; when the job runs on them and its speed there was measured, at that speed
-        (measured truth over the estimate: a job whose Cell estimate is 40 % slow is not shrunk or moved for a
-        gain that exists only against the estimate)."""
+        """The Cell of GPUs ``a``; when the job runs on them and measured faster there than estimated, at the
+        measured speed (a job whose Cell estimate is 40 % slow is not shrunk or moved for a gain that exists only
+        against the estimate). A measurement slower than the estimate does not lower it: live, a job's first steps
+        carry first-call and loop costs the other Cells' estimates leave out, and compared with those it would
+        move a job off its GPUs on its warm-up (the speed factors carry a steady slowdown into every Cell of the
+        configuration instead). On the Philly table no estimate is above the truth, so in the simulator without
+        noise this is the measured speed."""
         c = self.pol.catalog.held_cell(self.ctx, js, a)
         m = js.rate_iters_per_s
-        if m > 0 and m != c.rate and js.allocation is not None and js.allocation.gpus == a.gpus:
+        if m > c.rate and js.allocation is not None and js.allocation.gpus == a.gpus:
             c = replace(c, norm=m / self.info(js.job).ref, rate=m)
         return c
 
