@@ -12,7 +12,7 @@ One round (:meth:`Tessera.schedule`) runs these rules, each a small module of th
    (:mod:`tessera.scheduler.cell_lp`); each job's normalized throughput is weighted by its user priority
    (``PRIORITY_WEIGHT`` per level) and 1 + θ ÷ t (t: seconds it still needs on its reference Cell, θ =
    ``srpt_horizon_s``) — the **order and weights** rule (:mod:`.order`). A running job's held Cell is worth the
-   speed measured on it (the estimate until there is one), its other Cells their estimated throughput less the
+   speed measured on it where that beats the estimate, its other Cells their estimated throughput less the
    restart they cost; its duals price each GPU type for the round.
 4. **Rescale** (:func:`.rescale.rescale_running`, VirtualAlloc line 19, ScaleResource): the running jobs the LP
    moves change first — at most ``depth`` (default 10) per arrival or departure of the round, the most valuable

@@ -35,6 +35,8 @@ class Cell:
     n_stages: int | None
     n_gpus: int
     mix: bool
+    # rate and norm are the speed measured on these GPUs, not the estimate (RoundState.held_cell)
+    measured: bool = False
 
 
 @dataclass

@@ -3,9 +3,9 @@
 Crius explores, per scheduled job, the choices of placing it and rescaling running jobs, and keeps the one of
 maximum cluster throughput (Algorithm 1 lines 14-20). Scored one job at a time this is myopic under contention,
 so it is solved for all jobs together, as Crius suggests solvers may (§6): :mod:`tessera.scheduler.cell_lp`. A
-running job's own Cell is worth the speed measured on it (:meth:`RoundState.held_cell`), its other Cells their
-estimated normalized throughput less the restart they cost (:meth:`RoundState.penalty`, with hysteresis), and it
-keeps some Cell. Jobs restarting or past their restart budget
+running job's own Cell is worth the speed measured on it where that beats the estimate
+(:meth:`RoundState.held_cell`), its other Cells their estimated normalized throughput less the restart they cost
+(:meth:`RoundState.penalty`, with hysteresis), and it keeps some Cell. Jobs restarting or past their restart budget
 stay as they are. The LP's duals price each GPU type for the round (:attr:`RoundState.prices`).
 """
 

@@ -5,15 +5,14 @@
   (the work it reports ÷ the Cell estimate), divided by its response ratio 1 + waited ÷ needed (HRRN aging, so a
   long job that has waited comes up). ``order="arrival"`` restores Crius's order. A user priority ranks first;
   the deadline-aware mode takes earliest deadline first.
-* **LP weights**: a job's normalized throughput is weighted by its user priority (``PRIORITY_WEIGHT`` per level)
-  and by 1 + θ ÷ t, t the seconds it still needs on its reference Cell (the rate its throughput is normalized by;
-  at least ``srpt_floor_s``), θ = ``srpt_horizon_s``: throughput alone does not care which job finishes first.
-  With θ far above most jobs' length the LP maximizes, in effect, the rate at which jobs complete: a Cell of rate
-  r is then worth θ · (r ÷ ref) ÷ (work ÷ ref) = θ · r ÷ work, the fraction of the job it finishes per second
-  (Smith's rule, the fluid form of shortest-remaining-first). t was taken on the job's smallest Cell before; for
-  a job whose smallest Cell is slow for its model that undervalued it by that Cell's rate ÷ ref, and under
-  saturation left the 4- and 8-GPU jobs of slow requests behind. θ = 32 h (``SRPT_HORIZON_S``) was chosen on the
-  Philly window. θ = 16 h
+* **LP weights**: a job's normalized throughput is weighted by its user priority (``PRIORITY_WEIGHT`` per level) and
+  by 1 + θ ÷ t, t the seconds it still needs on its reference Cell (the rate its throughput is normalized by; at
+  least ``srpt_floor_s``), θ = ``srpt_horizon_s``: throughput alone does not care which job finishes first. With θ
+  far above most jobs' length the LP maximizes, in effect, the rate at which jobs complete: a Cell of rate r is then
+  worth θ · (r ÷ ref) ÷ (work ÷ ref) = θ · r ÷ work, the fraction of the job it finishes per second (Smith's rule,
+  the fluid form of shortest-remaining-first). t was taken on the job's smallest Cell before; for a job whose
+  smallest Cell is slow for its model that undervalued it by that Cell's rate ÷ ref, and under saturation left the
+  4- and 8-GPU jobs of slow requests behind. θ = 32 h (``SRPT_HORIZON_S``) was chosen on the Philly window. θ = 16 h
   (``bench/sim_philly.py`` at b0326fc, against θ = 300 s at 8322165) gave tessera ÷ best baseline average JCT 0.86 /
   0.87 / 0.94 at 2× / 4× / 8× density (0.87 / 0.94 / 1.03 before) and p99 JCT slowdown 7.7 at 8× (10.4), for a
   capacity fraction of 0.85 at 4× (0.87); light load unchanged. θ = 32 h with the rescale depth at 10

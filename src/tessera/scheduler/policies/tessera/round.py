@@ -62,7 +62,7 @@ class RoundState:
         c = self.pol.catalog.held_cell(self.ctx, js, a)
         m = js.rate_iters_per_s
         if m > c.rate and js.allocation is not None and js.allocation.gpus == a.gpus:
-            c = replace(c, norm=m / self.info(js.job).ref, rate=m)
+            c = replace(c, norm=m / self.info(js.job).ref, rate=m, measured=True)
         return c
 
     def value(self, c: Cell, w: float = 1.0) -> float:
@@ -169,17 +169,8 @@ class RoundState:
         left = js.remaining_at(now) / old.rate if old.rate > 0 else float("inf")
         ago = now - js.last_change_s if self.settling(js) and self.pol.settle_factor > 1 else None
         factor, prices = self.pol.settle_factor, self.prices
-        a = js.allocation  # the GPUs it runs on (released from the virtual state by now, not from the job)
-        measured = (
-            a is not None
-            and a.gpus == old.gpus
-            and old.rate != self.pol.catalog.held_cell(self.ctx, js, a).rate
-        )
         self.ctx.explain(
-            js.job_id,
-            lambda: move_words(
-                old, new, c, left, ago, factor, gain / max(w, 1e-12), prices, measured=measured
-            ),
+            js.job_id, lambda: move_words(old, new, c, left, ago, factor, gain / max(w, 1e-12), prices)
         )
 
 
@@ -192,14 +183,16 @@ def price_note(prices: Mapping[str, float], gpus: GPUs) -> str:
 
 def move_words(
     old: Cell, new: Cell, restart_s: float, left_s: float, settled_ago_s: float | None, settle_factor: float,
-    gain: float, prices: Mapping[str, float], *, measured: bool = False,
+    gain: float, prices: Mapping[str, float],
 ) -> str:  # fmt: skip
-    """A rescale's or migration's reason (:meth:`RoundState.explain_move`'s figures in words); ``measured``:
-    the speed before is the one measured on the GPUs held, not the estimate."""
+    """A rescale's or migration's reason (:meth:`RoundState.explain_move`'s figures in words; the speed before
+    is the one measured on the GPUs held where :meth:`RoundState.held_cell` took it)."""
     verb = "migrate" if old.gpus == new.gpus else "rescale"  # the core's kinds (ChangeKind)
     r0, r1 = old.rate, new.rate
     pct = 100.0 * (r1 / r0 - 1.0) if r0 > 0 else float("inf")
-    speeds = f"{r0:.3g} it/s measured → est. {r1:.3g} it/s" if measured else f"est. {r0:.3g} → {r1:.3g} it/s"
+    speeds = (
+        f"{r0:.3g} it/s measured → est. {r1:.3g} it/s" if old.measured else f"est. {r0:.3g} → {r1:.3g} it/s"
+    )
     parts = [f"{verb} {fmt_gpus(old.gpus)} → {fmt_gpus(new.gpus)}: {speeds} ({pct:+.0f} %)"]
     if r1 > r0:
         payback = r0 * restart_s / (r1 - r0)
