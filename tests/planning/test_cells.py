@@ -84,7 +84,8 @@ def test_more_gpus_make_a_cell_faster_within_a_node(est):
     cells = {n: est.estimate(CellShape.of({"A100-40GB": n}, 1)) for n in (1, 2, 4, 8)}
     t = [cells[n].iteration_time_s for n in (1, 2, 4)]
     assert t[0] > t[1] > t[2]
-    assert cells[8].estimate.comm_s > 10 * cells[4].estimate.comm_s
+    # (the 4-GPU Cell's ZeRO-1 reduce-scatter and all-gather stay on NVLink)
+    assert cells[8].estimate.comm_s > 4 * cells[4].estimate.comm_s
 
 
 def test_mixed_cell_puts_big_memory_first_and_more_layers_on_fast_gpus(est, gpt):

@@ -116,6 +116,13 @@ def default_micro_batches(n_stages: int, global_batch: int) -> int:
     return max(n_stages, min(4 * n_stages, global_batch))
 
 
+def micro_batch_options(n_stages: int, global_batch: int) -> list[int]:
+    """Micro-batch counts to try: S, 2S, 4S, 8S and the global batch (one sample per micro-batch), within the
+    global batch (GPipe's 4S among them)."""
+    opts = sorted({min(global_batch, k * n_stages) for k in (1, 2, 4, 8)} | {global_batch})
+    return [b for b in opts if n_stages <= b <= global_batch]
+
+
 def factorizations(n: int) -> tuple[tuple[int, int], ...]:
     """(dp, tp) with dp · tp = n and tp a power of two, from DP-only to TP-only."""
     out = []

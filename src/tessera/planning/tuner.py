@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from tessera.perf.estimate import Estimate
 from tessera.plan import Plan
 from tessera.planning.cells import Cell, CellEstimator, CellShape
-from tessera.planning.space import StageSpace
+from tessera.planning.space import StageSpace, micro_batch_options
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,6 @@ class TuneResult:
     @property
     def iteration_time_s(self) -> float:
         return self.estimate.iteration_time_s
-
-
-def micro_batch_options(n_stages: int, global_batch: int) -> list[int]:
-    """Micro-batch counts to try: S, 2S, 4S, 8S and the global batch (one sample per micro-batch), within the
-    global batch (GPipe's 4S among them)."""
-    opts = sorted({min(global_batch, k * n_stages) for k in (1, 2, 4, 8)} | {global_batch})
-    return [b for b in opts if n_stages <= b <= global_batch]
 
 
 def favoured_half(space: StageSpace, stage: int, favour: str) -> list[int]:
@@ -86,34 +79,19 @@ def tune(
     if cell is None:
         return None
     options = micro_batches or micro_batch_options(shape.n_stages, estimator.settings.global_batch)
-    best: tuple[tuple[bool, float], StageSpace, tuple[int, ...]] | None = None
-    evaluations = 0
-    for rung in estimator.rungs:
-        fastest = math.inf
-        for B in options:
-            space = estimator.space(shape, rung, B)
-            if space is None:
-                return None
-            allowed = (
-                _with_cell_choice(
-                    space, cell, [favoured_half(space, s, cell.favour[s]) for s in range(space.n_stages)]
-                )
-                if guided
-                else [list(range(len(o))) for o in space.options]
-            )
-            choice = space.assemble(allowed)
-            if choice is None:
-                continue
-            evaluations += choice.evaluations
-            fastest = min(fastest, choice.unconstrained_s)
-            score = (not choice.feasible, choice.iteration_time_s)
-            if best is None or score < best[0]:
-                best = (score, space, choice.options)
-        if best is not None and not best[0][0] and best[0][1] <= fastest * (1 + 1e-12):
-            break  # the fastest plan of this rung fits; later rungs only add recompute
-    if best is None:
+
+    def allowed_of(space: StageSpace) -> list[list[int]]:
+        if not guided:
+            return [list(range(len(o))) for o in space.options]
+        return _with_cell_choice(
+            space, cell, [favoured_half(space, s, cell.favour[s]) for s in range(space.n_stages)]
+        )
+
+    found = estimator.walk(shape, allowed_of, options)
+    if found is None:
         return None
-    _, space, chosen = best
+    space, choice, evaluations = found
+    chosen = choice.options
     return TuneResult(
         plan=space.plan(chosen),
         estimate=space.estimate(chosen),

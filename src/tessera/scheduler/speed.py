@@ -389,7 +389,7 @@ class FastCellEstimator(CellEstimator):
         (rung, micro-batches) space, the rung's later micro-batch counts and the next rung's (the tuner walks
         them in that order; a call costs about the same for one view or a few hundred). Returns the views."""
         from tessera.perf.estimate import peak_bytes
-        from tessera.planning.tuner import micro_batch_options
+        from tessera.planning.space import micro_batch_options
 
         counts = micro_batch_options(shape.n_stages, self.settings.global_batch)
         at = self.rungs.index(rung) if rung in self.rungs else len(self.rungs)
@@ -418,8 +418,7 @@ class FastCellEstimator(CellEstimator):
         every option of every micro-batch count the tuner tries, on the rungs up to the one the Cell's own
         estimate settled on (the tuner stops at the first rung whose fastest plan fits). Returns the views."""
         from tessera.perf.estimate import peak_bytes
-        from tessera.planning.space import default_micro_batches
-        from tessera.planning.tuner import micro_batch_options
+        from tessera.planning.space import default_micro_batches, micro_batch_options
 
         gb = self.settings.global_batch
         views: list = []
