@@ -414,7 +414,8 @@ class FastCellEstimator(CellEstimator):
         """Price the memory of many Cells' options at once (the formula is numpy over views: one call for
         every GPU type, count, stage count and memory setting costs a fraction of one call per Cell).
 
-        Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on every rung. With it:
+        Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on the first rung (the
+        estimate prices each later rung it walks in one call of its own: :meth:`CellEstimator.walk`). With it:
         every option of every micro-batch count the tuner tries, on the rungs up to the one the Cell's own
         estimate settled on (the tuner stops at the first rung whose fastest plan fits). Returns the views."""
         from tessera.perf.estimate import peak_bytes
