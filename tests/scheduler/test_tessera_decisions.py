@@ -77,7 +77,7 @@ PINNED = {
     # (19,942.9 / 21,174.2 / 17,777.7 s before): tessera's and tessera-na's average JCT fell, tessera-nh's rose
     # Re-recorded when the LP's SRPT weight took the time left on the reference Cell, not the smallest
     # (19,488.8 / 21,480.4 s before): on this burst tessera's average JCT rose 2.8 %, tessera-nh's fell 0.5 %; on
-    # the Philly window tessera's fell at every density from 0.5x (bench/results/sim_philly_tessera_sia.json)
+    # the Philly window tessera's fell at every density from 0.5x (bench/results/sim_philly_tessera_sia_70422f4.json)
     "tessera": ("3e8d84059fcb8bdb", 20033.019699, 240, 485),
     "tessera-nh": ("da0c9d93d7499185", 21367.658927, 240, 254),
     "tessera-na": ("ab05ef2b29b7ccdb", 17587.836004, 240, 297),
