@@ -19,8 +19,7 @@ from tessera.hardware import get_cluster
 from tessera.models.zoo import get_spec
 from tessera.perf.estimate import stage_cost
 from tessera.planning.cells import CellEstimator, CellShape
-from tessera.planning.space import Rung, TrainSettings
-from tessera.planning.tuner import micro_batch_options
+from tessera.planning.space import Rung, TrainSettings, micro_batch_options
 
 
 def _estimator(model: str, batch: int, precision: str = "bf16") -> CellEstimator:

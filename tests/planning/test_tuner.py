@@ -12,8 +12,8 @@ from tessera.plan import Plan
 from tessera.planning.cells import CellEstimator, CellShape
 from tessera.planning.planner import parse_gpus, plan_job
 from tessera.planning.resources import resource_plans
-from tessera.planning.space import TrainSettings
-from tessera.planning.tuner import favoured_half, micro_batch_options, tune
+from tessera.planning.space import TrainSettings, micro_batch_options
+from tessera.planning.tuner import favoured_half, tune
 
 
 @pytest.fixture(scope="module")

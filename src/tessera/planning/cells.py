@@ -37,6 +37,7 @@ from tessera.planning.space import (
     StageSpace,
     TrainSettings,
     default_micro_batches,
+    estimate_micro_batches,
     rungs_for,
 )
 
@@ -223,15 +224,8 @@ class CellEstimator:
         return self._cells[shape]
 
     def _estimate(self, shape: CellShape) -> Cell | None:
-        gb = self.settings.global_batch
-        # GPipe's 4 × S; one sample per micro-batch (the global batch) is the memory lever
-        found = self.walk(
-            shape,
-            StageSpace.pure_options,
-            [default_micro_batches(shape.n_stages, gb)],
-            fallback=gb,
-            warm=True,
-        )
+        first, lever = estimate_micro_batches(shape.n_stages, self.settings.global_batch)
+        found = self.walk(shape, StageSpace.pure_options, [first], fallback=lever, warm=True)
         if found is None:
             return None
         space, choice, evaluations = found
@@ -270,13 +264,14 @@ class CellEstimator:
         before the rung is walked (a call costs about the same for one view or hundreds)."""
         best: tuple[tuple[bool, float], StageSpace, Choice] | None = None
         evaluations = 0
+        tries = [*counts, *([fallback] if fallback is not None and fallback not in counts else [])]
         for rung in self.rungs:
             if warm:
                 self._warm(shape, [(rung, c) for c in counts])
             fastest, rung_fits = math.inf, False
-            for k, count in enumerate([*counts, fallback]):
+            for k, count in enumerate(tries):
                 is_fallback = k == len(counts)
-                if count is None or (is_fallback and (rung_fits or count in counts)):
+                if is_fallback and rung_fits:
                     continue
                 if warm and is_fallback:
                     self._warm(shape, [(rung, count)])

@@ -116,6 +116,12 @@ def default_micro_batches(n_stages: int, global_batch: int) -> int:
     return max(n_stages, min(4 * n_stages, global_batch))
 
 
+def estimate_micro_batches(n_stages: int, global_batch: int) -> tuple[int, int]:
+    """The micro-batch counts a Cell estimate (and a DP-only figure) samples: GPipe's 4 × S first, then one
+    sample per micro-batch (the global batch), the memory lever — activations shrink, efficiency with them."""
+    return default_micro_batches(n_stages, global_batch), global_batch
+
+
 def micro_batch_options(n_stages: int, global_batch: int) -> list[int]:
     """Micro-batch counts to try: S, 2S, 4S, 8S and the global batch (one sample per micro-batch), within the
     global batch (GPipe's 4S among them)."""

@@ -364,7 +364,7 @@ class FastCellEstimator(CellEstimator):
         Returns the views."""
         from tessera.perf.estimate import peak_bytes
         from tessera.planning.cells import CellShape
-        from tessera.planning.space import default_micro_batches
+        from tessera.planning.space import estimate_micro_batches
 
         gb = self.settings.global_batch
         views: list = []
@@ -373,7 +373,7 @@ class FastCellEstimator(CellEstimator):
                 continue
             shape = CellShape.of({t: n}, 1)
             for rung in self.rungs:
-                for B in sorted({default_micro_batches(1, gb), gb}):
+                for B in sorted(set(estimate_micro_batches(1, gb))):
                     space = self._space_or_none(shape, rung, B)
                     j = None if space is None else next(
                         (j for j in range(len(space.options[0])) if space.degrees(0, j) == (n, 1)), None
@@ -419,7 +419,7 @@ class FastCellEstimator(CellEstimator):
         every option of every micro-batch count the tuner tries, on the rungs up to the one the Cell's own
         estimate settled on (the tuner stops at the first rung whose fastest plan fits). Returns the views."""
         from tessera.perf.estimate import peak_bytes
-        from tessera.planning.space import default_micro_batches, micro_batch_options
+        from tessera.planning.space import estimate_micro_batches, micro_batch_options
 
         gb = self.settings.global_batch
         views: list = []
@@ -436,7 +436,7 @@ class FastCellEstimator(CellEstimator):
                     len(self.rungs) - 1,
                 )  # fmt: skip
                 rungs = self.rungs[: last + 1]
-            counts = micro_batch_options(S, gb) if tuning else sorted({default_micro_batches(S, gb), gb})
+            counts = micro_batch_options(S, gb) if tuning else sorted(set(estimate_micro_batches(S, gb)))
             for rung in rungs:
                 for B in counts:
                     space = self._space_or_none(shape, rung, B)
@@ -557,7 +557,7 @@ class JobSpeed:
     def dp_rate(self, gpu_type: str, n_gpus: int) -> float:
         """The pure data-parallel plan (dp = n, tp = 1, one stage) at the cheapest memory setting that fits."""
         from tessera.planning.cells import CellShape
-        from tessera.planning.space import default_micro_batches
+        from tessera.planning.space import estimate_micro_batches
 
         gb = self.config.global_batch
         gpus = ((gpu_type, n_gpus),)
@@ -567,7 +567,7 @@ class JobSpeed:
         best = 0.0
         try:
             for rung in self.estimator.rungs:
-                for B in sorted({default_micro_batches(1, gb), gb}):
+                for B in sorted(set(estimate_micro_batches(1, gb))):
                     space = self.estimator.space(shape, rung, B)
                     if space is None:
                         return 0.0
