@@ -81,3 +81,31 @@ def test_table_cache_is_shared_by_presets_of_the_same_node_shapes():
     assert table_digest(small, **kw) == table_digest(big, **kw)
     assert table_digest(small, **kw) != table_digest(get_cluster("sia-sim-64"), **kw)
     assert table_digest(small, **kw) != table_digest(small, **{**kw, "max_gpus": 32})
+
+
+@pytest.mark.timeout(600)
+def test_warm_grid_prices_later_rungs_only_where_the_first_overflows():
+    """The bulk memory call prices every rung of a Cell whose DP-only or TP-only option overflows on the first
+    (its estimate walks on) and only the first rung of one where both fit; the estimates are those of an
+    estimator that priced nothing in bulk."""
+    from tessera.planning.cells import CellShape
+
+    cases = [
+        (("bert-6.7b", 512), CellShape.of({"A100-40GB": 2}, 1)),
+        (("wrn-0.5b", 256), CellShape.of({"A100-40GB": 8}, 1)),
+    ]
+    for (model, batch), shape in cases:
+        config = default_config(model, batch)
+        warm = SpeedSource(CLUSTER)._get(config).estimator
+        cold = SpeedSource(CLUSTER)._get(config).estimator
+        warm.warm_grid([shape])
+        rungs = {key[1] for key in warm._spaces if key[0] == shape}
+        overflows = warm._overflows_first(shape)
+        assert rungs == (set(warm.rungs) if overflows else {warm.rungs[0]}), (model, overflows)
+        a, b = warm.estimate(shape), cold.estimate(shape)
+        assert a is not None and b is not None
+        assert (a.plan, a.iteration_time_s, a.feasible) == (b.plan, b.iteration_time_s, b.feasible)
+    assert SpeedSource(CLUSTER)._get(default_config("bert-6.7b", 512)).estimator._overflows_first(cases[0][1])
+    assert (
+        not SpeedSource(CLUSTER)._get(default_config("wrn-0.5b", 256)).estimator._overflows_first(cases[1][1])
+    )

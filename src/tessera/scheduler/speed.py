@@ -414,39 +414,79 @@ class FastCellEstimator(CellEstimator):
         """Price the memory of many Cells' options at once (the formula is numpy over views: one call for
         every GPU type, count, stage count and memory setting costs a fraction of one call per Cell).
 
-        Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on the first rung (the
-        estimate prices each later rung it walks in one call of its own: :meth:`CellEstimator.walk`). With it:
-        every option of every micro-batch count the tuner tries, on the rungs up to the one the Cell's own
-        estimate settled on (the tuner stops at the first rung whose fastest plan fits). Returns the views."""
-        from tessera.perf.estimate import peak_bytes
-        from tessera.planning.space import estimate_micro_batches, micro_batch_options
+        Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on the first rung in
+        one call; then, in a second, on every later rung for the Cells where one of those options overflows
+        on the first (their walk goes on: :meth:`CellEstimator.walk`; priced one call per rung there, they
+        cost big models a third of their table). With it: every option of every micro-batch count the tuner
+        tries, on the rungs up to the one the Cell's own estimate settled on (the tuner stops at the first
+        rung whose fastest plan fits). Returns the views."""
+        shapes = list(shapes)
+        if tuning:
+            return self._price(self._tuning_views(shapes))
+        n = self._price(self._pure_views(shapes, self.rungs[:1]))
+        later = [shape for shape in shapes if self._overflows_first(shape)]
+        return n + self._price(self._pure_views(later, self.rungs[1:]))
 
-        gb = self.settings.global_batch
-        views: list = []
-        for shape in shapes:
-            S = shape.n_stages
-            rungs: Sequence[Any] = self.rungs[:1]
-            if tuning:
-                cell = self._cells.get(shape)
-                if cell is None:
-                    continue
-                last = next(
-                    (i for i, r in enumerate(self.rungs)
-                     if r.recompute == cell.plan.recompute.value and r.zero == cell.plan.zero),
-                    len(self.rungs) - 1,
-                )  # fmt: skip
-                rungs = self.rungs[: last + 1]
-            counts = micro_batch_options(S, gb) if tuning else sorted(set(estimate_micro_batches(S, gb)))
-            for rung in rungs:
-                for B in counts:
-                    space = self._space_or_none(shape, rung, B)
-                    if space is None:
-                        break
-                    opts = [list(range(len(o))) for o in space.options] if tuning else space.pure_options()
-                    views.extend(space.memory_views([(s, j) for s, js in enumerate(opts) for j in js]))
+    def _price(self, views: list) -> int:
+        from tessera.perf.estimate import peak_bytes
+
         if views:
             peak_bytes(self.spec, views)
         return len(views)
+
+    def _pure_views(self, shapes: Sequence[Any], rungs: Sequence[Any]) -> list:
+        """Memory views of the DP-only and TP-only options of the Cells' estimate spaces on ``rungs``."""
+        from tessera.planning.space import estimate_micro_batches
+
+        views: list = []
+        for shape in shapes:
+            for rung in rungs:
+                for B in sorted(set(estimate_micro_batches(shape.n_stages, self.settings.global_batch))):
+                    space = self._space_or_none(shape, rung, B)
+                    if space is None:
+                        break
+                    opts = space.pure_options()
+                    views.extend(space.memory_views([(s, j) for s, js in enumerate(opts) for j in js]))
+        return views
+
+    def _overflows_first(self, shape: Any) -> bool:
+        """Whether a DP-only or TP-only option of the Cell's first estimate space overflows (its walk then
+        goes past the first rung). Its stage costs are the walk's own first ones."""
+        from tessera.planning.space import estimate_micro_batches
+
+        B = estimate_micro_batches(shape.n_stages, self.settings.global_batch)[0]
+        space = self._space_or_none(shape, self.rungs[0], B)
+        if space is None:
+            return False
+        try:
+            return not all(
+                space.stage_cost(s, j).feasible for s, js in enumerate(space.pure_options()) for j in js
+            )
+        except _CELL_ERRORS:
+            return False
+
+    def _tuning_views(self, shapes: Sequence[Any]) -> list:
+        """Memory views of every option of every count the tuner tries, on the rungs up to the Cell's."""
+        from tessera.planning.space import micro_batch_options
+
+        views: list = []
+        for shape in shapes:
+            cell = self._cells.get(shape)
+            if cell is None:
+                continue
+            last = next(
+                (i for i, r in enumerate(self.rungs)
+                 if r.recompute == cell.plan.recompute.value and r.zero == cell.plan.zero),
+                len(self.rungs) - 1,
+            )  # fmt: skip
+            for rung in self.rungs[: last + 1]:
+                for B in micro_batch_options(shape.n_stages, self.settings.global_batch):
+                    space = self._space_or_none(shape, rung, B)
+                    if space is None:
+                        break
+                    opts = [(s, j) for s in range(space.n_stages) for j in range(len(space.options[s]))]
+                    views.extend(space.memory_views(opts))
+        return views
 
 
 class JobSpeed:
