@@ -133,3 +133,69 @@ def test_bad_cell_shapes():
         CellShape.of({"A100-40GB": 0}, 1)
     with pytest.raises(KeyError):
         CellShape.of({"A1OO": 2}, 1)
+
+
+def _settings(model: str, batch: int):
+    spec = get_spec(model)
+    return spec, TrainSettings(model=model, global_batch=batch, seq_len=spec.seq_len, precision="bf16")
+
+
+def test_memory_only_fits_is_the_stage_costs_feasible():
+    spec, settings = _settings("gpt3-2.7b", 64)
+    est = CellEstimator(spec, settings, get_cluster("crius-sim-1280"))
+    seen = set()
+    for shape in (CellShape.of({"A10": 4}, 2), CellShape.of({"A100-40GB": 2, "A10": 2}, 2)):
+        for rung in est.rungs:
+            space = est.space(shape, rung, 8)
+            for s, opts in enumerate(space.options):
+                for j in range(len(opts)):
+                    fit = space.fits(s, j)  # asked first: memory alone
+                    assert fit == space.stage_cost(s, j).feasible
+                    seen.add(fit)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize(
+    "model,batch,gpus,stages",
+    [
+        ("gpt3-6.7b", 64, {"A10": 1}, 1),
+        ("gpt3-6.7b", 64, {"A10": 2}, 2),
+        ("gpt3-2.7b", 64, {"V100-32GB": 1}, 1),
+    ],
+)
+def test_a_cell_where_nothing_fits_walks_only_the_first_rung(model, batch, gpus, stages):
+    """No DP-only or TP-only option fits even with full recompute and ZeRO-1: the estimate is the first rung's
+    fastest plan, infeasible, and no rung between the first and the last was priced."""
+    spec, settings = _settings(model, batch)
+    est = CellEstimator(spec, settings, get_cluster("crius-sim-1280"))
+    shape = CellShape.of(gpus, stages)
+    cell = est.estimate(shape)
+    assert cell is not None and not cell.feasible
+    assert (cell.plan.recompute.value, cell.plan.zero) == (est.rungs[0].recompute, est.rungs[0].zero)
+    assert {key[1] for key in est._spaces if key[0] == shape} == {est.rungs[0], est.rungs[-1]}
+    for rung in est.rungs:  # and indeed nothing fits anywhere
+        for B in (4 * stages, batch):
+            space = est.space(shape, rung, B)
+            assert not space.assemble(space.pure_options()).feasible
+
+
+@pytest.mark.parametrize("model,batch", [("gpt3-2.7b", 64), ("llama2-7b", 32), ("moe-2.4b", 256)])
+def test_the_last_rung_fits_whatever_an_earlier_rung_fits(model, batch):
+    """What the hopeless-Cell shortcut assumes: full recompute and ZeRO-1 never need more memory than a rung
+    before them, so an option that fits on some rung fits on the last."""
+    spec, settings = _settings(model, batch)
+    est = CellEstimator(spec, settings, get_cluster("crius-sim-1280"))
+    checked = 0
+    for gpus in ({"A10": 2}, {"A100-40GB": 4}, {"V100-32GB": 8}, {"A40": 2, "A10": 2}):
+        for S in (1, 2):
+            shape = CellShape.of(gpus, S)
+            for B in (4 * S, batch):
+                last = est.space(shape, est.rungs[-1], B)
+                for rung in est.rungs[:-1]:
+                    space = est.space(shape, rung, B)
+                    for s, opts in enumerate(space.options):
+                        for j in range(len(opts)):
+                            if space.fits(s, j):
+                                assert last.fits(s, j), (gpus, S, B, rung, s, j)
+                                checked += 1
+    assert checked > 5

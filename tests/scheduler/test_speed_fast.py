@@ -100,12 +100,12 @@ def test_warm_grid_prices_later_rungs_only_where_the_first_overflows():
         cold = SpeedSource(CLUSTER)._get(config).estimator
         warm.warm_grid([shape])
         rungs = {key[1] for key in warm._spaces if key[0] == shape}
-        overflows = warm._overflows_first(shape)
+        overflows = warm.overflows_first(shape)
         assert rungs == (set(warm.rungs) if overflows else {warm.rungs[0]}), (model, overflows)
         a, b = warm.estimate(shape), cold.estimate(shape)
         assert a is not None and b is not None
         assert (a.plan, a.iteration_time_s, a.feasible) == (b.plan, b.iteration_time_s, b.feasible)
-    assert SpeedSource(CLUSTER)._get(default_config("bert-6.7b", 512)).estimator._overflows_first(cases[0][1])
+    assert SpeedSource(CLUSTER)._get(default_config("bert-6.7b", 512)).estimator.overflows_first(cases[0][1])
     assert (
-        not SpeedSource(CLUSTER)._get(default_config("wrn-0.5b", 256)).estimator._overflows_first(cases[1][1])
+        not SpeedSource(CLUSTER)._get(default_config("wrn-0.5b", 256)).estimator.overflows_first(cases[1][1])
     )

@@ -1154,6 +1154,51 @@ class StageCost:
         return self.dp_exposed_s + self.optimizer_s
 
 
+@dataclass(frozen=True)
+class StageMemory:
+    """The memory half of a :class:`StageCost`: what a planner can ask without pricing any time (whether a
+    Cell can fit at all)."""
+
+    peak_bytes: tuple[float, ...]  # per device of the stage, in stage order
+    device_bytes: tuple[float, ...]
+    feasible: bool
+
+
+def stage_memory(
+    plan: Plan,
+    spec: ModelSpec,
+    index: int,
+    topo: Topology,
+    *,
+    headroom_fraction: float = DEFAULT_HEADROOM_FRACTION,
+    memo: dict[tuple, Any] | None = None,
+) -> StageMemory:
+    """Tensor peak and device memory of each device of stage ``index`` of ``plan``, and whether all fit."""
+    st = plan.stages[index]
+    info = _replicas(plan, st, topo, memo)
+    if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
+        wide = _plan_wide(plan)
+        sizes = _micro_sizes(info.shares, plan.micro_batches)
+        by_size = _stage_peaks(spec, st, index, dict.fromkeys(sizes), wide)
+        peaks = [by_size[mb] for mb in sizes]
+    else:
+        peaks = peak_bytes(spec, stage_views(plan, index))
+    dev_peak, dev_bytes = [], []
+    feasible = True
+    fits: dict[tuple[str, float], tuple[float, bool]] = {}  # replicas mostly share one GPU type and peak
+    for r, peak in enumerate(peaks):
+        for d in st.replica(r):
+            hit = fits.get((d.gpu_type, peak))
+            if hit is None:
+                gpu = topo.gpu(d)
+                b = _device_bytes(gpu, peak)
+                hit = fits[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
+            dev_peak.append(peak)
+            dev_bytes.append(hit[0])
+            feasible &= hit[1]
+    return StageMemory(tuple(dev_peak), tuple(dev_bytes), feasible)
+
+
 def stage_cost(
     plan: Plan,
     spec: ModelSpec,
@@ -1201,35 +1246,15 @@ def stage_cost(
         sync = _dp_sync_s(plan, spec, st, topo, cost)
         opt = _optimizer_s(plan, spec, st, topo, cost, memo)
     fwd, bwd, tp_comm = times
-    info = _replicas(plan, st, topo, memo)
-    if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
-        wide = _plan_wide(plan)
-        sizes = _micro_sizes(info.shares, plan.micro_batches)
-        by_size = _stage_peaks(spec, st, index, dict.fromkeys(sizes), wide)
-        peaks = [by_size[mb] for mb in sizes]
-    else:
-        peaks = peak_bytes(spec, stage_views(plan, index))
-    dev_peak, dev_bytes = [], []
-    feasible = True
-    fits: dict[tuple[str, float], tuple[float, bool]] = {}  # replicas mostly share one GPU type and peak
-    for r, peak in enumerate(peaks):
-        for d in st.replica(r):
-            hit = fits.get((d.gpu_type, peak))
-            if hit is None:
-                gpu = topo.gpu(d)
-                b = _device_bytes(gpu, peak)
-                hit = fits[(d.gpu_type, peak)] = (b, b <= gpu.memory_bytes * (1 - headroom_fraction))
-            dev_peak.append(peak)
-            dev_bytes.append(hit[0])
-            feasible &= hit[1]
+    mem = stage_memory(plan, spec, index, topo, headroom_fraction=headroom_fraction, memo=memo)
     return StageCost(
         fwd_s=fwd,
         bwd_s=bwd,
         tp_comm_s=tp_comm,
         dp_sync_s=sync.total_s,
-        peak_bytes=tuple(dev_peak),
-        device_bytes=tuple(dev_bytes),
-        feasible=feasible,
+        peak_bytes=mem.peak_bytes,
+        device_bytes=mem.device_bytes,
+        feasible=mem.feasible,
         optimizer_s=opt,
         dp_hideable_s=sync.hideable_s,
         dp_window_fraction=sync.window_fraction,

@@ -225,7 +225,10 @@ class CellEstimator:
 
     def _estimate(self, shape: CellShape) -> Cell | None:
         first, lever = estimate_micro_batches(shape.n_stages, self.settings.global_batch)
-        found = self.walk(shape, StageSpace.pure_options, [first], fallback=lever, warm=True)
+        # where nothing can fit, the walk would go through every rung for the fastest plan that overflows
+        hopeless = self.overflows_first(shape) and not self._may_fit(shape, [first, lever])
+        rungs = self.rungs[:1] if hopeless else self.rungs
+        found = self.walk(shape, StageSpace.pure_options, [first], fallback=lever, warm=True, rungs=rungs)
         if found is None:
             return None
         space, choice, evaluations = found
@@ -250,6 +253,7 @@ class CellEstimator:
         *,
         fallback: int | None = None,
         warm: bool = False,
+        rungs: Sequence[Rung] | None = None,
     ) -> tuple[StageSpace, Choice, int] | None:
         """The best combination of ``allowed_of(space)`` over a Cell's memory settings and micro-batch counts,
         feasible first, then fastest, with the combinations assembled; None when the shape cannot hold the
@@ -261,11 +265,12 @@ class CellEstimator:
         ``fallback``: a count a rung tries only where its fastest plan at ``counts`` does not fit (the
         estimate's memory lever: smaller micro-batches hold fewer activations but run less efficiently).
         ``warm``: price the memory of a rung's DP-only and TP-only options at every count in one formula call
-        before the rung is walked (a call costs about the same for one view or hundreds)."""
+        before the rung is walked (a call costs about the same for one view or hundreds). ``rungs``: the
+        memory settings to walk (all by default)."""
         best: tuple[tuple[bool, float], StageSpace, Choice] | None = None
         evaluations = 0
         tries = [*counts, *([fallback] if fallback is not None and fallback not in counts else [])]
-        for rung in self.rungs:
+        for rung in self.rungs if rungs is None else rungs:
             if warm:
                 self._warm(shape, [(rung, c) for c in counts])
             fastest, rung_fits = math.inf, False
@@ -294,6 +299,35 @@ class CellEstimator:
         if best is None:
             return None
         return best[1], best[2], evaluations
+
+    def overflows_first(self, shape: CellShape) -> bool:
+        """Whether a DP-only or TP-only option of the Cell's first estimate space (first rung, GPipe's count)
+        overflows: its estimate then walks past the first rung. Memory alone: no time is priced."""
+        B = estimate_micro_batches(shape.n_stages, self.settings.global_batch)[0]
+        try:
+            space = self.space(shape, self.rungs[0], B)
+            if space is None:
+                return False
+            return not all(space.fits(s, j) for s, js in enumerate(space.pure_options()) for j in js)
+        except ValueError:  # not a valid plan: the walk reports it
+            return False
+
+    def _may_fit(self, shape: CellShape, counts: Sequence[int]) -> bool:
+        """Whether every stage has a DP-only or TP-only option that fits on the last rung (the one that saves
+        the most memory) at one of ``counts`` — else no combination of them fits on any rung. Memory alone:
+        no time is priced."""
+        last = self.rungs[-1]
+        try:
+            self._warm(shape, [(last, c) for c in counts])
+            for count in counts:
+                space = self.space(shape, last, count)
+                if space is None:
+                    return True  # the walk finds out that the shape cannot hold the model
+                if all(any(space.fits(s, j) for j in js) for s, js in enumerate(space.pure_options())):
+                    return True
+        except ValueError:  # the last rung's settings make no valid plan here: walk them all
+            return True
+        return False
 
     def _warm(self, shape: CellShape, tries: Sequence[tuple[Rung, int]]) -> None:
         """Memory of the DP-only and TP-only options of several (rung, micro-batches) spaces of a Cell in one

@@ -39,6 +39,7 @@ from tessera.perf.estimate import (
     distinct_option_views,
     peak_bytes,
     stage_cost,
+    stage_memory,
 )
 from tessera.perf.extras import StepExtras
 from tessera.plan import (
@@ -227,6 +228,7 @@ class StageSpace:
         self._clip: dict[tuple[int, int], tuple[float, float]] = {}
         self._carriers: dict[tuple[int, int], Plan] = {}
         self._priced: set[tuple[int, int]] = set()  # (stage, option) pairs whose memory views are priced
+        self._fits: dict[tuple[int, int], bool] = {}  # memory alone, where the time is not priced yet
         # the plan-wide fields of this space's plans that memory views read (perf.estimate._plan_wide)
         wide = [(Schedule, settings.schedule), (Precision, settings.precision), (Recompute, rung.recompute),
                 (Attention, settings.attention), (Optimizer, settings.optimizer)]  # fmt: skip
@@ -370,6 +372,20 @@ class StageSpace:
                 shared=(self._layout, s, j),
             )
         return self._costs[key]
+
+    def fits(self, s: int, j: int) -> bool:
+        """Whether option ``j`` of stage ``s`` fits in memory here: its stage cost's ``feasible``, without
+        pricing its time where that is not priced yet."""
+        hit = self._costs.get((s, j))
+        if hit is not None:
+            return hit.feasible
+        fit = self._fits.get((s, j))
+        if fit is None:
+            fit = self._fits[(s, j)] = stage_memory(
+                self._carrier(s, j), self.spec, s, self.topo,
+                headroom_fraction=self.headroom_fraction, memo=self._memo,
+            ).feasible  # fmt: skip
+        return fit
 
     def p2p(self, s: int, j: int, k: int) -> float:
         """Boundary s → s + 1 with option j before and k after. It depends on the options only through the

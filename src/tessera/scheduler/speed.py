@@ -424,7 +424,7 @@ class FastCellEstimator(CellEstimator):
         if tuning:
             return self._price(self._tuning_views(shapes))
         n = self._price(self._pure_views(shapes, self.rungs[:1]))
-        later = [shape for shape in shapes if self._overflows_first(shape)]
+        later = [shape for shape in shapes if self.overflows_first(shape)]
         return n + self._price(self._pure_views(later, self.rungs[1:]))
 
     def _price(self, views: list) -> int:
@@ -448,22 +448,6 @@ class FastCellEstimator(CellEstimator):
                     opts = space.pure_options()
                     views.extend(space.memory_views([(s, j) for s, js in enumerate(opts) for j in js]))
         return views
-
-    def _overflows_first(self, shape: Any) -> bool:
-        """Whether a DP-only or TP-only option of the Cell's first estimate space overflows (its walk then
-        goes past the first rung). Its stage costs are the walk's own first ones."""
-        from tessera.planning.space import estimate_micro_batches
-
-        B = estimate_micro_batches(shape.n_stages, self.settings.global_batch)[0]
-        space = self._space_or_none(shape, self.rungs[0], B)
-        if space is None:
-            return False
-        try:
-            return not all(
-                space.stage_cost(s, j).feasible for s, js in enumerate(space.pure_options()) for j in js
-            )
-        except _CELL_ERRORS:
-            return False
 
     def _tuning_views(self, shapes: Sequence[Any]) -> list:
         """Memory views of every option of every count the tuner tries, on the rungs up to the Cell's."""
