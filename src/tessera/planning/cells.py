@@ -225,10 +225,16 @@ class CellEstimator:
 
     def _estimate(self, shape: CellShape) -> Cell | None:
         first, lever = estimate_micro_batches(shape.n_stages, self.settings.global_batch)
-        # where nothing can fit, the walk would go through every rung for the fastest plan that overflows
-        hopeless = self.overflows_first(shape) and not self._may_fit(shape, [first, lever])
-        rungs = self.rungs[:1] if hopeless else self.rungs
-        found = self.walk(shape, StageSpace.pure_options, [first], fallback=lever, warm=True, rungs=rungs)
+        counts = sorted({first, lever})
+        # memory in bulk (a formula call costs about the same for one view or hundreds): the first space, then,
+        # where one of its options overflows (the walk goes on, mostly to the end), every rung at both counts
+        self._warm(shape, [(self.rungs[0], first)])
+        rungs = self.rungs
+        if self.overflows_first(shape):
+            self._warm(shape, [(r, c) for r in self.rungs for c in counts])
+            if not self._may_fit(shape, counts):
+                rungs = self.rungs[:1]  # nothing fits on any rung: the first's fastest plan, which overflows
+        found = self.walk(shape, StageSpace.pure_options, [first], fallback=lever, rungs=rungs)
         if found is None:
             return None
         space, choice, evaluations = found
@@ -252,7 +258,6 @@ class CellEstimator:
         counts: Sequence[int],
         *,
         fallback: int | None = None,
-        warm: bool = False,
         rungs: Sequence[Rung] | None = None,
     ) -> tuple[StageSpace, Choice, int] | None:
         """The best combination of ``allowed_of(space)`` over a Cell's memory settings and micro-batch counts,
@@ -264,22 +269,16 @@ class CellEstimator:
         batch 1024, on 32 A100s: 9.5× slower than its tuned plan).
         ``fallback``: a count a rung tries only where its fastest plan at ``counts`` does not fit (the
         estimate's memory lever: smaller micro-batches hold fewer activations but run less efficiently).
-        ``warm``: price the memory of a rung's DP-only and TP-only options at every count in one formula call
-        before the rung is walked (a call costs about the same for one view or hundreds). ``rungs``: the
-        memory settings to walk (all by default)."""
+        ``rungs``: the memory settings to walk (all by default)."""
         best: tuple[tuple[bool, float], StageSpace, Choice] | None = None
         evaluations = 0
         tries = [*counts, *([fallback] if fallback is not None and fallback not in counts else [])]
         for rung in self.rungs if rungs is None else rungs:
-            if warm:
-                self._warm(shape, [(rung, c) for c in counts])
             fastest, rung_fits = math.inf, False
             for k, count in enumerate(tries):
                 is_fallback = k == len(counts)
                 if is_fallback and rung_fits:
                     continue
-                if warm and is_fallback:
-                    self._warm(shape, [(rung, count)])
                 space = self.space(shape, rung, count)
                 if space is None:
                     return None
@@ -318,7 +317,6 @@ class CellEstimator:
         no time is priced."""
         last = self.rungs[-1]
         try:
-            self._warm(shape, [(last, c) for c in counts])
             for count in counts:
                 space = self.space(shape, last, count)
                 if space is None:
