@@ -12,6 +12,9 @@ from tessera.scheduler import ClusterState, Job, get_policy, policy_names
 from tessera.scheduler.knowledge import SyntheticModel, synthetic_table
 from tessera.scheduler.testing import table_knowledge
 from tessera.sim.metrics import (
+    _BoundInputs,
+    _pooled_timed_capacity_bound,
+    _timed_capacity_bound,
     capacity_bound_by_request,
     compute_metrics,
     throughput_bounds,
@@ -211,3 +214,40 @@ def test_the_splits_by_request_add_up_to_the_bound_and_to_the_policy_throughput(
         assert sum(by_request.values()) == pytest.approx(
             compute_metrics(r)["avg_throughput"], rel=1e-6, abs=1e-9
         )
+
+
+def test_a_job_that_finished_lends_no_time_to_another_of_its_key():
+    # two GPUs over [0, 1,000 s), one interval, both jobs computing from 0 s: one key, run 0.75 on 1 GPU or 1.0
+    # on 2 (the request); a 10 s job and a 2,000 s one (1,000 inside the window, only on 2 GPUs throughout).
+    # The key-pooled LP let the long job compute on 1 GPU, GPU-thrifty, for the short job's time too: all
+    # 1,010 of work fit 1,347 GPU-seconds and 2,000 s of the key's clock. With its own clock the long job needs
+    # 2 GPUs to do 1,000 in 1,000 s: the short job's 13.3 GPU-seconds (10 at 0.75) cost the long one
+    # τ1 = 13.3 s on 1 GPU (τ1 + 2 τ2 ≤ 2,000 − 13.3, τ1 + τ2 ≤ 1,000): 10 + 0.75 τ1 + τ2 = 1,006.7, which a
+    # schedule reaches (both on 1 GPU for 13.3 s, then the long job on 2), so the per-job bound is exact here
+    table = table_knowledge({("m", 8): {(A100, 1): 0.75, (A100, 2): 1.0}}, capacity={A100: 2})
+    jobs = [Job(0, "m", 8, 0.0, 10.0, 2, A100), Job(1, "m", 8, 0.0, 2000.0, 2, A100)]
+    cfg = SimConfig(round_s=100, startup_s=0, window_s=1000)
+    inp = _BoundInputs.of(jobs, table, cfg, 64)
+    assert inp is not None
+    pooled, _ = _pooled_timed_capacity_bound(inp, table.capacity, 1)
+    per_job, _ = _timed_capacity_bound(inp, table.capacity, 1)
+    assert pooled == pytest.approx(1010.0)
+    assert per_job == pytest.approx(10 + 0.75 * 40 / 3 + (1000 - 40 / 3), rel=1e-6)
+    assert per_job < pooled
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases())
+def test_the_per_job_bound_is_below_the_key_pooled_one_and_above_every_policy(case):
+    cs, table, jobs, cfg, intervals = case
+    inp = _BoundInputs.of(jobs, table, cfg, 64)
+    assert inp is not None
+    pooled, _ = _pooled_timed_capacity_bound(inp, table.capacity, intervals)
+    per_job, by_key = _timed_capacity_bound(inp, table.capacity, intervals)
+    assert per_job <= pooled * (1 + 1e-6) + 1e-6
+    # the master's schedule is feasible: its work is at most the bound, and within the stopping gap of it
+    assert sum(by_key.values()) <= per_job * (1 + 1e-9) + 1e-9
+    assert sum(by_key.values()) >= per_job * (1 - 1e-6) - 1e-9
+    for policy in ("tessera", "sia", "gavel"):
+        m = compute_metrics(Simulator(cs, jobs, table, get_policy(policy), cfg).run())
+        assert m["avg_throughput"] * inp.window_s <= per_job * (1 + 1e-6) + 1e-6, policy

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,8 +160,9 @@ def throughput_bounds(
       where the load varies in time: GPUs idle before the jobs arrive count as usable by jobs that arrive later.
     * ``capacity_bound_throughput``: the time-indexed (fluid) version, never above the untimed one
       (:func:`_timed_capacity_bound`): the window is cut into ``intervals`` equal intervals, and a job's work in
-      interval k is spent on GPU-time of interval k only, in the time it is there to use. Valid because any
-      schedule's per-interval work is a feasible point of that LP (see there).
+      interval k is spent on GPU-time of interval k only, in the time that job is there to use (each job its own
+      clock, not its key's pooled). Valid because any schedule's per-interval work is a feasible point of that
+      LP, and the figure reported is a Lagrangian (priced GPU-time) bound on that LP's optimum (see there).
 
     The metric averages per-round averages; over a window of whole rounds (the benchmark's two weeks are 4,032
     rounds of 300 s) that equals the time average bounded here."""
@@ -318,9 +320,192 @@ def _capacity_bound(
 
 
 def _timed_capacity_bound(
+    inp: _BoundInputs, capacity: dict[str, int], intervals: int, *, tol: float = 1e-7, max_iter: int = 300
+) -> tuple[float, dict[tuple, float]]:
+    """The time-indexed bound of :func:`throughput_bounds`, each job with its own clock: interval k =
+    [edges[k], edges[k+1]) has its own GPU-time. With L_jk = |[max(e_j, edges[k]), edges[k+1])| the time job j
+    can compute in interval k (0 before its interval; a partial first interval counts from e_j), and its key's
+    undominated allocations c (:func:`_undominated`) at speed s(c) on n_t(c) GPUs of type t, the LP
+
+    * x[j, k, c] = job j's work in interval k on allocation c: Σ_{k, c} x[j, k, c] ≤ u_j, and its compute time
+      Σ_c x[j, k, c] ÷ s(c) ≤ L_jk (a job holds one allocation at a time);
+    * per GPU type t and interval k: Σ_{j, c} x[j, k, c] · n_t(c) ÷ s(c) ≤ capacity_t · |interval k|;
+
+    maximize Σ x. Any schedule (grid allocations, true speeds) gives a feasible point. First swap every stretch a
+    job computes on a dominated allocation c (another c' no slower that uses no more GPU-time of any type per unit
+    of work) for c' over s(c) ÷ s(c') of that time: the job does the same work in each interval, computes for no
+    longer and holds no more GPU-time of any type. Then set x[j, k, c] to the work job j did in interval k on c:
+    it computes only after e_j, on one allocation at a time, so for at most L_jk there; it does at most u_j inside
+    the window (at most its work, at most s_j per second after e_j); and GPUs held without computing (start-up,
+    restarts, idle holds) only add to the GPU-time used. So the LP's optimum bounds the work inside the window.
+
+    The earlier LP (:func:`_pooled_timed_capacity_bound`) summed these rows over the jobs of a key: a job could
+    then compute on a slow, GPU-thrifty allocation for longer than it is there, on the time of the key's jobs that
+    had finished. Each point of this LP sums to one of that LP's, so this one is never above it, nor (summing
+    the per-interval rows) above :func:`_capacity_bound`.
+
+    Solved by pricing the GPU rows (Lagrangian relaxation): for any prices π[k, t] ≥ 0,
+    UB(π) = Σ_{k, t} π[k, t] · capacity_t · |interval k| + Σ_j φ_j(π), with φ_j(π) the most Σ x (1 − GPU-time ·
+    π) job j's own rows allow, is at least Σ x for every feasible x (each GPU row's slack times its price is
+    ≥ 0) — so every UB(π) is itself a valid bound, however π was found. φ_j is exact and cheap: in interval k a
+    job computing at rate r (work per second, mixing allocations over time) earns at most h_k(r), the upper
+    concave hull of (0, 0) and (s(c), s(c) − Σ_t π[k, t] n_t(c)); maximizing Σ_k L_jk h_k(r_k) under
+    Σ_k L_jk r_k ≤ u_j is a fractional knapsack over the hulls' pieces, taken greedily by slope while it is
+    positive. The prices come from a Dantzig–Wolfe master LP whose columns are, per key, the sum of its jobs'
+    priced-out schedules (so any master point is a schedule of the per-job LP: its optimum is a lower bound on
+    the LP's), with the prices smoothed toward the best found (Wentges); it stops when the best UB is within
+    ``tol`` of the master's optimum, or after ``max_iter`` rounds. Returns the best UB and the master's optimum
+    split by key (the work per key of a schedule within that gap of it)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    edges = np.linspace(inp.t0_s, inp.t1_s, max(1, intervals) + 1)
+    n_int = len(edges) - 1
+    span = (inp.t1_s - inp.t0_s) / n_int
+    types = sorted(capacity)
+    col = {t: i for i, t in enumerate(types)}
+    n_types = len(types)
+    gpu_time = np.array([[capacity[t] * span for t in types]] * n_int)  # intervals × types
+    keys = list(dict.fromkeys(inp.key_of))
+    kid = {k: i for i, k in enumerate(keys)}
+    key_idx = np.array([kid[k] for k in inp.key_of], dtype=int)
+    opts: list[tuple[np.ndarray, np.ndarray]] = []  # per key: speeds, GPUs by type
+    for k in keys:
+        und = _undominated(inp.speeds[k], col, n_types)
+        s = np.array([o[0] for o in und], dtype=float)
+        g = np.array([o[1] for o in und], dtype=float).reshape(len(und), n_types)
+        opts.append((s, g * s[:, None]))
+    u, start = inp.inside_of, inp.start_s
+    first = np.clip(np.searchsorted(edges, start, side="right") - 1, 0, n_int - 1)
+    l_first = np.clip(edges[first + 1] - np.maximum(edges[first], start), 0.0, None)
+    has_opts = np.array([len(opts[k][0]) > 0 for k in key_idx], dtype=bool)
+    live = np.flatnonzero((u > 0) & (start < inp.t1_s) & has_opts)
+    if len(live) == 0:
+        return 0.0, {}
+    # the jobs of each (key, first interval)
+    code = key_idx[live] * n_int + first[live]
+    order = np.argsort(code, kind="stable")
+    codes, at = np.unique(code[order], return_index=True)
+    cohorts: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for c, a, b in zip(codes, at, [*at[1:], len(order)], strict=True):
+        cohorts.setdefault(int(c // n_int), []).append((int(c % n_int), live[order[a:b]]))
+    group_keys = sorted(cohorts)
+    gid = {ki: i for i, ki in enumerate(group_keys)}
+    n_g = len(group_keys)
+
+    def price(pi: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """UB(π); per key the work, GPU-time (intervals × types) and φ of its jobs' priced-out schedules."""
+        work = np.zeros(n_g)
+        usage = np.zeros((n_g, n_int, n_types))
+        for ki, coh in cohorts.items():
+            s, n = opts[ki]
+            value = s[None, :] - pi @ n.T  # intervals × allocations: value per second computing
+            seg_k, seg_w, seg_m, seg_g = [], [], [], []
+            for k in range(min(f for f, _ in coh), n_int):
+                hull = _upper_hull(s, value[k])
+                for c0, c1 in itertools.pairwise(hull):
+                    s0, v0, n0 = (0.0, 0.0, 0.0) if c0 < 0 else (s[c0], value[k, c0], n[c0])
+                    w = s[c1] - s0
+                    seg_k.append(k), seg_w.append(w), seg_m.append((value[k, c1] - v0) / w)
+                    seg_g.append((n[c1] - n0) / w)
+            if not seg_k:
+                continue
+            o = np.argsort(-np.array(seg_m), kind="stable")  # the knapsack's order: by slope
+            sk, sw, sg = np.array(seg_k)[o], np.array(seg_w)[o], np.array(seg_g).reshape(-1, n_types)[o]
+            g = gid[ki]
+            for f, js in coh:
+                sel = sk >= f
+                if not sel.any():
+                    continue
+                k_of, w_of, g_of = sk[sel], sw[sel], sg[sel]
+                cap_first = np.where(k_of == f, w_of, 0.0)  # × the job's L_j,first
+                cap_rest = np.where(k_of == f, 0.0, w_of) * span
+                lf, uj = l_first[js], u[js]
+                cum = lf[:, None] * np.cumsum(cap_first)[None, :] + np.cumsum(cap_rest)[None, :]
+                m = (cum < uj[:, None]).sum(axis=1)  # the piece each job's work runs out in
+                n_seg = len(k_of)
+                done = np.where(m > 0, cum[np.arange(len(js)), np.maximum(m - 1, 0)], 0.0)
+                part = np.where(m < n_seg, uj - done, 0.0)
+                past = np.cumsum(np.bincount(m, minlength=n_seg + 1)[::-1])[::-1][1:]  # jobs with m > piece
+                past_l = np.cumsum(np.bincount(m, weights=lf, minlength=n_seg + 1)[::-1])[::-1][1:]
+                taken = (
+                    cap_first * past_l
+                    + cap_rest * past
+                    + np.bincount(m, weights=part, minlength=n_seg + 1)[:-1]
+                )
+                work[g] += taken.sum()
+                np.add.at(usage[g], k_of, taken[:, None] * g_of)
+        phi = work - np.einsum("gkt,kt->g", usage, pi)
+        return float((pi * gpu_time).sum() + phi.sum()), work, usage, phi
+
+    col_work: list[float] = []
+    col_use: list[np.ndarray] = []
+    col_g: list[int] = []
+    pi_m = np.zeros((n_int, n_types))
+    rho = np.zeros(n_g)
+    best, pi_best, lower, lam = math.inf, pi_m, 0.0, np.zeros(0)
+    for it in range(max_iter):
+        pi = 0.7 * pi_best + 0.3 * pi_m if it else pi_m
+        for at_pi in (pi, pi_m):
+            ub, work, usage, phi = price(at_pi)
+            if ub < best:
+                best, pi_best = ub, at_pi
+            # reduced cost at the master's own prices: a column priced out elsewhere may still improve it
+            gain = work - np.einsum("gkt,kt->g", usage, pi_m) - rho
+            add = np.flatnonzero(gain > 1e-9 * max(1.0, best))
+            if len(add) or at_pi is pi_m:
+                break
+        if not len(add) or best - lower <= tol * best:
+            break
+        for g in add:
+            col_work.append(float(work[g])), col_use.append(usage[g].ravel()), col_g.append(int(g))
+        use = np.array(col_use)
+        r, c = np.nonzero(use)
+        A = coo_matrix(
+            (np.concatenate([np.ones(len(col_g)), use[r, c]]),
+             (np.concatenate([col_g, n_g + c]), np.concatenate([np.arange(len(col_g)), r]))),
+            shape=(n_g + n_int * n_types, len(col_g)),
+        ).tocsr()  # fmt: skip
+        res = linprog(
+            -np.array(col_work), A_ub=A, b_ub=np.concatenate([np.ones(n_g), gpu_time.ravel()]),
+            bounds=(0, None), method="highs",
+        )  # fmt: skip
+        if res.status != 0:
+            raise RuntimeError(f"the time-indexed throughput bound's master LP failed: {res.message}")
+        lower, lam = float(-res.fun), res.x
+        duals = -res.ineqlin.marginals
+        rho, pi_m = np.maximum(duals[:n_g], 0.0), np.maximum(duals[n_g:].reshape(n_int, n_types), 0.0)
+    by_key: dict[tuple, float] = {}
+    for q, g in enumerate(col_g[: len(lam)]):
+        key = keys[group_keys[g]]
+        by_key[key] = by_key.get(key, 0.0) + float(lam[q] * col_work[q])
+    return best, by_key
+
+
+def _upper_hull(s: np.ndarray, value: np.ndarray) -> list[int]:
+    """The upper concave hull of (0, 0) and the points (s[c], value[c]) (s > 0), from the origin while it rises:
+    its vertices as indices, −1 the origin."""
+    hull, hx, hy = [-1], [0.0], [0.0]
+    last = None
+    for c in np.lexsort((-value, s)):
+        x, y = float(s[c]), float(value[c])
+        if x == last:
+            continue  # as fast, worth no more
+        last = x
+        while len(hull) >= 2 and (hx[-1] - hx[-2]) * (y - hy[-2]) - (hy[-1] - hy[-2]) * (x - hx[-2]) >= 0:
+            hull.pop(), hx.pop(), hy.pop()
+        hull.append(int(c)), hx.append(x), hy.append(y)
+    for i in range(1, len(hull)):
+        if hy[i] <= hy[i - 1]:
+            return hull[:i]
+    return hull
+
+
+def _pooled_timed_capacity_bound(
     inp: _BoundInputs, capacity: dict[str, int], intervals: int
 ) -> tuple[float, dict[tuple, float]]:
-    """The time-indexed LP of :func:`throughput_bounds`: most normalized work inside [edges[0], edges[-1]) when
+    """The earlier, looser time-indexed LP (kept to compare :func:`_timed_capacity_bound` with: its per-job
+    clocks make it never above this): most normalized work inside [edges[0], edges[-1]) when
     interval k = [edges[k], edges[k+1]) has its own GPU-time. Jobs of one (configuration, request) key whose
     earliest start e_j falls in one interval form a cohort i. With L_jk = |[max(e_j, edges[k]), edges[k+1])| the
     time job j can compute in interval k (0 before its interval; a partial first interval counts from e_j):
