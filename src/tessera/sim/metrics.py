@@ -320,7 +320,7 @@ def _capacity_bound(
 
 
 def _timed_capacity_bound(
-    inp: _BoundInputs, capacity: dict[str, int], intervals: int, *, tol: float = 1e-7, max_iter: int = 300
+    inp: _BoundInputs, capacity: dict[str, int], intervals: int, *, tol: float = 1e-5, max_iter: int = 300
 ) -> tuple[float, dict[tuple, float]]:
     """The time-indexed bound of :func:`throughput_bounds`, each job with its own clock: interval k =
     [edges[k], edges[k+1]) has its own GPU-time. With L_jk = |[max(e_j, edges[k]), edges[k+1])| the time job j
@@ -354,8 +354,9 @@ def _timed_capacity_bound(
     positive. The prices come from a Dantzig–Wolfe master LP whose columns are, per key, the sum of its jobs'
     priced-out schedules (so any master point is a schedule of the per-job LP: its optimum is a lower bound on
     the LP's), with the prices smoothed toward the best found (Wentges); it stops when the best UB is within
-    ``tol`` of the master's optimum, or after ``max_iter`` rounds. Returns the best UB and the master's optimum
-    split by key (the work per key of a schedule within that gap of it)."""
+    ``tol`` of the master's optimum (1e-5: a smaller gap costs the Philly window minutes), or after ``max_iter``
+    rounds. Returns the best UB and the master's optimum split by key (the work per key of a schedule within
+    that gap of it)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
