@@ -85,8 +85,8 @@ def test_table_cache_is_shared_by_presets_of_the_same_node_shapes():
 
 @pytest.mark.timeout(600)
 def test_warm_grid_prices_later_rungs_only_where_the_first_overflows():
-    """The bulk memory call prices every rung of a Cell whose DP-only or TP-only option overflows on the first
-    (its estimate walks on) and only the first rung of one where both fit; the estimates are those of an
+    """The bulk memory call prices every rung of a Cell whose DP-only option overflows on the first
+    (its estimate walks on) and only the first rung of one where it fits; the estimates are those of an
     estimator that priced nothing in bulk."""
     from tessera.planning.cells import CellShape
 

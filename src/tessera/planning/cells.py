@@ -227,7 +227,7 @@ class CellEstimator:
         first, lever = estimate_micro_batches(shape.n_stages, self.settings.global_batch)
         counts = sorted({first, lever})
         # memory in bulk (a formula call costs about the same for one view or hundreds): the first space, then,
-        # where one of its options overflows (the walk goes on, mostly to the end), every rung at both counts
+        # where a DP-only option overflows (the walk goes on, mostly to the end), every rung at both counts
         self._warm(shape, [(self.rungs[0], first)])
         rungs = self.rungs
         if self.overflows_first(shape):
@@ -300,14 +300,16 @@ class CellEstimator:
         return best[1], best[2], evaluations
 
     def overflows_first(self, shape: CellShape) -> bool:
-        """Whether a DP-only or TP-only option of the Cell's first estimate space (first rung, GPipe's count)
-        overflows: its estimate then walks past the first rung. Memory alone: no time is priced."""
+        """Whether the DP-only option of a stage of the Cell's first estimate space (first rung, GPipe's count)
+        overflows: its estimate then walks past the first rung, since DP-only is mostly a stage's fastest
+        option (where only TP-only overflows, the walk mostly stops there: small models, whose TP-only options
+        hold the whole batch's activations). Memory alone: no time is priced."""
         B = estimate_micro_batches(shape.n_stages, self.settings.global_batch)[0]
         try:
             space = self.space(shape, self.rungs[0], B)
             if space is None:
                 return False
-            return not all(space.fits(s, j) for s, js in enumerate(space.pure_options()) for j in js)
+            return not all(space.fits(s, 0) for s in range(space.n_stages) if space.options[s])
         except ValueError:  # not a valid plan: the walk reports it
             return False
 

@@ -415,8 +415,8 @@ class FastCellEstimator(CellEstimator):
         every GPU type, count, stage count and memory setting costs a fraction of one call per Cell).
 
         Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on the first rung in
-        one call; then, in a second, on every later rung for the Cells where one of those options overflows
-        on the first (their walk goes on: :meth:`CellEstimator.walk`; priced one call per rung there, they
+        one call; then, in a second, on every later rung for the Cells whose DP-only option overflows
+        on the first (their walk goes on: :meth:`CellEstimator.overflows_first`; priced one call per rung there, they
         cost big models a third of their table). With it: every option of every micro-batch count the tuner
         tries, on the rungs up to the one the Cell's own estimate settled on (the tuner stops at the first
         rung whose fastest plan fits). Returns the views."""
