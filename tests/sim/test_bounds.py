@@ -200,9 +200,10 @@ def test_the_splits_by_request_add_up_to_the_bound_and_to_the_policy_throughput(
     assert b is not None and split is not None
     assert sum(s.jobs for s in split.values()) == len(jobs)
     assert sum(s.demand_throughput for s in split.values()) == pytest.approx(b["demand_bound_throughput"])
-    assert sum(s.capacity_throughput for s in split.values()) == pytest.approx(
-        b["capacity_bound_throughput"], rel=1e-6, abs=1e-9
-    )
+    # the split is the master's schedule, within the bound's stopping gap (tol 1e-5) below it
+    total = sum(s.capacity_throughput for s in split.values())
+    assert total <= b["capacity_bound_throughput"] * (1 + 1e-9) + 1e-9
+    assert total == pytest.approx(b["capacity_bound_throughput"], rel=1.1e-5, abs=1e-9)
     for s in split.values():
         assert s.capacity_throughput <= s.demand_throughput * (1 + 1e-6) + 1e-9
     # a run stopped at the window's end: its split by request is its average throughput over the window
