@@ -332,6 +332,11 @@ class CellEstimator:
     def _warm(self, shape: CellShape, tries: Sequence[tuple[Rung, int]]) -> None:
         """Memory of the DP-only and TP-only options of several (rung, micro-batches) spaces of a Cell in one
         formula call (a call costs about the same for one view or hundreds); the figures are the same."""
+        self._price(self._pure_views(shape, tries))
+
+    def _pure_views(self, shape: CellShape, tries: Sequence[tuple[Rung, int]]) -> list:
+        """Memory views, not yet priced, of the DP-only and TP-only options of a Cell's (rung, micro-batches)
+        spaces."""
         views = []
         for rung, B in tries:
             space = self.space(shape, rung, B)
@@ -339,8 +344,13 @@ class CellEstimator:
                 views.extend(
                     space.memory_views([(s, j) for s, js in enumerate(space.pure_options()) for j in js])
                 )
+        return views
+
+    def _price(self, views: list) -> int:
+        """Price memory views in one formula call; returns how many."""
         if views:
             peak_bytes(self.spec, views)
+        return len(views)
 
     @staticmethod
     def _favour(space: StageSpace, chosen: tuple[int, ...]) -> tuple[str, ...]:

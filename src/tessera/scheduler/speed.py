@@ -45,6 +45,7 @@ Estimating a configuration's grid costs seconds, so :func:`cell_table` estimates
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -362,7 +363,6 @@ class FastCellEstimator(CellEstimator):
         of each (GPU type, count) on every rung and micro-batch count :meth:`JobSpeed.dp_rate` may try (it
         stops at the first rung that fits; a call costs about the same for one view or a few hundred).
         Returns the views."""
-        from tessera.perf.estimate import peak_bytes
         from tessera.planning.cells import CellShape
         from tessera.planning.space import estimate_micro_batches
 
@@ -380,15 +380,12 @@ class FastCellEstimator(CellEstimator):
                     )  # fmt: skip
                     if space is not None and j is not None:
                         views.extend(space.memory_views([(0, j)]))
-        if views:
-            peak_bytes(self.spec, views)
-        return len(views)
+        return self._price(views)
 
     def warm_tuning(self, shape: Any, rung: Any, micro_batches: int) -> int:
         """Price, in one formula call, the memory of every option of the tuner's next spaces of a Cell: this
         (rung, micro-batches) space, the rung's later micro-batch counts and the next rung's (the tuner walks
         them in that order; a call costs about the same for one view or a few hundred). Returns the views."""
-        from tessera.perf.estimate import peak_bytes
         from tessera.planning.space import micro_batch_options
 
         counts = micro_batch_options(shape.n_stages, self.settings.global_batch)
@@ -406,47 +403,37 @@ class FastCellEstimator(CellEstimator):
                     [(s, j) for s in range(space.n_stages) for j in range(len(space.options[s]))]
                 )
             )
-        if views:
-            peak_bytes(self.spec, views)
-        return len(views)
+        return self._price(views)
 
     def warm_grid(self, shapes: Iterable[Any], *, tuning: bool = False) -> int:
         """Price the memory of many Cells' options at once (the formula is numpy over views: one call for
         every GPU type, count, stage count and memory setting costs a fraction of one call per Cell).
 
         Without ``tuning``: the DP-only and TP-only options a Cell estimate assembles, on the first rung in
-        one call; then, in a second, on every later rung for the Cells whose DP-only option overflows
-        on the first (their walk goes on: :meth:`CellEstimator.overflows_first`; priced one call per rung there, they
-        cost big models a third of their table). With it: every option of every micro-batch count the tuner
-        tries, on the rungs up to the one the Cell's own estimate settled on (the tuner stops at the first
-        rung whose fastest plan fits). Returns the views."""
+        one call; then, in a second, on every later rung for the Cells whose DP-only option overflows on the
+        first (their walk goes on: :meth:`CellEstimator.overflows_first`). With it: every option of every
+        micro-batch count the tuner tries, on the rungs up to the one the Cell's own estimate settled on (the
+        tuner stops at the first rung whose fastest plan fits). Returns the views."""
         shapes = list(shapes)
         if tuning:
             return self._price(self._tuning_views(shapes))
-        n = self._price(self._pure_views(shapes, self.rungs[:1]))
+        n = self._price(self._grid_views(shapes, self.rungs[:1]))
         later = [shape for shape in shapes if self.overflows_first(shape)]
-        return n + self._price(self._pure_views(later, self.rungs[1:]))
+        return n + self._price(self._grid_views(later, self.rungs[1:]))
 
-    def _price(self, views: list) -> int:
-        from tessera.perf.estimate import peak_bytes
-
-        if views:
-            peak_bytes(self.spec, views)
-        return len(views)
-
-    def _pure_views(self, shapes: Sequence[Any], rungs: Sequence[Any]) -> list:
-        """Memory views of the DP-only and TP-only options of the Cells' estimate spaces on ``rungs``."""
+    def _grid_views(self, shapes: Sequence[Any], rungs: Sequence[Any]) -> list:
+        """:meth:`_pure_views` of the Cells' estimate spaces on ``rungs`` (a space that cannot be made is
+        skipped: the Cell's estimate reports why)."""
         from tessera.planning.space import estimate_micro_batches
 
         views: list = []
         for shape in shapes:
-            for rung in rungs:
-                for B in sorted(set(estimate_micro_batches(shape.n_stages, self.settings.global_batch))):
-                    space = self._space_or_none(shape, rung, B)
-                    if space is None:
-                        break
-                    opts = space.pure_options()
-                    views.extend(space.memory_views([(s, j) for s, js in enumerate(opts) for j in js]))
+            counts = sorted(set(estimate_micro_batches(shape.n_stages, self.settings.global_batch)))
+            for rung, B in itertools.product(rungs, counts):
+                try:
+                    views.extend(self._pure_views(shape, [(rung, B)]))
+                except _CELL_ERRORS:
+                    continue
         return views
 
     def _tuning_views(self, shapes: Sequence[Any]) -> list:
