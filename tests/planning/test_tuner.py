@@ -13,7 +13,7 @@ from tessera.planning.cells import CellEstimator, CellShape
 from tessera.planning.planner import parse_gpus, plan_job
 from tessera.planning.resources import resource_plans
 from tessera.planning.space import TrainSettings, micro_batch_options
-from tessera.planning.tuner import favoured_half, tune
+from tessera.planning.tuner import _is_cell_space, favoured_half, tune
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,26 @@ def test_favoured_half_widens_when_nothing_in_it_fits(est):
     assert not any(space.stage_cost(0, j).feasible for j in range(3))
     assert favoured_half(space, 0, "dp") == list(range(5))
     assert micro_batch_options(4, 128) == [4, 8, 16, 32, 128]
+
+
+@pytest.mark.parametrize("gpus,stages", [({"A100-40GB": 16}, 2), ({"A100-40GB": 8, "V100-32GB": 8}, 4)])
+def test_the_cell_space_check_agrees_with_building_the_plan(est, gpus, stages):
+    """The tuner keeps the Cell's own options only in the space whose plan of them is the Cell's plan: read off
+    the space's fields, it must say so in exactly the spaces where building that plan gives the Cell's."""
+    shape = CellShape.of(gpus, stages)
+    cell = est.estimate(shape)
+    seen = set()
+    for rung in est.rungs:
+        for count in micro_batch_options(stages, est.settings.global_batch):
+            space = est.space(shape, rung, count)
+            picks = [
+                next(j for j, st in enumerate(o) if st == cell.plan.stages[s])
+                for s, o in enumerate(space.options)
+            ]
+            same = space.plan(tuple(picks)) == cell.plan
+            assert _is_cell_space(space, cell.plan) == same
+            seen.add(same)
+    assert seen == {True, False}
 
 
 @pytest.mark.parametrize(
