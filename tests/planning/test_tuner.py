@@ -13,7 +13,7 @@ from tessera.planning.cells import CellEstimator, CellShape
 from tessera.planning.planner import parse_gpus, plan_job
 from tessera.planning.resources import resource_plans
 from tessera.planning.space import TrainSettings, micro_batch_options
-from tessera.planning.tuner import _is_cell_space, favoured_half, tune
+from tessera.planning.tuner import favoured_half, tune
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_the_cell_space_check_agrees_with_building_the_plan(est, gpus, stages):
                 for s, o in enumerate(space.options)
             ]
             same = space.plan(tuple(picks)) == cell.plan
-            assert _is_cell_space(space, cell.plan) == same
+            assert space.holds_settings_of(cell.plan) == same
             seen.add(same)
     assert seen == {True, False}
 

@@ -1002,10 +1002,10 @@ def _memo(spec: ModelSpec) -> dict[DeviceView, float]:
 def stage_view(plan: Plan, index: int, micro_batch: int) -> DeviceView:
     """The memory module's view of one replica of stage ``index`` running ``micro_batch`` samples per
     micro-batch (uneven TP as the even shard; in flight as ``memory.layout.pipeline_in_flight`` counts them)."""
-    return _view(plan.stages[index], index, micro_batch, _plan_wide(plan))
+    return _view(plan.stages[index], index, micro_batch, plan_wide(plan))
 
 
-def _plan_wide(plan: Plan) -> tuple:
+def plan_wide(plan: Plan) -> tuple:
     """What a stage's memory view takes from its plan: (stages, micro-batches, global batch, schedule,
     precision, recompute, attention, optimizer, ZeRO stage, virtual stages)."""
     return (plan.n_stages, plan.micro_batches, plan.global_batch, plan.schedule.value, plan.precision.value,
@@ -1033,12 +1033,12 @@ def _view(st: Stage, index: int, micro_batch: int, wide: tuple) -> DeviceView:
 
 def stage_views(plan: Plan, index: int) -> list[DeviceView]:
     """:func:`stage_view` of every replica of stage ``index``, at its batch share."""
-    return option_views(plan.stages[index], index, _plan_wide(plan))
+    return option_views(plan.stages[index], index, plan_wide(plan))
 
 
 def option_views(st: Stage, index: int, wide: tuple) -> list[DeviceView]:
     """:func:`stage_views` of stage ``st`` at position ``index`` of a plan whose plan-wide fields are
-    ``wide`` (:func:`_plan_wide`'s tuple) — for a planner that has the stage and the settings but no plan."""
+    ``wide`` (:func:`plan_wide`'s tuple) — for a planner that has the stage and the settings but no plan."""
     made: dict[int, DeviceView] = {}  # one view per distinct micro-batch size (replicas mostly share one)
     out = []
     for mb in _micro_sizes(st.shares(wide[2]), wide[1]):
@@ -1177,7 +1177,7 @@ def stage_memory(
     st = plan.stages[index]
     info = _replicas(plan, st, topo, memo)
     if info is not None:  # one view per distinct micro-batch size, looked up once (views hash field by field)
-        wide = _plan_wide(plan)
+        wide = plan_wide(plan)
         sizes = _micro_sizes(info.shares, plan.micro_batches)
         by_size = _stage_peaks(spec, st, index, dict.fromkeys(sizes), wide)
         peaks = [by_size[mb] for mb in sizes]

@@ -38,6 +38,7 @@ from tessera.perf.estimate import (
     compose,
     distinct_option_views,
     peak_bytes,
+    plan_wide,
     stage_cost,
     stage_memory,
 )
@@ -229,7 +230,7 @@ class StageSpace:
         self._carriers: dict[tuple[int, int], Plan] = {}
         self._priced: set[tuple[int, int]] = set()  # (stage, option) pairs whose memory views are priced
         self._fits: dict[tuple[int, int], bool] = {}  # memory alone, where the time is not priced yet
-        # the plan-wide fields of this space's plans that memory views read (perf.estimate._plan_wide)
+        # the plan-wide fields of this space's plans that memory views read (perf.estimate.plan_wide)
         wide = [(Schedule, settings.schedule), (Precision, settings.precision), (Recompute, rung.recompute),
                 (Attention, settings.attention), (Optimizer, settings.optimizer)]  # fmt: skip
         try:
@@ -335,6 +336,12 @@ class StageSpace:
             except PlanError:
                 self._base_plan = None
         return self._base_plan
+
+    def holds_settings_of(self, plan: Plan) -> bool:
+        """Whether ``plan``'s plan-wide fields (:func:`~tessera.perf.estimate.plan_wide`: micro-batches, the
+        rung's recompute and ZeRO stage, interleaving, the settings) are this space's: a plan of the space's
+        options is then this space's plan of them, known without building and validating one."""
+        return plan_wide(plan) == self._wide
 
     def pure_options(self) -> list[list[int]]:
         """Per stage, its DP-only and TP-only options (the first and last): what a Cell assembles first."""

@@ -56,7 +56,7 @@ def _with_cell_choice(space: StageSpace, cell: Cell, allowed: list[list[int]]) -
     """``allowed`` plus, in the space the Cell was sampled from, the Cell's own option of every stage: the
     favour is a per-stage judgement, while the pipeline's tail (the slowest stage's sync and step) can make a
     stage's other variant the better one, and the tuner must never return less than the Cell already found."""
-    if not _is_cell_space(space, cell.plan):
+    if not space.holds_settings_of(cell.plan):
         return allowed
     picks = []
     for s, stages in enumerate(space.options):
@@ -65,19 +65,6 @@ def _with_cell_choice(space: StageSpace, cell: Cell, allowed: list[list[int]]) -
             return allowed
         picks.append(j)
     return [sorted({*a, j}) for a, j in zip(allowed, picks, strict=True)]
-
-
-def _is_cell_space(space: StageSpace, plan: Plan) -> bool:
-    """Whether ``plan``, with its stages found among the space's options, is the space's plan of them: the
-    fields a space sets beyond its estimator's settings and model (micro-batches, the rung's recompute and ZeRO
-    stage, interleaving) — compared without building and validating a Plan per space the tuner walks."""
-    return (
-        plan.micro_batches == space.micro_batches
-        and plan.recompute == space.rung.recompute  # a StrEnum: equal to its value
-        and plan.zero == space.rung.zero
-        and plan.virtual_stages == space.virtual_stages
-        and plan.n_stages == space.n_stages
-    )
 
 
 def tune(
