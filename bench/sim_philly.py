@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+
+from provenance import run_header
 
 from tessera.sim.generator import FAMILIES, family
 from tessera.sim.report import COLUMNS, clean_nan, comparison_rows, run_study
@@ -177,9 +178,7 @@ def main() -> int:
         for sigma in [float(x) for x in args.noise.split(",") if x.strip()]
     }
     payload = {
-        "benchmark": "sim_philly",
-        "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        **run_header("sim_philly", "sim_philly.py"),
         "cluster": study.cluster,
         "window": [args.start, args.end],
         "tick_s": args.tick_s,
@@ -340,9 +339,7 @@ def _bounds_only(args: argparse.Namespace) -> int:
             flush=True,
         )
     payload = {
-        "benchmark": "sim_bounds",
-        "command": "python bench/sim_philly.py " + " ".join(sys.argv[1:]),
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        **run_header("sim_bounds", "sim_philly.py"),
         "cluster": "crius-sim-1280",
         "window": [args.start, args.end],
         "throughputs_from": source.get("command"),

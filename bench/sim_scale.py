@@ -34,7 +34,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -42,6 +41,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from provenance import run_header
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GIB = 1024.0**3
@@ -281,15 +282,10 @@ def main() -> int:
 
     def header(benchmark: str) -> dict[str, Any]:
         """What every JSON this bench writes starts with: the run and the machine it ran on."""
+        head = run_header(benchmark, "sim_scale.py")
+        head["machine"] |= {"load_avg_at_start": load_at_start, "load_avg_at_end": os.getloadavg()}
         return {
-            "benchmark": benchmark,
-            "command": "python bench/sim_scale.py " + " ".join(sys.argv[1:]),
-            "machine": {
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "load_avg_at_start": load_at_start,
-                "load_avg_at_end": os.getloadavg(),
-            },
+            **head,
             "window": [args.start, args.end],
             "tick_s": args.tick_s or None,
             "lp_columns": args.lp_columns if args.lp_columns is not None else "by cluster size",
