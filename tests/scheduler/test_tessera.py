@@ -452,3 +452,37 @@ def test_jobs_admitted_at_a_control_tick_are_not_grown_until_a_round(monkeypatch
         get_policy("tessera").schedule(ctx)
         assert 1 in ctx.decision().allocations  # admitted either way
     assert grown == [[1]]  # the round's call only
+
+
+def test_a_short_job_admitted_takes_its_fastest_cell_on_the_idle_gpus_and_a_long_one_keeps_its_cell():
+    # sprint.py: a job its fastest Cell on idle GPUs finishes within sprint_s moves there before it starts (at a
+    # tick too, where nothing else grows); only idle GPUs: a running job's are not taken
+    from tessera.scheduler.policies.tessera.round import RoundState
+    from tessera.scheduler.policies.tessera.sprint import sprint
+
+    other = job(9, gpus=1, gpu_type=A100, iterations=BIG)
+    cases = [  # (iterations, sprint_s, a running job holds one A100, GPUs it ends on)
+        (100.0, 1800.0, False, 4),  # 28 s on 4 A100s
+        (100.0, 1800.0, True, 2),  # 3 A100s idle: its fastest Cell they allow is 2
+        (100.0, 10.0, False, 1),  # 28 s is not short under a 10 s sprint
+        (100.0, 0.0, False, 1),  # off
+        (BIG, 1800.0, False, 1),  # long: the LP's Cell stands
+    ]
+    for iterations, sprint_s, busy, n in cases:
+        pol = get_policy("tessera", sprint_s=sprint_s)
+        ctx = make_context([(A100, 4)], KN, pending=[job(1, gpus=2, gpu_type=A100, iterations=iterations)],
+                           running={other: {A100: 1}} if busy else None)  # fmt: skip
+        ctx.at_round = False
+        assert ctx.reserve(1, ((A100, 1),), None) is not None  # the Cell admission gave it
+        if sprint_s > 0:
+            sprint(RoundState(pol, ctx), [1])
+        d = ctx.decision().allocations
+        assert d[1].gpus == ((A100, n),), (iterations, sprint_s, busy)
+        assert not busy or d[9].gpus == ((A100, 1),)
+
+
+def test_a_negative_sprint_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="sprint_s"):
+        get_policy("tessera", sprint_s=-1.0)

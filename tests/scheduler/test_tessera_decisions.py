@@ -78,9 +78,12 @@ PINNED = {
     # Re-recorded when the LP's SRPT weight took the time left on the reference Cell, not the smallest
     # (19,488.8 / 21,480.4 s before): on this burst tessera's average JCT rose 2.8 %, tessera-nh's fell 0.5 %; on
     # the Philly window tessera's fell at every density from 0.5x (bench/results/sim_philly_tessera_sia_70422f4.json)
-    "tessera": ("3e8d84059fcb8bdb", 20033.019699, 240, 485),
-    "tessera-nh": ("da0c9d93d7499185", 21367.658927, 240, 254),
-    "tessera-na": ("ab05ef2b29b7ccdb", 17587.836004, 240, 297),
+    # Re-recorded when a short job admitted took its fastest Cell on idle GPUs (policies/tessera/sprint.py;
+    # 20,033.0 / 21,367.7 / 17,587.8 s and 485 / 254 / 297 restarts before): on this burst of 10-minute to 5-hour
+    # jobs few are short, tessera's and tessera-nh's average JCT hardly move, tessera-na's fell 0.3 %
+    "tessera": ("e7b6c7443f64e705", 20032.607082, 240, 486),
+    "tessera-nh": ("a7db81fcf02b8f23", 21367.658927, 240, 254),
+    "tessera-na": ("e72c44dff15cc89f", 17531.689414, 240, 296),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
     "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),
     # recorded at 3975290, before their 12,800-GPU speed-ups

@@ -79,6 +79,7 @@ from tessera.scheduler.policies.tessera.lp import plan
 from tessera.scheduler.policies.tessera.order import PRIORITY_WEIGHT, SRPT_HORIZON_S, drop_hopeless, queue
 from tessera.scheduler.policies.tessera.rescale import rescale_running
 from tessera.scheduler.policies.tessera.round import RoundState
+from tessera.scheduler.policies.tessera.sprint import sprint
 from tessera.scheduler.policy import Policy, SchedulingContext, register
 from tessera.scheduler.state import Job
 
@@ -91,6 +92,9 @@ LP_COLUMNS_MIN_GPUS = 4096
 # 0.78 / 0.72x the best baseline's at 2x / 4x / 8x density (0.86 / 0.87 / 0.94 with 3 and 16 h), rounds only
 # (bench/results/sim_philly_rounds_only.json); hysteresis and the restart budget keep a job from moving on a small gain.
 DEPTH = 10
+
+# A job admitted that its fastest Cell on idle GPUs finishes within this many seconds takes that Cell (sprint.py).
+SPRINT_S = 1800.0
 
 
 @register("tessera")
@@ -117,6 +121,7 @@ class Tessera(Policy):
         max_scale: int = 4,
         max_gpus: int = 64,
         grow: bool = True,
+        sprint_s: float = SPRINT_S,
         order: str = "srpt",
         preempt_factor: float = 32.0,
         preempt_attempts: int = 64,
@@ -141,6 +146,8 @@ class Tessera(Policy):
                 f"srpt_horizon_s must be >= 0 and srpt_floor_s > 0 (the SRPT weight divides by it), got "
                 f"{srpt_horizon_s}, {srpt_floor_s}"
             )
+        if sprint_s < 0:
+            raise ValueError(f"sprint_s must be >= 0, got {sprint_s}")
         if settle_factor < 1 or settle_rounds < 0 or settle_s < 0:
             raise ValueError(
                 f"settle_factor must be >= 1 and settle_rounds, settle_s >= 0, got {settle_factor}, "
@@ -157,6 +164,7 @@ class Tessera(Policy):
         self.min_gain = min_gain  # growth of a just-admitted job must add this share of its Cell's throughput
         self.max_scale, self.max_gpus = max_scale, max_gpus
         self.grow = grow
+        self.sprint_s = sprint_s  # a job its fastest idle Cell finishes within this takes it (0: never)
         self.order = order
         self.preempt_factor = preempt_factor
         self.preempt_attempts = preempt_attempts
@@ -194,6 +202,8 @@ class Tessera(Policy):
         if p is not None:
             rescale_running(r, p)
         admitted = admit(r, q, p)
+        if self.grow and self.sprint_s > 0:
+            sprint(r, admitted)
         if self.grow and ctx.at_round:
             grow_new(r, admitted)
 

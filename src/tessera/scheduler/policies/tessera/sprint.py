@@ -1,0 +1,59 @@
+"""Short jobs finish soonest: a job admitted this decision that its fastest Cell on the GPUs left idle would
+finish within ``sprint_s`` moves to that Cell before it starts (the allocation is still virtual: no restart).
+
+At a control tick (:func:`.grow.grow_new` runs at rounds only) a job takes its LP Cell, which the LP picks for
+the cluster's throughput at the round's GPU prices: on the Philly window at density 1 that left jobs of tens of
+seconds on one A100 or on A40s, some slower than what they requested, while A100×8 sat idle, and those jobs set
+the p99 JCT slowdown (wait, launch and run over a run of seconds). Runs after every admission, so it takes only
+GPUs no queued job was given; a short job gives them back within ``sprint_s``, before a grown long job would
+have to be shrunk for an arrival at a restart's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tessera.scheduler.policies.tessera.cells import Cell
+from tessera.scheduler.policies.tessera.round import RoundState
+from tessera.scheduler.policy import fmt_gpus, fmt_s
+from tessera.scheduler.state import GPUs
+
+
+def sprint(r: RoundState, ids: list[int]) -> None:
+    """Move each short job of ``ids`` (admitted this decision, in admission order) to its fastest Cell that the
+    idle GPUs and its own allow, when that finishes it within ``sprint_s`` and beats its Cell by ``min_gain``."""
+    ctx = r.ctx
+    for jid in ids:
+        old = ctx.allocation(jid)
+        if old is None:
+            continue  # suspended again later in the decision
+        js = ctx.jobs[jid]
+        cur = r.held_cell(js, old)
+        left = js.remaining_at(ctx.now_s)
+        for c in _faster_fits(r, old.gpus, r.info(js.job).cells, cur):
+            if left / c.rate > r.pol.sprint_s:
+                break  # not short even there: the LP's Cell stands (growing it is the round's business)
+            ctx.release(jid)
+            if ctx.reserve(jid, c.gpus, c.n_stages) is None:
+                ctx.reserve(jid, old.gpus, old.n_stages, placement=old.placement)
+                continue  # does not place: the next fastest
+            r.explain_start(
+                jid, c, f"moved from {fmt_gpus(old.gpus)} (est. {cur.rate:.3g} it/s) onto idle GPUs before it "
+                f"started: done in {fmt_s(left / c.rate)} there (a short job finishes soonest)",
+            )  # fmt: skip
+            break
+
+
+def _faster_fits(r: RoundState, held: GPUs, cells: list[Cell], cur: Cell) -> Iterator[Cell]:
+    """The Cells (fastest first) that the GPUs ``held`` and the idle ones allow, faster than ``cur`` by
+    ``min_gain``."""
+    have = dict(held)
+    free = r.ctx.free_by_type()
+    for c in cells:
+        if c.rate <= cur.rate * (1 + r.pol.min_gain):
+            return
+        if all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
+            yield c
+
+
+__all__ = ["sprint"]
