@@ -20,12 +20,15 @@ One round (:meth:`Tessera.schedule`) runs these rules, each a small module of th
 5. **Admit, backfill, preempt** (:func:`.admit.admit`): queued jobs take the LP's Cells in queue order; those left
    out may start on free GPUs with a Cell worth its GPUs' prices, by opportunistic execution (Crius §6.1) or by
    shortest-remaining preemption — both through the one "suspend until it fits, else undo" loop.
-6. **Grow** (:func:`.grow.grow_new`): jobs admitted this round grow into GPUs left idle before they start (no
+6. **Short jobs finish soonest** (:func:`.sprint.sprint`): a job admitted whose fastest Cell on the GPUs still idle
+   would finish it within ``sprint_s`` (default 30 min) takes that Cell before it starts — at rounds and control
+   ticks alike: it gives the GPUs back before a grown long job would have to be shrunk for an arrival.
+7. **Grow** (:func:`.grow.grow_new`): jobs admitted this round grow into GPUs left idle before they start (no
    restart yet), best gain per GPU first — at rounds only. At a control tick between rounds (an arrival or a
    completion decided as it happens, ``SchedulingContext.at_round`` False) a job admitted takes its Cell: the
    next arrival may be seconds away, and a job grown into the GPUs a completion just freed is shrunk for it at a
    restart's cost (under saturation, growing at every tick made the large jobs' restarts and JCTs grow).
-7. **FinalizeAlloc** (lines 8 and 13): the core binds the virtual allocation.
+8. **FinalizeAlloc** (lines 8 and 13): the core binds the virtual allocation.
 
 Cells (:mod:`.cells`, Crius §6.1 "Initializing Cells"): per GPU type the counts N/2, N, 2N, … ``max_scale`` × N
 (default 4; Crius: 2) — N the requested count raised to the fewest GPUs the model fits in — × stage counts ×
