@@ -29,11 +29,15 @@ def code_version() -> dict[str, str | bool | None]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
+# the code as the bench started (this module is imported then): a commit made while a long bench runs is not its
+AT_START = code_version()
+
+
 def run_header(benchmark: str, script: str) -> dict[str, object]:
-    """The fields every JSON of ``script`` (bench/<name>.py) starts with."""
+    """The fields every JSON of ``script`` (bench/<name>.py) starts with; ``code`` as the bench started."""
     return {
         "benchmark": benchmark,
         "command": f"python bench/{script} " + " ".join(sys.argv[1:]),
-        "code": code_version(),
+        "code": AT_START,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
     }

@@ -150,6 +150,8 @@ function sv(tag, attrs = {}, text) {
   return e;
 }
 function fmt(x, digits = 3) { return x === null || x === undefined ? '–' : Number(x).toPrecision(digits); }
+// a factor to two significant figures without an exponent: ×120, not ×1.2e+2 (a loaded box measures steps 100× slow)
+function fmtFactor(x) { return String(Number(Number(x).toPrecision(2))); }
 
 function renderCluster(c) {
   $('#meta').textContent = `${c.name} · ${c.mode} Ray · policy ${c.policy} · round ${c.round_s} s`;
@@ -279,7 +281,7 @@ function renderEstimates(tl) {
     tb.lastChild.append(el('td', {}, `#${a.job_id}`), el('td', {}, a.attempt), el('td', {}, a.kind), el('td', {}, a.cell),
       el('td', {}, plan), el('td', { class: 'est' }, fmt(a.estimate_iter_s * 1e3, 3)),
       el('td', { class: 'basis' }, a.estimate_basis && a.speed_factor
-        ? `×${fmt(1 / a.speed_factor, 2)} (${a.estimate_basis.replaceAll('_', ' ')})` : '–'),
+        ? `×${fmtFactor(1 / a.speed_factor)} (${a.estimate_basis.replaceAll('_', ' ')})` : '–'),
       el('td', { class: 'meas' }, measuredOf(a) ? fmt(measuredOf(a) * 1e3, 3) : '–'),
       el('td', {}, ratio ? fmt(ratio, 3) + '×' : '–'));
   }
