@@ -91,14 +91,33 @@ def test_deadline_mode_drops_what_cannot_finish():
     assert d.dropped == {1} and 2 in d.allocations
 
 
-def test_count_ladder_is_crius_with_max_scale_2_and_reaches_4n_by_default():
+def test_count_ladder_is_crius_with_max_scale_2_and_the_lp_reaches_4n_growth_8n_by_default():
+    kn = table_knowledge({("m", 8): {(A100, n): float(n) ** 0.9 for n in (1, 2, 4, 8, 16, 32)}})
+    j = job(0, gpus=2, gpu_type=A100, iterations=BIG)
+    ctx = make_context([(A100, 8)] * 4, kn, pending=[j])
+    inf = get_policy("tessera", max_scale=2, grow_scale=2).info(ctx, j)
+    assert (
+        {c.n_gpus for c in inf.cells} == {c.n_gpus for c in inf.lp_cells} == {1, 2, 4}
+    )  # N/2, N, 2N (Crius §6.1)
+    inf = get_policy("tessera").info(ctx, j)
+    assert {c.n_gpus for c in inf.lp_cells} == {1, 2, 4, 8}  # the LP: up to max_scale (4) x N
+    assert {c.n_gpus for c in inf.cells} == {
+        1,
+        2,
+        4,
+        8,
+        16,
+    }  # growth into idle GPUs: up to grow_scale (8) x N
+
+
+def test_a_job_grows_into_idle_gpus_beyond_the_lps_ladder():
+    # a lone job at a round: the LP gives at most 4 x N = 8 GPUs; growth takes the idle 16 (8 x N)
     kn = table_knowledge({("m", 8): {(A100, n): float(n) ** 0.9 for n in (1, 2, 4, 8, 16)}})
     j = job(0, gpus=2, gpu_type=A100, iterations=BIG)
-    ctx = make_context([(A100, 8), (A100, 8)], kn, pending=[j])
-    counts = {c.n_gpus for c in get_policy("tessera", max_scale=2).info(ctx, j).cells}
-    assert counts == {1, 2, 4}  # N/2, N, 2N (Crius §6.1)
-    counts = {c.n_gpus for c in get_policy("tessera").info(ctx, j).cells}
-    assert counts == {1, 2, 4, 8}
+    for grow_scale, n in ((8, 16), (4, 8)):
+        ctx = make_context([(A100, 8), (A100, 8)], kn, pending=[j])
+        get_policy("tessera", grow_scale=grow_scale).schedule(ctx)
+        assert ctx.decision().allocations[0].n_gpus == n, grow_scale
 
 
 def test_a_burst_is_admitted_first_then_grown_without_restarts():
@@ -481,8 +500,10 @@ def test_a_short_job_admitted_takes_its_fastest_cell_on_the_idle_gpus_and_a_long
         assert not busy or d[9].gpus == ((A100, 1),)
 
 
-def test_a_negative_sprint_is_refused():
+def test_a_negative_sprint_or_a_scale_below_one_is_refused():
     import pytest
 
     with pytest.raises(ValueError, match="sprint_s"):
         get_policy("tessera", sprint_s=-1.0)
+    with pytest.raises(ValueError, match="grow_scale"):
+        get_policy("tessera", grow_scale=0)

@@ -81,8 +81,10 @@ PINNED = {
     # Re-recorded when a short job admitted took its fastest Cell on idle GPUs (policies/tessera/sprint.py;
     # 20,033.0 / 21,367.7 / 17,587.8 s and 485 / 254 / 297 restarts before): on this burst of 10-minute to 5-hour
     # jobs few are short, tessera's and tessera-nh's average JCT hardly move, tessera-na's fell 0.3 %
-    "tessera": ("e7b6c7443f64e705", 20032.607082, 240, 486),
-    "tessera-nh": ("a7db81fcf02b8f23", 21367.658927, 240, 254),
+    # Re-recorded when jobs grew into idle GPUs up to 8 x N while the LP kept choosing up to 4 x N (grow_scale;
+    # 20,032.6 / 21,367.7 s before): tessera's average JCT rose 0.4 % on this burst, tessera-nh's fell 1.6 %
+    "tessera": ("88a86410f5024f22", 20117.254575, 240, 440),
+    "tessera-nh": ("a69fe7bb5a47ba33", 21036.439096, 240, 258),
     "tessera-na": ("e72c44dff15cc89f", 17531.689414, 240, 296),
     "tessera-crius": ("f7221f714959b30d", 41687.655926, 240, 141),
     "elasticflow-ls": ("fd096dbf95d06b41", 58992.430685, 240, 79),

@@ -99,6 +99,9 @@ DEPTH = 10
 # A job admitted that its fastest Cell on idle GPUs finishes within this many seconds takes that Cell (sprint.py).
 SPRINT_S = 1800.0
 
+# Jobs grow into idle GPUs up to this many times N (grow.py, sprint.py, backfill), while the LP chooses up to max_scale x N.
+GROW_SCALE = 8
+
 
 @register("tessera")
 @register("tessera-na", count_scaling=False)
@@ -122,6 +125,7 @@ class Tessera(Policy):
         opportunistic_attempts: int = 8,
         min_gain: float = 0.02,
         max_scale: int = 4,
+        grow_scale: int = GROW_SCALE,
         max_gpus: int = 64,
         grow: bool = True,
         sprint_s: float = SPRINT_S,
@@ -149,6 +153,8 @@ class Tessera(Policy):
                 f"srpt_horizon_s must be >= 0 and srpt_floor_s > 0 (the SRPT weight divides by it), got "
                 f"{srpt_horizon_s}, {srpt_floor_s}"
             )
+        if max_scale < 1 or grow_scale < 1:
+            raise ValueError(f"max_scale and grow_scale must be >= 1, got {max_scale}, {grow_scale}")
         if sprint_s < 0:
             raise ValueError(f"sprint_s must be >= 0, got {sprint_s}")
         if settle_factor < 1 or settle_rounds < 0 or settle_s < 0:
@@ -166,6 +172,7 @@ class Tessera(Policy):
         self.opportunistic_attempts = opportunistic_attempts
         self.min_gain = min_gain  # growth of a just-admitted job must add this share of its Cell's throughput
         self.max_scale, self.max_gpus = max_scale, max_gpus
+        self.grow_scale = grow_scale  # Cells up to this x N for idle GPUs only (the LP's stop at max_scale)
         self.grow = grow
         self.sprint_s = sprint_s  # a job its fastest idle Cell finishes within this takes it (0: never)
         self.order = order

@@ -99,6 +99,7 @@ class CellOptions(Protocol):
     type_scaling: bool
     mixes: bool
     max_scale: int
+    grow_scale: int
     max_gpus: int
     normalize: str
 
@@ -144,13 +145,16 @@ class CellCatalog:
                 if t not in mins or (c.n_gpus, -c.rate) < (mins[t].n_gpus, -mins[t].rate):
                     mins[t] = c
         singles = [c for c in cells if not c.mix]
+        # the LP chooses up to max_scale x N; the Cells above it are for idle GPUs only (grow, sprint, backfill)
+        scale = self.opt.max_scale
+        lp = [c for c in singles if c.n_gpus <= scale * (ctx.knowledge.base_count(job, c.gpus[0][0]) or 0)]
         inf = JobCells(
             key,
             cells,
             ref,
             {c.gpus: c for c in cells},
             sorted(mins.values(), key=lambda c: c.n_gpus),
-            singles or cells,
+            lp or singles or cells,
         )
         self._info[job.job_id] = self._shared[key] = inf
         return inf
@@ -163,8 +167,8 @@ class CellCatalog:
         return types
 
     def ladder(self, ctx: SchedulingContext, job: Job) -> dict[str, list[int]]:
-        """Per GPU type the counts N/2, N, 2N, … max_scale·N (Crius: max_scale = 2); N alone without
-        adaptivity scaling."""
+        """Per GPU type the counts N/2, N, 2N, … up to max(max_scale, grow_scale)·N (Crius: max_scale = 2); N
+        alone without adaptivity scaling."""
         counts: dict[str, list[int]] = {}
         for t in self.types(ctx, job):
             n = ctx.knowledge.base_count(job, t)
@@ -175,7 +179,8 @@ class CellCatalog:
             else:
                 ladder = {max(1, n // 2)}
                 k = n
-                while k <= self.opt.max_scale * n and k <= self.opt.max_gpus:
+                top = max(self.opt.max_scale, self.opt.grow_scale)
+                while k <= top * n and k <= self.opt.max_gpus:
                     ladder.add(k)
                     k *= 2
                 counts[t] = sorted(ladder)
