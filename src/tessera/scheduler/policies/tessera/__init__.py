@@ -32,7 +32,9 @@ One round (:meth:`Tessera.schedule`) runs these rules, each a small module of th
 
 Cells (:mod:`.cells`, Crius §6.1 "Initializing Cells"): per GPU type the counts N/2, N, 2N, … ``max_scale`` × N
 (default 4; Crius: 2) — N the requested count raised to the fewest GPUs the model fits in — × stage counts ×
-even two-type mixes (a mix only when no single type can hold the job). Throughput is normalized per job by its
+even two-type mixes (a mix only when no single type can hold the job); the LP chooses among those, while growth
+into idle GPUs (grow, sprint, backfill) may go on to ``grow_scale`` × N (default 8: at 4 × N, GPUs sat idle at light
+load while jobs that could use them ran on). Throughput is normalized per job by its
 fastest Cell at the base count (``normalize="best"``) or by its estimate on the type it named
 (``normalize="request"``: then a job that named a slow type counts 2.5× on a fast GPU and one that named the fast
 type 0.4× on a slow one, so under contention the latter are parked on slow GPUs — on the Philly benchmark at 4×

@@ -1,7 +1,8 @@
 """A job's Cells as the tessera policy sees them (Crius §6.1 "Initializing Cells"), kept across rounds.
 
-For every GPU type the counts N/2, N, 2N, … ``max_scale`` × N (N: the requested count raised to the fewest GPUs the
-model fits in, from the memory module), × stage counts × even two-type mixes, each with its estimate (Crius
+For every GPU type the counts N/2, N, 2N, … ``max_scale`` × N for the LP and on to ``grow_scale`` × N for growing
+into idle GPUs (N: the requested count raised to the fewest GPUs the model fits in, from the memory module), × stage
+counts × even two-type mixes, each with its estimate (Crius
 §5.1) normalized by the job's reference rate, so that a small model's many iterations per second do not outweigh a
 large one's. Jobs of one configuration and request share their Cells (a trace has thousands of each).
 """
