@@ -102,6 +102,9 @@ DEPTH = 10
 SPRINT_S = 1800.0
 
 # Jobs grow into idle GPUs up to this many times N (grow.py, sprint.py, backfill), while the LP chooses up to max_scale x N.
+# Against 4 (bench/results/sim_philly_tessera_sia.json at 58cb49f vs acf50b4): tessera ÷ Sia average JCT 0.964 -> 0.874 at
+# 0.25x density, 0.852 -> 0.818 at 1x, 0.673 -> 0.670 at 4x, but 0.625 -> 0.652 at 8x; p99 slowdown at 1x 2.532 -> 2.494
+# (Sia 2.52); the large-long family 6,723 -> 6,628 s (Sia 6,668).
 GROW_SCALE = 8
 
 
