@@ -96,9 +96,8 @@ def test_count_ladder_is_crius_with_max_scale_2_and_the_lp_reaches_4n_growth_8n_
     j = job(0, gpus=2, gpu_type=A100, iterations=BIG)
     ctx = make_context([(A100, 8)] * 4, kn, pending=[j])
     inf = get_policy("tessera", max_scale=2, grow_scale=2).info(ctx, j)
-    assert (
-        {c.n_gpus for c in inf.cells} == {c.n_gpus for c in inf.lp_cells} == {1, 2, 4}
-    )  # N/2, N, 2N (Crius §6.1)
+    crius = {1, 2, 4}  # N/2, N, 2N (Crius §6.1)
+    assert {c.n_gpus for c in inf.cells} == {c.n_gpus for c in inf.lp_cells} == crius
     inf = get_policy("tessera").info(ctx, j)
     assert {c.n_gpus for c in inf.lp_cells} == {1, 2, 4, 8}  # the LP: up to max_scale (4) x N
     assert {c.n_gpus for c in inf.cells} == {
@@ -493,8 +492,7 @@ def test_a_short_job_admitted_takes_its_fastest_cell_on_the_idle_gpus_and_a_long
                            running={other: {A100: 1}} if busy else None)  # fmt: skip
         ctx.at_round = False
         assert ctx.reserve(1, ((A100, 1),), None) is not None  # the Cell admission gave it
-        if sprint_s > 0:
-            sprint(RoundState(pol, ctx), [1])
+        sprint(RoundState(pol, ctx), [1])
         d = ctx.decision().allocations
         assert d[1].gpus == ((A100, n),), (iterations, sprint_s, busy)
         assert not busy or d[9].gpus == ((A100, 1),)

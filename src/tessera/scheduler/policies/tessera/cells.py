@@ -9,7 +9,7 @@ large one's. Jobs of one configuration and request share their Cells (a trace ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,6 +24,13 @@ def shares_type(a: GPUs, b: GPUs) -> bool:
     """Whether two GPU sets have a GPU type in common: a move between them keeps a worker (the fast rescale);
     one between GPU sets of no common type lands on other nodes and relaunches the gang."""
     return any(t == u for t, _ in a for u, _ in b)
+
+
+def fits_in(gpus: GPUs, free: Mapping[str, int], held: GPUs = ()) -> bool:
+    """Whether ``gpus`` fit, by count per type, in the ``free`` GPUs plus those ``held`` (a job's own, given back
+    when it moves); placement is the reservation's to check."""
+    have = dict(held)
+    return all(free.get(t, 0) + have.get(t, 0) >= n for t, n in gpus)
 
 
 @dataclass(frozen=True)
@@ -147,8 +154,11 @@ class CellCatalog:
                     mins[t] = c
         singles = [c for c in cells if not c.mix]
         # the LP chooses up to max_scale x N; the Cells above it are for idle GPUs only (grow, sprint, backfill)
-        scale = self.opt.max_scale
-        lp = [c for c in singles if c.n_gpus <= scale * (ctx.knowledge.base_count(job, c.gpus[0][0]) or 0)]
+        cap = {
+            t: self.opt.max_scale * (ctx.knowledge.base_count(job, t) or 0)
+            for t in {c.gpus[0][0] for c in singles}
+        }
+        lp = [c for c in singles if c.n_gpus <= cap[c.gpus[0][0]]]
         inf = JobCells(
             key,
             cells,
@@ -171,6 +181,7 @@ class CellCatalog:
         """Per GPU type the counts N/2, N, 2N, … up to max(max_scale, grow_scale)·N (Crius: max_scale = 2); N
         alone without adaptivity scaling."""
         counts: dict[str, list[int]] = {}
+        top = max(self.opt.max_scale, self.opt.grow_scale)
         for t in self.types(ctx, job):
             n = ctx.knowledge.base_count(job, t)
             if not n:
@@ -180,7 +191,6 @@ class CellCatalog:
             else:
                 ladder = {max(1, n // 2)}
                 k = n
-                top = max(self.opt.max_scale, self.opt.grow_scale)
                 while k <= top * n and k <= self.opt.max_gpus:
                     ladder.add(k)
                     k *= 2
@@ -208,4 +218,4 @@ class CellCatalog:
         return c
 
 
-__all__ = ["Cell", "CellCatalog", "JobCells", "shares_type"]
+__all__ = ["Cell", "CellCatalog", "JobCells", "fits_in", "shares_type"]

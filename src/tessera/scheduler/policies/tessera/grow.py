@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 
-from tessera.scheduler.policies.tessera.cells import Cell
+from tessera.scheduler.policies.tessera.cells import Cell, fits_in
 from tessera.scheduler.policies.tessera.order import weight
 from tessera.scheduler.policies.tessera.round import RoundState
 from tessera.scheduler.policy import fmt_gpus
@@ -27,12 +27,9 @@ def grow_new(r: RoundState, ids: list[int]) -> None:
         _, _, jid, c = heapq.heappop(heap)
         old = ctx.allocation(jid)
         assert old is not None
-        have = dict(old.gpus)
-        if all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
-            ctx.release(jid)
+        if fits_in(c.gpus, free, old.gpus):
             if ctx.reserve(jid, c.gpus, c.n_stages) is None:
-                ctx.reserve(jid, old.gpus, old.n_stages, placement=old.placement)
-                continue  # placement failed: this job stays as it is
+                continue  # placement failed: this job stays as it is (reserve changed nothing)
             free = ctx.free_by_type()
             cur = r.held_cell(ctx.jobs[jid], old)
             r.explain_start(
@@ -53,14 +50,13 @@ def _best_growth(r: RoundState, jid: int, free: dict[str, int]) -> tuple[float, 
     js = r.ctx.jobs[jid]
     cur = r.held_cell(js, a)
     w = weight(r, js)
-    have = dict(a.gpus)
     best: tuple[float, Cell] | None = None
     min_gain = r.pol.min_gain
     for c in r.info(js.job).cells:
         if c.norm <= cur.norm * (1 + min_gain):
             break  # fastest first: nothing further is faster
         extra = c.n_gpus - a.n_gpus
-        if c.mix or extra <= 0 or not all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
+        if c.mix or extra <= 0 or not fits_in(c.gpus, free, a.gpus):
             continue
         gain = r.value(c, w) - r.value(cur, w)
         if gain > min_gain * cur.norm and (best is None or gain / extra > best[0]):

@@ -15,12 +15,9 @@ and the p99 slowdown at 1× 2.540 → 2.532 (``bench/results/sim_philly_tessera_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from tessera.scheduler.policies.tessera.cells import Cell
+from tessera.scheduler.policies.tessera.cells import fits_in
 from tessera.scheduler.policies.tessera.round import RoundState
 from tessera.scheduler.policy import fmt_gpus, fmt_s
-from tessera.scheduler.state import GPUs
 
 
 def sprint(r: RoundState, ids: list[int]) -> None:
@@ -34,30 +31,17 @@ def sprint(r: RoundState, ids: list[int]) -> None:
         js = ctx.jobs[jid]
         cur = r.held_cell(js, old)
         left = js.remaining_at(ctx.now_s)
-        for c in _faster_fits(r, old.gpus, r.info(js.job).cells, cur):
-            if left / c.rate > r.pol.sprint_s:
-                break  # not short even there: the LP's Cell stands (growing it is the round's business)
-            ctx.release(jid)
-            if ctx.reserve(jid, c.gpus, c.n_stages) is None:
-                ctx.reserve(jid, old.gpus, old.n_stages, placement=old.placement)
-                continue  # does not place: the next fastest
+        free = ctx.free_by_type()
+        for c in r.info(js.job).cells:  # fastest first
+            if c.rate <= cur.rate * (1 + r.pol.min_gain) or left / c.rate > r.pol.sprint_s:
+                break  # no faster Cell, or not short even there: the LP's Cell stands (growing is the round's)
+            if not fits_in(c.gpus, free, old.gpus) or ctx.reserve(jid, c.gpus, c.n_stages) is None:
+                continue  # too few idle GPUs, or they do not place (reserve changed nothing): the next fastest
             r.explain_start(
                 jid, c, f"moved from {fmt_gpus(old.gpus)} (est. {cur.rate:.3g} it/s) onto idle GPUs before it "
                 f"started: done in {fmt_s(left / c.rate)} there (a short job finishes soonest)",
             )  # fmt: skip
             break
-
-
-def _faster_fits(r: RoundState, held: GPUs, cells: list[Cell], cur: Cell) -> Iterator[Cell]:
-    """The Cells (fastest first) that the GPUs ``held`` and the idle ones allow, faster than ``cur`` by
-    ``min_gain``."""
-    have = dict(held)
-    free = r.ctx.free_by_type()
-    for c in cells:
-        if c.rate <= cur.rate * (1 + r.pol.min_gain):
-            return
-        if all(free.get(t, 0) + have.get(t, 0) >= n for t, n in c.gpus):
-            yield c
 
 
 __all__ = ["sprint"]
